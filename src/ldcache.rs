@@ -1,0 +1,556 @@
+//! Parses the dynamic loader's cache, `/etc/ld.so.cache`, in all three formats
+//! that `ldconfig -c new|old|compat` writes.
+//!
+//! The parser works on bytes only: it never touches the filesystem, never
+//! panics on hostile input, and reports every defect with the byte offset at
+//! which it was found.
+
+use std::ops::Range;
+
+use thiserror::Error;
+
+/// Magic of the libc5-era format, `ldconfig -c old`.
+const MAGIC_OLD: &[u8] = b"ld.so-1.7.0";
+/// Magic and version of the glibc 2.x format, `ldconfig -c new`.
+const MAGIC_NEW: &[u8] = b"glibc-ld.so.cache1.1";
+/// `struct cache_file`: magic[11], padding, `u32 nlibs`.
+const OLD_HEADER_LEN: usize = 16;
+/// `struct file_entry`: `i32 flags; u32 key; u32 value`.
+const OLD_ENTRY_LEN: usize = 12;
+/// `struct cache_file_new`: magic and version, `nlibs`, `len_strings`, flags,
+/// padding, `extension_offset`, three unused words.
+const NEW_HEADER_LEN: usize = 48;
+/// `struct file_entry_new`: `i32 flags; u32 key, value, osversion; u64 hwcap`.
+const NEW_ENTRY_LEN: usize = 24;
+/// The new block of a compat cache starts at this alignment after the old entries.
+const NEW_ALIGN: usize = 8;
+/// `cache_file_new_flags_endian_little`, what glibc writes on little-endian hosts.
+const ENDIAN_LITTLE: u8 = 2;
+/// Bits of an entry's flags that name the library type (`FLAG_ELF_LIBC6` etc.).
+pub const FLAG_TYPE_MASK: i32 = 0x00ff;
+/// Bits of an entry's flags that name the architecture.
+pub const FLAG_ARCH_MASK: i32 = 0xff00;
+/// `FLAG_ELF_LIBC6`: an ELF library linked against glibc.
+pub const FLAG_ELF_LIBC6: i32 = 0x0003;
+/// Architecture bits of an x86-64 library.
+pub const FLAG_X8664_LIB64: i32 = 0x0300;
+/// Architecture bits of an aarch64 library.
+pub const FLAG_AARCH64_LIB64: i32 = 0x0a00;
+/// Architecture bits of an i386 library: none.
+pub const FLAG_I386: i32 = 0x0000;
+
+/// What can be wrong with a cache file; each error carries the offending offset.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("not an ld.so.cache: unknown magic at offset 0")]
+    UnknownMagic,
+    #[error("truncated {what} at offset {offset}: need {need} bytes, file has {len}")]
+    Truncated {
+        what: &'static str,
+        offset: usize,
+        need: usize,
+        len: usize,
+    },
+    #[error("entry {index} at offset {offset}: string offset {string} lies outside the file")]
+    StringOutOfRange {
+        index: usize,
+        offset: usize,
+        string: usize,
+    },
+    #[error("entry {index} at offset {offset}: string at {string} is not NUL-terminated")]
+    UnterminatedString {
+        index: usize,
+        offset: usize,
+        string: usize,
+    },
+    #[error("entry {index} at offset {offset}: string at {string} is not valid UTF-8")]
+    NotUtf8 {
+        index: usize,
+        offset: usize,
+        string: usize,
+    },
+    #[error("cache at offset {offset} is big-endian (flags {flags:#x}); only little-endian caches are supported")]
+    BigEndian { offset: usize, flags: u8 },
+}
+
+/// Result of parsing a cache.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Which on-disk format a cache was written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `ld.so-1.7.0` only.
+    Old,
+    /// `glibc-ld.so.cache1.1` only.
+    New,
+    /// An old header whose string table hides a new-format block; glibc uses the new one.
+    Compat,
+}
+
+/// One library the loader knows: its SONAME and the path it resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LdCacheEntry {
+    /// Library type and architecture, `FLAG_*`.
+    pub flags: i32,
+    /// The name a program asks for, e.g. `libcuda.so.1`.
+    pub soname: String,
+    /// Absolute path of the file (often a symlink), e.g. `/usr/lib/x86_64-linux-gnu/libcuda.so.1`.
+    pub path: String,
+    /// Hardware capability bits of the new format; zero in the old one.
+    pub hwcap: u64,
+}
+
+impl LdCacheEntry {
+    /// Architecture bits of the entry, to compare with `FLAG_X8664_LIB64` and friends.
+    pub fn arch(&self) -> i32 {
+        self.flags & FLAG_ARCH_MASK
+    }
+
+    /// Whether the entry is a glibc ELF library, the only kind we inject.
+    pub fn is_elf_libc6(&self) -> bool {
+        self.flags & FLAG_TYPE_MASK == FLAG_ELF_LIBC6
+    }
+}
+
+/// A parsed cache: its format and its entries in file order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LdCache {
+    /// The format found on disk.
+    pub format: Format,
+    /// Entries in the order the file lists them, which is the loader's order.
+    pub entries: Vec<LdCacheEntry>,
+}
+
+impl LdCache {
+    /// Parses a whole cache file. A compat file yields its new-format block,
+    /// the same entries glibc's loader reads.
+    pub fn parse(data: &[u8]) -> Result<Self> {
+        if data.starts_with(MAGIC_NEW) {
+            let entries = parse_new(data, 0)?;
+            return Ok(LdCache {
+                format: Format::New,
+                entries,
+            });
+        }
+        if !data.starts_with(MAGIC_OLD) {
+            return Err(Error::UnknownMagic);
+        }
+        let nlibs = read_u32(data, MAGIC_OLD.len() + 1, "old header")? as usize;
+        let entries_end = nlibs
+            .checked_mul(OLD_ENTRY_LEN)
+            .and_then(|n| n.checked_add(OLD_HEADER_LEN))
+            .ok_or(Error::Truncated {
+                what: "old entry table",
+                offset: OLD_HEADER_LEN,
+                need: usize::MAX,
+                len: data.len(),
+            })?;
+        let new_start = align_up(entries_end, NEW_ALIGN);
+        if data.len() >= new_start && data[new_start..].starts_with(MAGIC_NEW) {
+            let entries = parse_new(data, new_start)?;
+            return Ok(LdCache {
+                format: Format::Compat,
+                entries,
+            });
+        }
+        let entries = parse_old(data, nlibs)?;
+        Ok(LdCache {
+            format: Format::Old,
+            entries,
+        })
+    }
+}
+
+fn align_up(n: usize, align: usize) -> usize {
+    n.div_ceil(align) * align
+}
+
+fn slice<'a>(data: &'a [u8], range: Range<usize>, what: &'static str) -> Result<&'a [u8]> {
+    data.get(range.clone()).ok_or(Error::Truncated {
+        what,
+        offset: range.start,
+        need: range.end.saturating_sub(range.start),
+        len: data.len(),
+    })
+}
+
+fn read_u32(data: &[u8], offset: usize, what: &'static str) -> Result<u32> {
+    let bytes = slice(data, offset..offset.saturating_add(4), what)?;
+    Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
+fn read_u64(data: &[u8], offset: usize, what: &'static str) -> Result<u64> {
+    let bytes = slice(data, offset..offset.saturating_add(8), what)?;
+    let mut word = [0u8; 8];
+    word.copy_from_slice(bytes);
+    Ok(u64::from_le_bytes(word))
+}
+
+/// Reads the NUL-terminated string at `base + rel`, for entry `index` at `offset`.
+fn read_str(data: &[u8], base: usize, rel: u32, index: usize, offset: usize) -> Result<String> {
+    let string = base.saturating_add(rel as usize);
+    let tail = data
+        .get(string..)
+        .filter(|t| !t.is_empty())
+        .ok_or(Error::StringOutOfRange {
+            index,
+            offset,
+            string,
+        })?;
+    let end = tail
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or(Error::UnterminatedString {
+            index,
+            offset,
+            string,
+        })?;
+    String::from_utf8(tail[..end].to_vec()).map_err(|_| Error::NotUtf8 {
+        index,
+        offset,
+        string,
+    })
+}
+
+/// Checks that `count` entries of `len` bytes fit after `start`, before
+/// allocating for them, so that a lying count cannot exhaust memory.
+fn check_table(
+    data: &[u8],
+    start: usize,
+    count: usize,
+    len: usize,
+    what: &'static str,
+) -> Result<()> {
+    let need = count.saturating_mul(len);
+    if data.len().saturating_sub(start) < need {
+        return Err(Error::Truncated {
+            what,
+            offset: start,
+            need,
+            len: data.len(),
+        });
+    }
+    Ok(())
+}
+
+fn parse_old(data: &[u8], nlibs: usize) -> Result<Vec<LdCacheEntry>> {
+    check_table(
+        data,
+        OLD_HEADER_LEN,
+        nlibs,
+        OLD_ENTRY_LEN,
+        "old entry table",
+    )?;
+    let strings = OLD_HEADER_LEN + nlibs * OLD_ENTRY_LEN;
+    (0..nlibs)
+        .map(|index| {
+            let offset = OLD_HEADER_LEN + index * OLD_ENTRY_LEN;
+            let flags = read_u32(data, offset, "old entry")? as i32;
+            let key = read_u32(data, offset + 4, "old entry")?;
+            let value = read_u32(data, offset + 8, "old entry")?;
+            Ok(LdCacheEntry {
+                flags,
+                soname: read_str(data, strings, key, index, offset)?,
+                path: read_str(data, strings, value, index, offset)?,
+                hwcap: 0,
+            })
+        })
+        .collect()
+}
+
+fn parse_new(data: &[u8], header: usize) -> Result<Vec<LdCacheEntry>> {
+    slice(data, header..header + NEW_HEADER_LEN, "new header")?;
+    let nlibs = read_u32(data, header + 20, "new header")? as usize;
+    let endian = data[header + 28];
+    if endian != 0 && endian != ENDIAN_LITTLE {
+        return Err(Error::BigEndian {
+            offset: header + 28,
+            flags: endian,
+        });
+    }
+    let first = header + NEW_HEADER_LEN;
+    check_table(data, first, nlibs, NEW_ENTRY_LEN, "new entry table")?;
+    (0..nlibs)
+        .map(|index| {
+            let offset = first + index * NEW_ENTRY_LEN;
+            let flags = read_u32(data, offset, "new entry")? as i32;
+            let key = read_u32(data, offset + 4, "new entry")?;
+            let value = read_u32(data, offset + 8, "new entry")?;
+            let hwcap = read_u64(data, offset + 16, "new entry")?;
+            Ok(LdCacheEntry {
+                flags,
+                soname: read_str(data, header, key, index, offset)?,
+                path: read_str(data, header, value, index, offset)?,
+                hwcap,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds caches byte by byte, the way `ldconfig` lays them out, so tests
+    /// need no binary fixtures.
+    struct Builder {
+        entries: Vec<(i32, &'static str, &'static str)>,
+    }
+
+    impl Builder {
+        fn new(entries: &[(i32, &'static str, &'static str)]) -> Self {
+            Builder {
+                entries: entries.to_vec(),
+            }
+        }
+
+        /// Strings for entries, with offsets relative to the string table start.
+        fn strings(&self, base: usize) -> (Vec<u8>, Vec<(u32, u32)>) {
+            let mut table = Vec::new();
+            let mut offsets = Vec::new();
+            for (_, key, value) in &self.entries {
+                let v = base + table.len();
+                table.extend_from_slice(value.as_bytes());
+                table.push(0);
+                let k = base + table.len();
+                table.extend_from_slice(key.as_bytes());
+                table.push(0);
+                offsets.push((k as u32, v as u32));
+            }
+            (table, offsets)
+        }
+
+        fn new_block(&self) -> Vec<u8> {
+            let table_start = NEW_HEADER_LEN + self.entries.len() * NEW_ENTRY_LEN;
+            let (strings, offsets) = self.strings(table_start);
+            let mut out = Vec::new();
+            out.extend_from_slice(MAGIC_NEW);
+            out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(strings.len() as u32).to_le_bytes());
+            out.extend_from_slice(&[ENDIAN_LITTLE, 0, 0, 0]);
+            out.extend_from_slice(&[0u8; 16]);
+            for ((flags, _, _), (k, v)) in self.entries.iter().zip(&offsets) {
+                out.extend_from_slice(&flags.to_le_bytes());
+                out.extend_from_slice(&k.to_le_bytes());
+                out.extend_from_slice(&v.to_le_bytes());
+                out.extend_from_slice(&0u32.to_le_bytes());
+                out.extend_from_slice(&0u64.to_le_bytes());
+            }
+            out.extend_from_slice(&strings);
+            out
+        }
+
+        fn old(&self) -> Vec<u8> {
+            let (strings, offsets) = self.strings(0);
+            let mut out = self.old_header_and_entries(&offsets);
+            out.extend_from_slice(&strings);
+            out
+        }
+
+        fn old_header_and_entries(&self, offsets: &[(u32, u32)]) -> Vec<u8> {
+            let mut out = Vec::new();
+            out.extend_from_slice(MAGIC_OLD);
+            out.push(0);
+            out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+            for ((flags, _, _), (k, v)) in self.entries.iter().zip(offsets) {
+                out.extend_from_slice(&flags.to_le_bytes());
+                out.extend_from_slice(&k.to_le_bytes());
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out
+        }
+
+        /// Old entries whose strings live past the hidden new block, as glibc writes.
+        fn compat(&self) -> Vec<u8> {
+            let new = self.new_block();
+            let old_len = OLD_HEADER_LEN + self.entries.len() * OLD_ENTRY_LEN;
+            let pad = align_up(old_len, NEW_ALIGN) - old_len;
+            // Old offsets count from the end of the old entries, into the new block's strings.
+            let new_strings = NEW_HEADER_LEN + self.entries.len() * NEW_ENTRY_LEN;
+            let (_, offsets) = self.strings(pad + new_strings);
+            let mut out = self.old_header_and_entries(&offsets);
+            out.resize(out.len() + pad, 0);
+            out.extend_from_slice(&new);
+            out
+        }
+    }
+
+    const X86: i32 = FLAG_ELF_LIBC6 | FLAG_X8664_LIB64;
+    const ENTRIES: &[(i32, &str, &str)] = &[
+        (
+            X86,
+            "libcuda.so.1",
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        ),
+        (
+            FLAG_ELF_LIBC6,
+            "libcuda.so.1",
+            "/usr/lib/i386-linux-gnu/libcuda.so.1",
+        ),
+        (
+            X86,
+            "libnvidia-ml.so.1",
+            "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+        ),
+    ];
+
+    fn expected() -> Vec<LdCacheEntry> {
+        ENTRIES
+            .iter()
+            .map(|(flags, key, value)| LdCacheEntry {
+                flags: *flags,
+                soname: key.to_string(),
+                path: value.to_string(),
+                hwcap: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parses_new_format() {
+        let cache = LdCache::parse(&Builder::new(ENTRIES).new_block()).unwrap();
+        assert_eq!(cache.format, Format::New);
+        assert_eq!(cache.entries, expected());
+    }
+
+    #[test]
+    fn parses_old_format() {
+        let cache = LdCache::parse(&Builder::new(ENTRIES).old()).unwrap();
+        assert_eq!(cache.format, Format::Old);
+        assert_eq!(cache.entries, expected());
+    }
+
+    #[test]
+    fn parses_compat_format_from_its_new_block() {
+        let cache = LdCache::parse(&Builder::new(ENTRIES).compat()).unwrap();
+        assert_eq!(cache.format, Format::Compat);
+        assert_eq!(cache.entries, expected());
+    }
+
+    #[test]
+    fn reports_architecture_bits() {
+        let cache = LdCache::parse(&Builder::new(ENTRIES).new_block()).unwrap();
+        assert_eq!(cache.entries[0].arch(), FLAG_X8664_LIB64);
+        assert_eq!(cache.entries[1].arch(), FLAG_I386);
+        assert!(cache.entries.iter().all(LdCacheEntry::is_elf_libc6));
+    }
+
+    #[test]
+    fn parses_empty_caches() {
+        for data in [
+            Builder::new(&[]).new_block(),
+            Builder::new(&[]).old(),
+            Builder::new(&[]).compat(),
+        ] {
+            assert!(LdCache::parse(&data).unwrap().entries.is_empty());
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_magic() {
+        assert_eq!(LdCache::parse(b"").unwrap_err(), Error::UnknownMagic);
+        assert_eq!(
+            LdCache::parse(b"\x7fELF....").unwrap_err(),
+            Error::UnknownMagic
+        );
+    }
+
+    #[test]
+    fn every_truncation_is_an_error_never_a_panic() {
+        let builder = Builder::new(ENTRIES);
+        for full in [builder.new_block(), builder.old(), builder.compat()] {
+            // The last string is the last entry's key, so any cut loses a referenced byte.
+            for len in 0..full.len() {
+                assert!(
+                    LdCache::parse(&full[..len]).is_err(),
+                    "length {len} of {}",
+                    full.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_entry_table_names_its_offset() {
+        let full = Builder::new(ENTRIES).new_block();
+        let err = LdCache::parse(&full[..NEW_HEADER_LEN + 30]).unwrap_err();
+        assert_eq!(
+            err,
+            Error::Truncated {
+                what: "new entry table",
+                offset: NEW_HEADER_LEN,
+                need: 3 * NEW_ENTRY_LEN,
+                len: NEW_HEADER_LEN + 30,
+            }
+        );
+        assert!(err.to_string().contains("offset 48"), "{err}");
+    }
+
+    #[test]
+    fn huge_entry_count_is_refused_without_allocating() {
+        let mut data = Builder::new(ENTRIES).new_block();
+        data[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            LdCache::parse(&data),
+            Err(Error::Truncated { .. })
+        ));
+        let mut data = Builder::new(ENTRIES).old();
+        data[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            LdCache::parse(&data),
+            Err(Error::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn string_offset_past_the_end_names_entry_and_offset() {
+        let mut data = Builder::new(ENTRIES).new_block();
+        let key = NEW_HEADER_LEN + NEW_ENTRY_LEN + 4;
+        data[key..key + 4].copy_from_slice(&0x7fff_0000u32.to_le_bytes());
+        assert_eq!(
+            LdCache::parse(&data).unwrap_err(),
+            Error::StringOutOfRange {
+                index: 1,
+                offset: NEW_HEADER_LEN + NEW_ENTRY_LEN,
+                string: 0x7fff_0000,
+            }
+        );
+    }
+
+    #[test]
+    fn unterminated_string_is_an_error() {
+        let mut data = Builder::new(&[(X86, "libx.so.1", "/x")]).new_block();
+        data.pop();
+        assert!(matches!(
+            LdCache::parse(&data),
+            Err(Error::UnterminatedString { index: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn corrupt_bytes_never_panic() {
+        let builder = Builder::new(ENTRIES);
+        for full in [builder.new_block(), builder.old(), builder.compat()] {
+            for i in 0..full.len() {
+                for byte in [0x00, 0x7f, 0xff] {
+                    let mut data = full.clone();
+                    data[i] = byte;
+                    let _ = LdCache::parse(&data);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_big_endian_cache() {
+        let mut data = Builder::new(ENTRIES).new_block();
+        data[28] = 3;
+        assert_eq!(
+            LdCache::parse(&data).unwrap_err(),
+            Error::BigEndian {
+                offset: 28,
+                flags: 3
+            }
+        );
+    }
+}
