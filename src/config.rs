@@ -1,0 +1,296 @@
+//! The hook's configuration: a TOML file, never the process environment.
+//!
+//! Runtimes may run hooks with a cleared or attacker-influenced environment,
+//! so every policy and logging knob comes from this file or from arguments.
+//! Unknown keys are errors: a typo must not silently fall back to a default.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// Where the configuration lives when `--config` is not given.
+pub const DEFAULT_PATH: &str = "/etc/oci-nvidia-hook/config.toml";
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("invalid config file {path}, line {line}, column {column}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("invalid config file {path}: {key} = {value:?}: {reason}")]
+    Invalid {
+        path: PathBuf,
+        key: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+}
+
+/// Result of loading the configuration.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    /// Where the host driver lives.
+    #[serde(default)]
+    pub driver: DriverConfig,
+    /// Where and how much to log.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// The host trees that discovery reads from.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct DriverConfig {
+    /// Host tree holding the driver's libraries, binaries, `etc/ld.so.cache` and `lib/firmware`.
+    pub root: PathBuf,
+    /// Tree whose `dev/` holds the `nvidia*` nodes.
+    pub dev_root: PathBuf,
+    /// The procfs to read `driver/nvidia/*` and `devices` from.
+    pub proc_root: PathBuf,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            root: PathBuf::from("/"),
+            dev_root: PathBuf::from("/"),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// How verbose the log is; the names the config file accepts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Only failures.
+    Error,
+    /// Failures and things a user should fix.
+    Warn,
+    /// One line per container, plus the above.
+    #[default]
+    Info,
+    /// Every decision discovery and planning make.
+    Debug,
+}
+
+impl From<LogLevel> for log::LevelFilter {
+    fn from(level: LogLevel) -> Self {
+        match level {
+            LogLevel::Error => log::LevelFilter::Error,
+            LogLevel::Warn => log::LevelFilter::Warn,
+            LogLevel::Info => log::LevelFilter::Info,
+            LogLevel::Debug => log::LevelFilter::Debug,
+        }
+    }
+}
+
+/// Logging settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct LogConfig {
+    /// The most verbose level written.
+    pub level: LogLevel,
+    /// A file to append to as well as stderr; empty for none. Runtimes often swallow a hook's stderr.
+    pub file: PathBuf,
+}
+
+impl LogConfig {
+    /// The log file, if one is configured.
+    pub fn file(&self) -> Option<&Path> {
+        (!self.file.as_os_str().is_empty()).then_some(self.file.as_path())
+    }
+}
+
+impl Config {
+    /// Loads `explicit` if given, else the default path, where a missing file means defaults.
+    pub fn load(explicit: Option<&Path>) -> Result<Config> {
+        match explicit {
+            Some(path) => Config::load_at(path, true),
+            None => Config::load_at(Path::new(DEFAULT_PATH), false),
+        }
+    }
+
+    fn load_at(path: &Path, must_exist: bool) -> Result<Config> {
+        match fs::read_to_string(path) {
+            Ok(text) => Config::parse(path, &text),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !must_exist => Ok(Config::default()),
+            Err(source) => Err(Error::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Parses configuration text; `path` names the file in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Config> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let (line, column) = e
+                .span()
+                .map(|span| line_and_column(text, span.start))
+                .unwrap_or((1, 1));
+            Error::Parse {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message: e.message().trim().to_string(),
+            }
+        })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &Path) -> Result<()> {
+        let roots = [
+            ("driver.root", &self.driver.root),
+            ("driver.dev-root", &self.driver.dev_root),
+            ("driver.proc-root", &self.driver.proc_root),
+        ];
+        for (key, value) in roots {
+            if !value.is_absolute() {
+                return Err(Error::Invalid {
+                    path: path.to_path_buf(),
+                    key,
+                    value: value.display().to_string(),
+                    reason: "must be an absolute path",
+                });
+            }
+        }
+        if let Some(file) = self.log.file() {
+            if !file.is_absolute() {
+                return Err(Error::Invalid {
+                    path: path.to_path_buf(),
+                    key: "log.file",
+                    value: file.display().to_string(),
+                    reason: "must be an absolute path",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One-based line and column of byte `offset` in `text`.
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config> {
+        Config::parse(Path::new("/etc/x.toml"), text)
+    }
+
+    #[test]
+    fn empty_file_means_defaults() {
+        let config = parse("").unwrap();
+        assert_eq!(config, Config::default());
+        assert_eq!(config.driver.root, Path::new("/"));
+        assert_eq!(config.driver.proc_root, Path::new("/proc"));
+        assert_eq!(config.log.level, LogLevel::Info);
+        assert_eq!(config.log.file(), None);
+    }
+
+    #[test]
+    fn reads_every_key() {
+        let config = parse(
+            r#"
+[driver]
+root = "/run/nvidia/driver"
+dev-root = "/run/nvidia/driver"
+proc-root = "/sim/proc"
+[log]
+level = "debug"
+file = "/var/log/oci-nvidia-hook.log"
+"#,
+        )
+        .unwrap();
+        assert_eq!(config.driver.root, Path::new("/run/nvidia/driver"));
+        assert_eq!(config.driver.dev_root, Path::new("/run/nvidia/driver"));
+        assert_eq!(config.driver.proc_root, Path::new("/sim/proc"));
+        assert_eq!(config.log.level, LogLevel::Debug);
+        assert_eq!(
+            config.log.file(),
+            Some(Path::new("/var/log/oci-nvidia-hook.log"))
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_naming_file_and_line() {
+        let err = parse("[driver]\nroot = \"/\"\nrooot = \"/x\"\n").unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::Parse { line: 3, .. }), "{text}");
+        assert!(
+            text.contains("/etc/x.toml") && text.contains("rooot"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unknown_section_is_an_error() {
+        assert!(matches!(
+            parse("[drivers]\n"),
+            Err(Error::Parse { line: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn invalid_toml_names_the_line() {
+        let err = parse("[log]\nlevel = \"info\"\nfile = \n").unwrap_err();
+        assert!(matches!(err, Error::Parse { line: 3, .. }), "{err}");
+    }
+
+    #[test]
+    fn bad_level_is_refused() {
+        let err = parse("[log]\nlevel = \"verbose\"\n").unwrap_err();
+        assert!(matches!(err, Error::Parse { line: 2, .. }), "{err}");
+    }
+
+    #[test]
+    fn relative_roots_are_refused() {
+        let err = parse("[driver]\nroot = \"run/nvidia\"\n").unwrap_err();
+        assert!(err.to_string().contains("driver.root"), "{err}");
+    }
+
+    #[test]
+    fn missing_explicit_file_is_an_error_naming_it() {
+        let err = Config::load(Some(Path::new("/nonexistent/oci-nvidia-hook.toml"))).unwrap_err();
+        assert!(matches!(err, Error::Read { .. }));
+        assert!(
+            err.to_string()
+                .contains("/nonexistent/oci-nvidia-hook.toml"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn missing_default_file_means_defaults() {
+        let config = Config::load_at(Path::new("/nonexistent/config.toml"), false).unwrap();
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn line_and_column_are_one_based() {
+        assert_eq!(line_and_column("ab\ncd", 0), (1, 1));
+        assert_eq!(line_and_column("ab\ncd", 4), (2, 2));
+        assert_eq!(line_and_column("ab", 99), (1, 3));
+    }
+}

@@ -1,0 +1,430 @@
+//! What a container asks for: which GPUs, and which driver capabilities.
+//!
+//! This module parses the request grammar only (`NVIDIA_VISIBLE_DEVICES`,
+//! `NVIDIA_DRIVER_CAPABILITIES` and the matching `list` flags). It knows
+//! nothing about the host: matching devices against the inventory is the
+//! plan's job.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+use thiserror::Error;
+
+/// Longest request value we accept; anything longer is refused, not parsed.
+const MAX_VALUE_LEN: usize = 4096;
+
+/// Why a request value was refused.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("unknown driver capability {value:?}; known: {known}", known = Capability::known_list())]
+    UnknownCapability { value: String },
+    #[error("malformed device list {value:?}: {reason}")]
+    MalformedDevices { value: String, reason: &'static str },
+    #[error("{what} is {len} bytes long; at most {MAX_VALUE_LEN} are accepted")]
+    TooLong { what: &'static str, len: usize },
+}
+
+/// Result of parsing a request.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A driver capability, the unit `NVIDIA_DRIVER_CAPABILITIES` selects files by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Capability {
+    /// CUDA and OpenCL.
+    Compute,
+    /// NVML and `nvidia-smi`.
+    Utility,
+    /// Video encode and decode.
+    Video,
+    /// OpenGL, EGL and Vulkan.
+    Graphics,
+    /// X11 display; brings graphics.
+    Display,
+    /// NVIDIA NGX (DLSS).
+    Ngx,
+    /// The 32-bit libraries of the other selected capabilities.
+    Compat32,
+}
+
+impl Capability {
+    /// Every capability, in the order `info` lists them.
+    pub const ALL: [Capability; 7] = [
+        Capability::Utility,
+        Capability::Compute,
+        Capability::Video,
+        Capability::Graphics,
+        Capability::Display,
+        Capability::Ngx,
+        Capability::Compat32,
+    ];
+
+    /// The name used in `NVIDIA_DRIVER_CAPABILITIES`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::Compute => "compute",
+            Capability::Utility => "utility",
+            Capability::Video => "video",
+            Capability::Graphics => "graphics",
+            Capability::Display => "display",
+            Capability::Ngx => "ngx",
+            Capability::Compat32 => "compat32",
+        }
+    }
+
+    fn known_list() -> String {
+        let mut names: Vec<&str> = Capability::ALL.iter().map(|c| c.name()).collect();
+        names.push("all");
+        names.join(", ")
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Capability {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Capability::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| Error::UnknownCapability {
+                value: s.to_string(),
+            })
+    }
+}
+
+/// A set of capabilities with their implications applied: `video` brings
+/// `compute`, and `display` brings `graphics`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Capabilities(BTreeSet<Capability>);
+
+impl Capabilities {
+    /// NVIDIA's default when the variable is unset: `utility,compute`.
+    pub fn default_set() -> Self {
+        Capabilities::from_iter([Capability::Utility, Capability::Compute])
+    }
+
+    /// Every capability, as `all` selects.
+    pub fn all() -> Self {
+        Capabilities::from_iter(Capability::ALL)
+    }
+
+    /// Parses a comma list such as `compute,utility` or `all`; blanks around items are tolerated.
+    pub fn parse(value: &str) -> Result<Self> {
+        check_len("capability list", value)?;
+        let mut set = BTreeSet::new();
+        for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if item == "all" {
+                return Ok(Capabilities::all());
+            }
+            set.insert(item.parse()?);
+        }
+        Ok(Capabilities::from_iter(set))
+    }
+
+    /// Whether `capability` is selected, directly or by implication.
+    pub fn contains(&self, capability: Capability) -> bool {
+        self.0.contains(&capability)
+    }
+
+    /// The selected capabilities in `Capability` order.
+    pub fn iter(&self) -> impl Iterator<Item = Capability> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+impl FromIterator<Capability> for Capabilities {
+    fn from_iter<I: IntoIterator<Item = Capability>>(iter: I) -> Self {
+        let mut set: BTreeSet<Capability> = iter.into_iter().collect();
+        if set.contains(&Capability::Video) {
+            set.insert(Capability::Compute);
+        }
+        if set.contains(&Capability::Display) {
+            set.insert(Capability::Graphics);
+        }
+        Capabilities(set)
+    }
+}
+
+impl fmt::Display for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.iter().map(Capability::name).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+/// One item of a device list, before it is matched against the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "by", content = "value")]
+pub enum DeviceId {
+    /// A GPU index in PCI bus order, as NVML counts.
+    Index(u32),
+    /// A full GPU UUID, `GPU-…`.
+    Uuid(String),
+    /// A PCI bus id, full (`0000:3b:00.0`) or short (`3b:00.0`), normalised to the full form.
+    Bus(String),
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceId::Index(i) => write!(f, "{i}"),
+            DeviceId::Uuid(u) | DeviceId::Bus(u) => f.write_str(u),
+        }
+    }
+}
+
+/// Which GPUs a container asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "devices")]
+pub enum DeviceSelection {
+    /// Not a GPU container: unset, empty or `void`. Nothing is injected.
+    Void,
+    /// `none`: the driver's files and control nodes, but no GPU.
+    None,
+    /// `all`: every GPU.
+    All,
+    /// The listed GPUs, duplicates removed, in the order given.
+    List(Vec<DeviceId>),
+}
+
+impl DeviceSelection {
+    /// Parses `NVIDIA_VISIBLE_DEVICES`; `None` stands for an unset variable.
+    pub fn parse(value: Option<&str>) -> Result<Self> {
+        let Some(value) = value else {
+            return Ok(DeviceSelection::Void);
+        };
+        check_len("device list", value)?;
+        match value.trim() {
+            "" | "void" => return Ok(DeviceSelection::Void),
+            "none" => return Ok(DeviceSelection::None),
+            "all" => return Ok(DeviceSelection::All),
+            _ => {}
+        }
+        let mut ids: Vec<DeviceId> = Vec::new();
+        for item in value.split(',').map(str::trim) {
+            if item.is_empty() {
+                return Err(malformed(value, "empty item"));
+            }
+            let id = parse_device_id(item).ok_or_else(|| {
+                malformed(
+                    value,
+                    "items must be GPU indices, GPU-<uuid> or PCI bus ids, or the whole value all, none or void",
+                )
+            })?;
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        Ok(DeviceSelection::List(ids))
+    }
+}
+
+fn malformed(value: &str, reason: &'static str) -> Error {
+    Error::MalformedDevices {
+        value: value.to_string(),
+        reason,
+    }
+}
+
+fn check_len(what: &'static str, value: &str) -> Result<()> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::TooLong {
+            what,
+            len: value.len(),
+        });
+    }
+    Ok(())
+}
+
+fn parse_device_id(item: &str) -> Option<DeviceId> {
+    if !item.is_empty() && item.bytes().all(|b| b.is_ascii_digit()) {
+        return item.parse().ok().map(DeviceId::Index);
+    }
+    if let Some(hex) = item.strip_prefix("GPU-") {
+        let ok = hex.len() == 36
+            && hex.bytes().enumerate().all(|(i, b)| {
+                if matches!(i, 8 | 13 | 18 | 23) {
+                    b == b'-'
+                } else {
+                    b.is_ascii_hexdigit()
+                }
+            });
+        return ok.then(|| DeviceId::Uuid(format!("GPU-{}", hex.to_ascii_lowercase())));
+    }
+    parse_bus_id(item).map(DeviceId::Bus)
+}
+
+/// Normalises a PCI bus id to `dddd:bb:dd.f` in lower case, or `None` if it is not one.
+pub fn parse_bus_id(item: &str) -> Option<String> {
+    let (rest, function) = item.rsplit_once('.')?;
+    let mut parts: Vec<&str> = rest.split(':').collect();
+    if parts.len() == 2 {
+        parts.insert(0, "0000");
+    }
+    let [domain, bus, device] = parts.as_slice() else {
+        return None;
+    };
+    let hex = |s: &str, max: usize| {
+        !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    if !(hex(domain, 8) && hex(bus, 2) && hex(device, 2) && hex(function, 1)) {
+        return None;
+    }
+    let domain = u32::from_str_radix(domain, 16).ok()?;
+    let bus = u8::from_str_radix(bus, 16).ok()?;
+    let device = u8::from_str_radix(device, 16).ok()?;
+    let function = u8::from_str_radix(function, 16).ok()?;
+    Some(format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}"))
+}
+
+/// A whole request: which GPUs, which capabilities.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Request {
+    /// The GPUs asked for.
+    pub devices: DeviceSelection,
+    /// The driver capabilities asked for, implications applied.
+    pub capabilities: Capabilities,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_apply_implications() {
+        let caps = Capabilities::parse("video,display").unwrap();
+        let names: Vec<_> = caps.iter().collect();
+        assert_eq!(
+            names,
+            [
+                Capability::Compute,
+                Capability::Video,
+                Capability::Graphics,
+                Capability::Display
+            ]
+        );
+    }
+
+    #[test]
+    fn all_selects_every_capability() {
+        assert_eq!(
+            Capabilities::parse("compute, all").unwrap(),
+            Capabilities::all()
+        );
+        assert!(Capabilities::all().contains(Capability::Compat32));
+    }
+
+    #[test]
+    fn default_is_utility_and_compute() {
+        assert_eq!(Capabilities::default_set().to_string(), "compute,utility");
+    }
+
+    #[test]
+    fn unknown_capability_lists_known_ones() {
+        let err = Capabilities::parse("compute,cuda").unwrap_err();
+        assert_eq!(
+            err,
+            Error::UnknownCapability {
+                value: "cuda".into()
+            }
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("compute, utility") || text.contains("utility, compute"),
+            "{text}"
+        );
+        assert!(text.contains("all"), "{text}");
+    }
+
+    #[test]
+    fn device_keywords() {
+        assert_eq!(DeviceSelection::parse(None).unwrap(), DeviceSelection::Void);
+        assert_eq!(
+            DeviceSelection::parse(Some("")).unwrap(),
+            DeviceSelection::Void
+        );
+        assert_eq!(
+            DeviceSelection::parse(Some("void")).unwrap(),
+            DeviceSelection::Void
+        );
+        assert_eq!(
+            DeviceSelection::parse(Some("none")).unwrap(),
+            DeviceSelection::None
+        );
+        assert_eq!(
+            DeviceSelection::parse(Some(" all ")).unwrap(),
+            DeviceSelection::All
+        );
+    }
+
+    #[test]
+    fn device_list_dedupes_and_normalises() {
+        let sel = DeviceSelection::parse(Some(
+            "1, 0,1,GPU-ABCDEF01-2345-6789-abcd-ef0123456789,3b:00.0,0000:3B:00.0",
+        ))
+        .unwrap();
+        assert_eq!(
+            sel,
+            DeviceSelection::List(vec![
+                DeviceId::Index(1),
+                DeviceId::Index(0),
+                DeviceId::Uuid("GPU-abcdef01-2345-6789-abcd-ef0123456789".into()),
+                DeviceId::Bus("0000:3b:00.0".into()),
+            ])
+        );
+    }
+
+    #[test]
+    fn junk_device_lists_are_refused() {
+        for junk in [
+            "0,,1",
+            "gpu0",
+            "GPU-123",
+            "-1",
+            "99999999999999999999",
+            "3b:00",
+            "all,0",
+            "0;1",
+        ] {
+            assert!(
+                matches!(
+                    DeviceSelection::parse(Some(junk)),
+                    Err(Error::MalformedDevices { .. })
+                ),
+                "{junk}"
+            );
+        }
+    }
+
+    #[test]
+    fn huge_values_are_refused() {
+        let huge = "0,".repeat(10_000);
+        assert!(matches!(
+            DeviceSelection::parse(Some(&huge)),
+            Err(Error::TooLong { .. })
+        ));
+        assert!(matches!(
+            Capabilities::parse(&huge),
+            Err(Error::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn bus_ids_normalise() {
+        assert_eq!(parse_bus_id("3B:00.0").as_deref(), Some("0000:3b:00.0"));
+        assert_eq!(
+            parse_bus_id("00000001:3b:1f.7").as_deref(),
+            Some("0001:3b:1f.7")
+        );
+        assert_eq!(parse_bus_id("0000:3b:00"), None);
+        assert_eq!(parse_bus_id("0000:3bb:00.0"), None);
+    }
+}
