@@ -1,0 +1,167 @@
+//! Which driver files each capability brings, matching NVIDIA's lists so that
+//! images built for NVIDIA's hook find the same files here.
+
+use crate::request::Capability;
+
+/// A library the driver may ship, matched by SONAME prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LibrarySpec {
+    /// The capability that brings it.
+    pub capability: Capability,
+    /// SONAME prefix, e.g. `libcuda.so`; it is also the development link's name.
+    pub prefix: &'static str,
+    /// Whether the capability is useless without it: its absence is an error, not a warning.
+    pub core: bool,
+}
+
+const fn lib(capability: Capability, prefix: &'static str) -> LibrarySpec {
+    LibrarySpec {
+        capability,
+        prefix,
+        core: false,
+    }
+}
+
+const fn core(capability: Capability, prefix: &'static str) -> LibrarySpec {
+    LibrarySpec {
+        capability,
+        prefix,
+        core: true,
+    }
+}
+
+use Capability::{Compute, Graphics, Ngx, Utility, Video};
+
+/// Every library we inject, by capability (NVIDIA's lists).
+pub const LIBRARIES: &[LibrarySpec] = &[
+    core(Utility, "libnvidia-ml.so"),
+    lib(Utility, "libnvidia-cfg.so"),
+    lib(Utility, "libnvidia-nscq.so"),
+    core(Compute, "libcuda.so"),
+    lib(Compute, "libcudadebugger.so"),
+    lib(Compute, "libnvidia-opencl.so"),
+    lib(Compute, "libnvidia-gpucomp.so"),
+    lib(Compute, "libnvidia-ptxjitcompiler.so"),
+    lib(Compute, "libnvidia-fatbinaryloader.so"),
+    lib(Compute, "libnvidia-allocator.so"),
+    lib(Compute, "libnvidia-compiler.so"),
+    lib(Compute, "libnvidia-pkcs11.so"),
+    lib(Compute, "libnvidia-pkcs11-openssl3.so"),
+    lib(Compute, "libnvidia-nvvm.so"),
+    lib(Video, "libvdpau_nvidia.so"),
+    lib(Video, "libnvidia-encode.so"),
+    lib(Video, "libnvidia-opticalflow.so"),
+    lib(Video, "libnvcuvid.so"),
+    lib(Graphics, "libnvidia-eglcore.so"),
+    lib(Graphics, "libnvidia-glcore.so"),
+    lib(Graphics, "libnvidia-tls.so"),
+    lib(Graphics, "libnvidia-glsi.so"),
+    lib(Graphics, "libnvidia-fbc.so"),
+    lib(Graphics, "libnvidia-ifr.so"),
+    lib(Graphics, "libnvidia-rtcore.so"),
+    lib(Graphics, "libnvoptix.so"),
+    lib(Graphics, "libGLX_nvidia.so"),
+    lib(Graphics, "libEGL_nvidia.so"),
+    lib(Graphics, "libGLESv2_nvidia.so"),
+    lib(Graphics, "libGLESv1_CM_nvidia.so"),
+    lib(Graphics, "libnvidia-glvkspirv.so"),
+    lib(Graphics, "libnvidia-cbl.so"),
+    lib(Ngx, "libnvidia-ngx.so"),
+];
+
+/// The library spec whose prefix `soname` carries, if any. A prefix matches
+/// only whole: `libcuda.so` matches `libcuda.so.1`, not `libcudadebugger.so.1`.
+pub fn library_for(soname: &str) -> Option<&'static LibrarySpec> {
+    LIBRARIES.iter().find(|spec| {
+        soname
+            .strip_prefix(spec.prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    })
+}
+
+/// A program we inject, by capability (NVIDIA's lists).
+pub const BINARIES: &[(Capability, &str)] = &[
+    (Utility, "nvidia-smi"),
+    (Utility, "nvidia-debugdump"),
+    (Utility, "nvidia-persistenced"),
+    (Utility, "nv-fabricmanager"),
+    (Compute, "nvidia-cuda-mps-control"),
+    (Compute, "nvidia-cuda-mps-server"),
+];
+
+/// Directories of the driver root searched for binaries, in order.
+pub const BINARY_DIRS: &[&str] = &["usr/bin", "usr/sbin", "bin", "sbin"];
+
+/// Loader configuration files that graphics needs (the Vulkan and EGL ICDs),
+/// each with the places a distribution may keep it, in order of preference.
+pub const GRAPHICS_CONFIGS: &[&[&str]] = &[
+    &[
+        "etc/vulkan/icd.d/nvidia_icd.json",
+        "usr/share/vulkan/icd.d/nvidia_icd.json",
+    ],
+    &[
+        "etc/vulkan/implicit_layer.d/nvidia_layers.json",
+        "usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+    ],
+    &[
+        "etc/glvnd/egl_vendor.d/10_nvidia.json",
+        "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+    ],
+];
+
+/// What kind of IPC endpoint a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IpcKind {
+    /// A unix socket a daemon listens on.
+    Socket,
+    /// A directory of named pipes (MPS).
+    Directory,
+}
+
+/// IPC endpoints of the driver's daemons, relative to the driver root.
+pub const IPCS: &[(Capability, &str, IpcKind)] = &[
+    (Utility, "run/nvidia-persistenced/socket", IpcKind::Socket),
+    (Utility, "run/nvidia-fabricmanager/socket", IpcKind::Socket),
+    (Compute, "tmp/nvidia-mps", IpcKind::Directory),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_match_whole_names_only() {
+        assert_eq!(
+            library_for("libcuda.so.1").map(|s| s.prefix),
+            Some("libcuda.so")
+        );
+        assert_eq!(
+            library_for("libcuda.so").map(|s| s.prefix),
+            Some("libcuda.so")
+        );
+        assert_eq!(
+            library_for("libcudadebugger.so.1").map(|s| s.prefix),
+            Some("libcudadebugger.so")
+        );
+        assert_eq!(
+            library_for("libnvidia-pkcs11-openssl3.so.535.261.03").map(|s| s.prefix),
+            Some("libnvidia-pkcs11-openssl3.so")
+        );
+        assert_eq!(library_for("libcudart.so.12"), None);
+        assert_eq!(library_for("libc.so.6"), None);
+    }
+
+    #[test]
+    fn core_libraries_are_cuda_and_nvml() {
+        let core: Vec<_> = LIBRARIES
+            .iter()
+            .filter(|s| s.core)
+            .map(|s| (s.capability, s.prefix))
+            .collect();
+        assert_eq!(
+            core,
+            [(Utility, "libnvidia-ml.so"), (Compute, "libcuda.so")]
+        );
+    }
+}

@@ -1,0 +1,100 @@
+//! Asks the driver's own `libcuda` which CUDA version it supports.
+//!
+//! The answer must come from *that* driver's library, found by discovery in
+//! the driver root, never from the loader's search path. This is the only
+//! place the hook loads driver code, and only when the answer is needed
+//! (`info`, or a `cuda` requirement): loading libcuda costs milliseconds.
+
+use std::ffi::c_int;
+use std::fmt;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{Error, Result};
+
+/// A CUDA driver API version as `cuDriverGetVersion` reports it: 12020 is 12.2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct CudaVersion(pub i32);
+
+impl CudaVersion {
+    /// The major version, 12 for 12020.
+    pub fn major(self) -> i32 {
+        self.0 / 1000
+    }
+
+    /// The minor version, 2 for 12020.
+    pub fn minor(self) -> i32 {
+        (self.0 % 1000) / 10
+    }
+}
+
+impl fmt::Display for CudaVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major(), self.minor())
+    }
+}
+
+/// `CUresult cuDriverGetVersion(int *driverVersion)`.
+type CuDriverGetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+
+/// Loads `libcuda` (a resolved host path inside the driver root) and calls `cuDriverGetVersion`.
+pub fn query(libcuda: &Path) -> Result<CudaVersion> {
+    let err = |reason: String| Error::Cuda {
+        path: libcuda.to_path_buf(),
+        reason,
+    };
+    // SAFETY: the path is the driver's libcuda, found and ELF-checked by
+    // discovery; loading it runs its initialisers, which is what every CUDA
+    // program does. The library is never unloaded (libcuda does not support
+    // it well), so the function pointer stays valid.
+    unsafe {
+        let library =
+            libloading::Library::new(libcuda).map_err(|e| err(format!("cannot load: {e}")))?;
+        let get: libloading::Symbol<CuDriverGetVersion> = library
+            .get(b"cuDriverGetVersion\0")
+            .map_err(|e| err(format!("no cuDriverGetVersion: {e}")))?;
+        let mut version: c_int = 0;
+        let status = get(&mut version);
+        std::mem::forget(library);
+        if status != 0 {
+            return Err(err(format!(
+                "cuDriverGetVersion returned CUresult {status}"
+            )));
+        }
+        if version <= 0 {
+            return Err(err(format!("cuDriverGetVersion reported {version}")));
+        }
+        Ok(CudaVersion(version))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_major_and_minor() {
+        assert_eq!(CudaVersion(12020).to_string(), "12.2");
+        assert_eq!(CudaVersion(11040).to_string(), "11.4");
+        assert_eq!(CudaVersion(12080).to_string(), "12.8");
+        assert!(CudaVersion(12020) < CudaVersion(12040));
+    }
+
+    #[test]
+    fn library_without_the_symbol_is_an_error_naming_it() {
+        // libc is present everywhere and has no cuDriverGetVersion.
+        let libc = [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/aarch64-linux-gnu/libc.so.6",
+            "/lib64/libc.so.6",
+        ]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .expect("a libc.so.6 on this machine");
+        let err = query(libc).unwrap_err();
+        assert!(err.to_string().contains("cuDriverGetVersion"), "{err}");
+        assert!(err.to_string().contains("libc.so.6"), "{err}");
+    }
+}

@@ -1,0 +1,185 @@
+//! Host driver discovery: everything the hook needs to know about the host's
+//! NVIDIA driver, gathered into one [`Inventory`].
+//!
+//! Discovery only reads: the kernel module's procfs files, the device nodes
+//! under the dev root, and the driver root's `ld.so.cache` and files. It never
+//! writes, never executes anything, and never returns a path outside the
+//! driver root or dev root.
+
+pub mod catalog;
+pub mod cuda;
+pub mod files;
+pub mod libraries;
+pub mod nodes;
+pub mod proc;
+pub mod root;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::config::DriverConfig;
+use crate::elf::Arch;
+use crate::ldcache::{self, LdCache};
+use crate::request::{Capabilities, Capability};
+
+pub use cuda::CudaVersion;
+pub use files::{HostFile, Ipc};
+pub use libraries::{Library, MissingLibrary};
+pub use nodes::{Node, NodeRole, NodeState};
+pub use proc::Gpu;
+pub use root::DriverRoot;
+
+/// Why the host driver could not be inventoried.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("NVIDIA kernel module not loaded: {path} does not exist")]
+    NotLoaded { path: PathBuf },
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{path} is in an unknown format: {reason}")]
+    UnknownFormat { path: PathBuf, reason: String },
+    #[error("bad loader cache {path}: {source}")]
+    LdCache {
+        path: PathBuf,
+        source: ldcache::Error,
+    },
+    #[error("cannot get the CUDA version from {path}: {reason}")]
+    Cuda { path: PathBuf, reason: String },
+    #[error("no {prefix} of driver {version} in the driver root: the CUDA version is unknown")]
+    NoLibcuda {
+        prefix: &'static str,
+        version: String,
+    },
+}
+
+/// Result of discovery.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything found about the host driver, for the capabilities in scope.
+#[derive(Debug, Clone, Serialize)]
+pub struct Inventory {
+    /// The running kernel module's version, e.g. `535.261.03`.
+    pub driver_version: String,
+    /// GPUs in PCI bus order.
+    pub gpus: Vec<Gpu>,
+    /// Every NVIDIA device node, checked.
+    pub nodes: Vec<Node>,
+    /// Libraries of the running driver, per capability.
+    pub libraries: Vec<Library>,
+    /// Libraries of the capabilities in scope that the host lacks.
+    pub missing_libraries: Vec<MissingLibrary>,
+    /// Programs found.
+    pub binaries: Vec<HostFile>,
+    /// Programs of the capabilities in scope that the host lacks.
+    pub missing_binaries: Vec<&'static str>,
+    /// GSP firmware of the running driver.
+    pub firmware: Vec<HostFile>,
+    /// Daemon sockets and pipe directories that exist.
+    pub ipcs: Vec<Ipc>,
+    /// Graphics ICD files.
+    pub configs: Vec<HostFile>,
+    /// The capabilities discovery looked for.
+    pub scope: Capabilities,
+}
+
+impl Inventory {
+    /// Inventories the host driver described by `config`, looking only for the files of `scope`.
+    pub fn discover(config: &DriverConfig, scope: &Capabilities) -> Result<Inventory> {
+        let nvidia = config.proc_root.join("driver/nvidia");
+        let version_path = nvidia.join("version");
+        let version_text = match std::fs::read_to_string(&version_path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(Error::NotLoaded { path: version_path })
+            }
+            Err(source) => {
+                return Err(Error::Read {
+                    path: version_path,
+                    source,
+                })
+            }
+        };
+        let driver_version = proc::parse_version(&version_path, &version_text)?;
+        let gpus = proc::read_gpus(&nvidia.join("gpus"))?;
+        let devices_path = config.proc_root.join("devices");
+        let majors = proc::parse_char_majors(&devices_path, &proc::read_text(&devices_path)?)?;
+        let nodes = nodes::inspect(&config.dev_root, &gpus, &majors);
+
+        let root = DriverRoot::new(&config.root);
+        let host = Arch::host();
+        let cache = read_cache(&root)?;
+        let (libraries, missing_libraries) =
+            libraries::select(&root, &cache.entries, &driver_version, host, scope);
+        let (binaries, missing_binaries) = files::binaries(&root, host, scope);
+        let firmware = files::firmware(&root, &driver_version);
+        let ipcs = files::ipcs(&root, scope);
+        let configs = files::graphics_configs(&root, scope);
+        Ok(Inventory {
+            driver_version,
+            gpus,
+            nodes,
+            libraries,
+            missing_libraries,
+            binaries,
+            missing_binaries,
+            firmware,
+            ipcs,
+            configs,
+            scope: scope.clone(),
+        })
+    }
+
+    /// The CUDA version the driver supports, asked of its own libcuda. Loads
+    /// driver code: call it only when the answer is needed.
+    pub fn cuda_version(&self) -> Result<CudaVersion> {
+        let host = Arch::host();
+        let libcuda = self
+            .libraries
+            .iter()
+            .find(|l| l.prefix == "libcuda.so" && l.arch == host.name)
+            .ok_or_else(|| Error::NoLibcuda {
+                prefix: "libcuda.so",
+                version: self.driver_version.clone(),
+            })?;
+        cuda::query(&libcuda.path)
+    }
+
+    /// The node with `role`; for GPUs and capabilities use [`Inventory::node_at`].
+    pub fn node(&self, role: NodeRole) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.role == role)
+    }
+
+    /// The node at container path `path`, e.g. `/dev/nvidia3`.
+    pub fn node_at(&self, path: &Path) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.path == path)
+    }
+
+    /// Libraries of `capability`.
+    pub fn libraries_of(&self, capability: Capability) -> impl Iterator<Item = &Library> {
+        self.libraries
+            .iter()
+            .filter(move |l| l.capability == capability)
+    }
+}
+
+/// Reads and parses `<root>/etc/ld.so.cache`, resolved inside the root.
+fn read_cache(root: &DriverRoot) -> Result<LdCache> {
+    let inner = Path::new("/etc/ld.so.cache");
+    let path = match root.resolve(inner) {
+        Ok(resolved) => resolved.host,
+        Err(e) => {
+            return Err(Error::Read {
+                path: root.host_path(inner),
+                source: io::Error::other(e.to_string()),
+            })
+        }
+    };
+    let data = std::fs::read(&path).map_err(|source| Error::Read {
+        path: path.clone(),
+        source,
+    })?;
+    LdCache::parse(&data).map_err(|source| Error::LdCache { path, source })
+}

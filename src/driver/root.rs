@@ -1,0 +1,326 @@
+//! Resolves paths inside a host driver root, as if that root were `/`.
+//!
+//! A containerized driver lives under its own root (e.g. `/run/nvidia/driver`)
+//! and its symlinks are written for that root: `/etc/alternatives/...` means
+//! `<root>/etc/alternatives/...`. Resolution re-roots absolute links, follows
+//! relative ones, and refuses any `..` that would climb out of the root. It
+//! never returns a path outside the root.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::fs::{self, Metadata};
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use thiserror::Error;
+
+/// Symlinks followed in one resolution before giving up, as Linux's `MAXSYMLINKS`.
+const MAX_LINKS: usize = 40;
+
+/// Why a path could not be resolved inside the root.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("{path} (in driver root {root}) does not exist")]
+    NotFound { root: PathBuf, path: PathBuf },
+    #[error("{path} (in driver root {root}) escapes the root through {via}")]
+    Escapes {
+        root: PathBuf,
+        path: PathBuf,
+        via: PathBuf,
+    },
+    #[error("{path} (in driver root {root}): more than {MAX_LINKS} symlinks")]
+    TooManyLinks { root: PathBuf, path: PathBuf },
+    #[error("{path} (in driver root {root}): {component} is not a directory")]
+    NotADirectory {
+        root: PathBuf,
+        path: PathBuf,
+        component: PathBuf,
+    },
+    #[error("{path} (in driver root {root}): cannot inspect {at}: {source}")]
+    Io {
+        root: PathBuf,
+        path: PathBuf,
+        at: PathBuf,
+        source: io::Error,
+    },
+}
+
+/// Result of a resolution.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A host tree that holds a driver, the root all its paths are relative to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverRoot {
+    root: PathBuf,
+}
+
+/// A path resolved inside the root: no symlink in any component.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The path as the host sees it, under the root.
+    pub host: PathBuf,
+    /// The path as seen from inside the root, absolute (e.g. `/usr/lib/libcuda.so.1`).
+    pub inner: PathBuf,
+    /// What the final component is (never a symlink).
+    pub metadata: Metadata,
+}
+
+impl DriverRoot {
+    /// A driver root at `root`, an absolute host path.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        DriverRoot { root: root.into() }
+    }
+
+    /// The root as the host sees it.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where `inner` (a path as seen from inside the root) lies on the host, without resolving anything.
+    pub fn host_path(&self, inner: &Path) -> PathBuf {
+        let mut host = self.root.clone();
+        host.extend(
+            inner
+                .components()
+                .filter(|c| matches!(c, Component::Normal(_))),
+        );
+        host
+    }
+
+    /// Resolves `inner`, a path as seen from inside the root, following every
+    /// symlink inside the root.
+    pub fn resolve(&self, inner: &Path) -> Result<Resolved> {
+        let mut pending: VecDeque<OsString> = VecDeque::new();
+        push_front(&mut pending, inner);
+        let mut done: Vec<OsString> = Vec::new();
+        let mut links = 0;
+        let mut metadata =
+            fs::symlink_metadata(&self.root).map_err(|e| self.io(inner, &self.root, e))?;
+        while let Some(name) = pending.pop_front() {
+            if name == ".." {
+                if done.pop().is_none() {
+                    return Err(Error::Escapes {
+                        root: self.root.clone(),
+                        path: inner.to_path_buf(),
+                        via: inner_path(&done),
+                    });
+                }
+                metadata = fs::symlink_metadata(self.host_of(&done))
+                    .map_err(|e| self.io(inner, &self.root, e))?;
+                continue;
+            }
+            if !metadata.is_dir() {
+                return Err(Error::NotADirectory {
+                    root: self.root.clone(),
+                    path: inner.to_path_buf(),
+                    component: inner_path(&done),
+                });
+            }
+            done.push(name);
+            let host = self.host_of(&done);
+            metadata = match fs::symlink_metadata(&host) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(Error::NotFound {
+                        root: self.root.clone(),
+                        path: inner.to_path_buf(),
+                    })
+                }
+                Err(e) => return Err(self.io(inner, &host, e)),
+            };
+            if metadata.file_type().is_symlink() {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(Error::TooManyLinks {
+                        root: self.root.clone(),
+                        path: inner.to_path_buf(),
+                    });
+                }
+                let target = fs::read_link(&host).map_err(|e| self.io(inner, &host, e))?;
+                done.pop();
+                if target.is_absolute() {
+                    done.clear();
+                }
+                push_front(&mut pending, &target);
+                metadata = fs::symlink_metadata(self.host_of(&done))
+                    .map_err(|e| self.io(inner, &host, e))?;
+            }
+        }
+        Ok(Resolved {
+            host: self.host_of(&done),
+            inner: inner_path(&done),
+            metadata,
+        })
+    }
+
+    fn host_of(&self, components: &[OsString]) -> PathBuf {
+        let mut host = self.root.clone();
+        host.extend(components);
+        host
+    }
+
+    fn io(&self, path: &Path, at: &Path, source: io::Error) -> Error {
+        Error::Io {
+            root: self.root.clone(),
+            path: path.to_path_buf(),
+            at: at.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Queues the components of `path` ahead of what is pending; `.` and `/` vanish.
+fn push_front(pending: &mut VecDeque<OsString>, path: &Path) {
+    for component in path.components().rev() {
+        match component {
+            Component::Normal(name) => pending.push_front(name.to_os_string()),
+            Component::ParentDir => pending.push_front(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+}
+
+fn inner_path(components: &[OsString]) -> PathBuf {
+    let mut inner = PathBuf::from("/");
+    inner.extend(components);
+    inner
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    fn tree() -> (tempfile::TempDir, DriverRoot) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("driver");
+        fs::create_dir_all(root.join("usr/lib/x86_64-linux-gnu/nvidia/current")).unwrap();
+        fs::create_dir_all(root.join("etc/alternatives")).unwrap();
+        fs::write(
+            root.join("usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.261.03"),
+            b"x",
+        )
+        .unwrap();
+        symlink(
+            "libcuda.so.535.261.03",
+            root.join("usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.1"),
+        )
+        .unwrap();
+        symlink(
+            "/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.1",
+            root.join("etc/alternatives/nvidia--libcuda.so.1"),
+        )
+        .unwrap();
+        symlink(
+            "/etc/alternatives/nvidia--libcuda.so.1",
+            root.join("usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+        )
+        .unwrap();
+        (dir, DriverRoot::new(root))
+    }
+
+    #[test]
+    fn follows_alternatives_chain_inside_root() {
+        let (_dir, root) = tree();
+        let resolved = root
+            .resolve(Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1"))
+            .unwrap();
+        assert_eq!(
+            resolved.inner,
+            Path::new("/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.261.03")
+        );
+        assert_eq!(
+            resolved.host,
+            root.path()
+                .join("usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.261.03")
+        );
+        assert!(resolved.metadata.is_file());
+    }
+
+    #[test]
+    fn absolute_link_is_rerooted_not_followed_to_the_host() {
+        let (_dir, root) = tree();
+        // /etc/passwd exists on the host but not in the root: it must not be found.
+        symlink(
+            "/etc/passwd",
+            root.path()
+                .join("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"),
+        )
+        .unwrap();
+        let err = root
+            .resolve(Path::new("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"))
+            .unwrap_err();
+        assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    }
+
+    #[test]
+    fn refuses_relative_link_that_climbs_out() {
+        let (_dir, root) = tree();
+        symlink(
+            "../../../../../../etc/passwd",
+            root.path()
+                .join("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"),
+        )
+        .unwrap();
+        let err = root
+            .resolve(Path::new("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"))
+            .unwrap_err();
+        assert!(matches!(err, Error::Escapes { .. }), "{err}");
+        assert!(err.to_string().contains("escapes"), "{err}");
+    }
+
+    #[test]
+    fn refuses_dotdot_in_the_requested_path() {
+        let (_dir, root) = tree();
+        assert!(matches!(
+            root.resolve(Path::new("/../etc/passwd")),
+            Err(Error::Escapes { .. })
+        ));
+    }
+
+    #[test]
+    fn relative_dotdot_within_root_is_fine() {
+        let (_dir, root) = tree();
+        symlink(
+            "../x86_64-linux-gnu/nvidia/current/libcuda.so.1",
+            root.path().join("usr/lib/x86_64-linux-gnu/libcuda.so"),
+        )
+        .unwrap();
+        let resolved = root
+            .resolve(Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so"))
+            .unwrap();
+        assert!(resolved.inner.ends_with("libcuda.so.535.261.03"));
+    }
+
+    #[test]
+    fn symlink_loop_is_an_error() {
+        let (_dir, root) = tree();
+        symlink("b", root.path().join("etc/a")).unwrap();
+        symlink("a", root.path().join("etc/b")).unwrap();
+        assert!(matches!(
+            root.resolve(Path::new("/etc/a")),
+            Err(Error::TooManyLinks { .. })
+        ));
+    }
+
+    #[test]
+    fn file_used_as_directory_is_an_error() {
+        let (_dir, root) = tree();
+        let err = root
+            .resolve(Path::new(
+                "/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.261.03/x",
+            ))
+            .unwrap_err();
+        assert!(matches!(err, Error::NotADirectory { .. }), "{err}");
+    }
+
+    #[test]
+    fn host_path_never_leaves_the_root() {
+        let root = DriverRoot::new("/sim/driver");
+        assert_eq!(
+            root.host_path(Path::new("/../../etc/passwd")),
+            Path::new("/sim/driver/etc/passwd")
+        );
+    }
+}
