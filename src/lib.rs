@@ -1,0 +1,14 @@
+//! oci-nvidia-hook: an OCI hook that gives containers NVIDIA GPUs.
+//!
+//! The flow is one-way: inputs ([`config`], [`request`]) → host inventory
+//! ([`driver`]) → [`plan`] → apply. Everything up to the plan is pure or
+//! read-only, so it is tested without root.
+
+pub mod cli;
+pub mod config;
+pub mod driver;
+pub mod elf;
+pub mod ldcache;
+pub mod logging;
+pub mod plan;
+pub mod request;

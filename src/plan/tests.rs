@@ -1,0 +1,375 @@
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::driver::catalog::IpcKind;
+use crate::driver::{HostFile, Ipc};
+use crate::request::Capabilities;
+
+fn node(role: NodeRole, name: &str, major: u32, minor: u32, state: NodeState) -> Node {
+    Node {
+        role,
+        path: PathBuf::from("/dev").join(name),
+        host_path: PathBuf::from("/sim/dev").join(name),
+        major,
+        minor,
+        state,
+    }
+}
+
+fn ok() -> NodeState {
+    NodeState::Ok { mode: 0o666 }
+}
+
+fn lib(capability: Capability, prefix: &'static str, soname: &str, arch: &'static str) -> Library {
+    let dir = if arch == "i386" {
+        "i386-linux-gnu"
+    } else {
+        "x86_64-linux-gnu"
+    };
+    Library {
+        capability,
+        prefix,
+        soname: soname.into(),
+        arch,
+        path: PathBuf::from(format!("/sim/driver/usr/lib/{dir}/{prefix}.535.261.03")),
+    }
+}
+
+/// Three GPUs whose minors differ from their PCI-order indices.
+fn inventory() -> Inventory {
+    let gpus: Vec<Gpu> = [
+        ("0000:1b:00.0", 2),
+        ("0000:3b:00.0", 0),
+        ("0000:db:00.0", 1),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(index, (bus, minor))| Gpu {
+        index: index as u32,
+        minor,
+        model: "NVIDIA H100 80GB HBM3".into(),
+        uuid: format!("GPU-0000000{index}-0000-0000-0000-000000000000"),
+        bus: bus.into(),
+    })
+    .collect();
+    let mut nodes = vec![
+        node(NodeRole::Control, "nvidiactl", 195, 255, ok()),
+        node(
+            NodeRole::Modeset,
+            "nvidia-modeset",
+            195,
+            254,
+            NodeState::Missing,
+        ),
+        node(NodeRole::Uvm, "nvidia-uvm", 511, 0, ok()),
+        node(NodeRole::UvmTools, "nvidia-uvm-tools", 511, 1, ok()),
+    ];
+    for gpu in &gpus {
+        nodes.push(node(
+            NodeRole::Gpu,
+            &format!("nvidia{}", gpu.minor),
+            195,
+            gpu.minor,
+            ok(),
+        ));
+    }
+    Inventory {
+        driver_version: "535.261.03".into(),
+        gpus,
+        nodes,
+        libraries: vec![
+            lib(
+                Capability::Utility,
+                "libnvidia-ml.so",
+                "libnvidia-ml.so.1",
+                "x86_64",
+            ),
+            lib(Capability::Compute, "libcuda.so", "libcuda.so.1", "x86_64"),
+            lib(Capability::Compute, "libcuda.so", "libcuda.so.1", "i386"),
+            lib(
+                Capability::Graphics,
+                "libnvidia-eglcore.so",
+                "libnvidia-eglcore.so.535.261.03",
+                "x86_64",
+            ),
+        ],
+        missing_libraries: Vec::new(),
+        binaries: vec![
+            HostFile {
+                capability: Some(Capability::Utility),
+                path: "/sim/driver/usr/lib/nvidia/current/nvidia-smi".into(),
+                destination: "/usr/bin/nvidia-smi".into(),
+            },
+            HostFile {
+                capability: Some(Capability::Compute),
+                path: "/sim/driver/usr/bin/nvidia-cuda-mps-control".into(),
+                destination: "/usr/bin/nvidia-cuda-mps-control".into(),
+            },
+        ],
+        missing_binaries: Vec::new(),
+        firmware: vec![HostFile {
+            capability: None,
+            path: "/sim/driver/lib/firmware/nvidia/535.261.03/gsp_ga10x.bin".into(),
+            destination: "/lib/firmware/nvidia/535.261.03/gsp_ga10x.bin".into(),
+        }],
+        ipcs: vec![Ipc {
+            capability: Capability::Utility,
+            kind: IpcKind::Socket,
+            path: "/sim/driver/run/nvidia-persistenced/socket".into(),
+            destination: "/run/nvidia-persistenced/socket".into(),
+        }],
+        configs: Vec::new(),
+        scope: Capabilities::all(),
+    }
+}
+
+fn request(devices: &str, caps: &str) -> Request {
+    Request {
+        devices: DeviceSelection::parse(Some(devices)).unwrap(),
+        capabilities: Capabilities::parse(caps).unwrap(),
+    }
+}
+
+fn plan(devices: &str, caps: &str) -> Result<Plan> {
+    Plan::build(&inventory(), &request(devices, caps), ImageLayout::Debian)
+}
+
+fn device_paths(plan: &Plan) -> Vec<String> {
+    plan.devices
+        .iter()
+        .map(|d| d.path.display().to_string())
+        .collect()
+}
+
+#[test]
+fn void_request_gets_nothing() {
+    let req = Request {
+        devices: DeviceSelection::Void,
+        capabilities: Capabilities::all(),
+    };
+    assert_eq!(
+        Plan::build(&inventory(), &req, ImageLayout::Debian).unwrap(),
+        Plan::default()
+    );
+}
+
+#[test]
+fn index_selects_by_pci_order_and_node_by_minor() {
+    let plan = plan("0", "utility").unwrap();
+    // GPU index 0 is bus 1b, whose device minor is 2.
+    assert_eq!(device_paths(&plan), ["/dev/nvidiactl", "/dev/nvidia2"]);
+    let rules: Vec<String> = plan.cgroup_rules.iter().map(|r| r.to_string()).collect();
+    assert_eq!(rules, ["c 195:255 rw", "c 195:2 rw"]);
+}
+
+#[test]
+fn uuid_and_bus_select_the_same_gpu_once() {
+    let plan = plan(
+        "GPU-00000001-0000-0000-0000-000000000000,3b:00.0,1",
+        "utility",
+    )
+    .unwrap();
+    assert_eq!(device_paths(&plan), ["/dev/nvidiactl", "/dev/nvidia0"]);
+}
+
+#[test]
+fn compute_brings_uvm_nodes() {
+    let plan = plan("all", "compute").unwrap();
+    assert_eq!(
+        device_paths(&plan),
+        [
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidia2",
+            "/dev/nvidia0",
+            "/dev/nvidia1"
+        ]
+    );
+    assert!(plan.cgroup_rules.contains(&CgroupRule {
+        kind: 'c',
+        major: 511,
+        minor: 1,
+        access: "rw"
+    }));
+}
+
+#[test]
+fn none_gets_control_node_and_files_but_no_gpu() {
+    let plan = plan("none", "utility").unwrap();
+    assert_eq!(device_paths(&plan), ["/dev/nvidiactl"]);
+    assert!(plan.mounts.iter().any(|m| m.kind == MountKind::Library));
+}
+
+#[test]
+fn unknown_device_lists_what_exists() {
+    let err = plan("7", "utility").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("\"7\""), "{text}");
+    assert!(
+        text.contains("0 (GPU-00000000-0000-0000-0000-000000000000, 0000:1b:00.0)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn missing_node_is_an_error_naming_it() {
+    let err = plan("all", "display").unwrap_err();
+    assert_eq!(
+        err,
+        Error::NodeUnusable {
+            path: "/sim/dev/nvidia-modeset".into(),
+            problem: "it does not exist".into()
+        }
+    );
+}
+
+#[test]
+fn wrong_gpu_node_is_an_error() {
+    let mut inv = inventory();
+    inv.nodes[4].state = NodeState::Wrong("is character device 1:3, expected 195:2".into());
+    let err = Plan::build(&inv, &request("0", "utility"), ImageLayout::Debian).unwrap_err();
+    assert!(err.to_string().contains("1:3"), "{err}");
+}
+
+#[test]
+fn missing_core_library_is_an_error_for_its_capability_only() {
+    let mut inv = inventory();
+    inv.libraries
+        .retain(|l| l.prefix != "libcuda.so" || l.arch != "x86_64");
+    let err = Plan::build(&inv, &request("all", "compute"), ImageLayout::Debian).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::CoreLibraryMissing {
+                prefix: "libcuda.so",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    Plan::build(&inv, &request("all", "utility"), ImageLayout::Debian).unwrap();
+}
+
+#[test]
+fn libraries_keep_host_basename_and_get_soname_and_dev_links() {
+    let plan = plan("0", "compute").unwrap();
+    let libs: Vec<_> = plan
+        .mounts
+        .iter()
+        .filter(|m| m.kind == MountKind::Library)
+        .collect();
+    assert_eq!(libs.len(), 1);
+    assert_eq!(
+        libs[0].destination,
+        Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03")
+    );
+    assert_eq!(libs[0].options.names(), ["ro", "nosuid", "nodev"]);
+    assert_eq!(
+        plan.symlinks,
+        [
+            Symlink {
+                path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+                target: "libcuda.so.535.261.03".into()
+            },
+            Symlink {
+                path: "/usr/lib/x86_64-linux-gnu/libcuda.so".into(),
+                target: "libcuda.so.1".into()
+            },
+        ]
+    );
+    assert_eq!(
+        plan.loader_entries,
+        [LoaderEntry {
+            soname: "libcuda.so.1".into(),
+            path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+            arch: "x86_64"
+        }]
+    );
+    assert_eq!(
+        plan.loader_dirs,
+        [PathBuf::from("/usr/lib/x86_64-linux-gnu")]
+    );
+}
+
+#[test]
+fn rpm_layout_uses_lib64() {
+    let plan = Plan::build(
+        &inventory(),
+        &request("0", "compute,compat32"),
+        ImageLayout::Rpm,
+    )
+    .unwrap();
+    let dests: Vec<_> = plan
+        .mounts
+        .iter()
+        .filter(|m| m.kind == MountKind::Library)
+        .map(|m| m.destination.display().to_string())
+        .collect();
+    assert_eq!(
+        dests,
+        [
+            "/usr/lib64/libcuda.so.535.261.03",
+            "/usr/lib/libcuda.so.535.261.03"
+        ]
+    );
+}
+
+#[test]
+fn compat32_adds_i386_libraries_in_their_own_directory() {
+    let plan = plan("0", "compute").unwrap();
+    assert!(!plan.loader_entries.iter().any(|e| e.arch == "i386"));
+    let plan = self::plan("0", "compute,compat32").unwrap();
+    assert!(plan
+        .mounts
+        .iter()
+        .any(|m| m.destination == Path::new("/usr/lib/i386-linux-gnu/libcuda.so.535.261.03")));
+    assert_eq!(plan.loader_dirs.len(), 2);
+}
+
+#[test]
+fn soname_equal_to_basename_gets_only_a_dev_link() {
+    let plan = plan("0", "graphics").unwrap();
+    assert_eq!(
+        plan.symlinks,
+        [Symlink {
+            path: "/usr/lib/x86_64-linux-gnu/libnvidia-eglcore.so".into(),
+            target: "libnvidia-eglcore.so.535.261.03".into()
+        }]
+    );
+}
+
+#[test]
+fn host_paths_list_devices_then_binaries_libraries_firmware_and_sockets() {
+    let plan = plan("0", "utility").unwrap();
+    let paths: Vec<String> = plan.host_paths().map(|p| p.display().to_string()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/sim/dev/nvidiactl",
+            "/sim/dev/nvidia2",
+            "/sim/driver/usr/lib/nvidia/current/nvidia-smi",
+            "/sim/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03",
+            "/sim/driver/lib/firmware/nvidia/535.261.03/gsp_ga10x.bin",
+            "/sim/driver/run/nvidia-persistenced/socket",
+        ]
+    );
+    let socket = plan
+        .mounts
+        .iter()
+        .find(|m| m.kind == MountKind::Socket)
+        .unwrap();
+    assert_eq!(socket.options.names(), ["rw", "nosuid", "nodev", "noexec"]);
+}
+
+#[test]
+fn plan_serialises_destinations_and_options() {
+    let json = serde_json::to_value(plan("0", "utility").unwrap()).unwrap();
+    assert_eq!(json["mounts"][0]["destination"], "/usr/bin/nvidia-smi");
+    assert_eq!(
+        json["mounts"][0]["options"],
+        serde_json::json!(["ro", "nosuid", "nodev"])
+    );
+    assert_eq!(json["devices"][1]["path"], "/dev/nvidia2");
+    assert_eq!(json["cgroup_rules"][1]["type"], "c");
+}
