@@ -30,6 +30,8 @@ const ENDIAN_LITTLE: u8 = 2;
 pub const FLAG_TYPE_MASK: i32 = 0x00ff;
 /// Bits of an entry's flags that name the architecture.
 pub const FLAG_ARCH_MASK: i32 = 0xff00;
+/// `FLAG_ELF`: an ELF library that does not link libc (e.g. some i386 objects).
+pub const FLAG_ELF: i32 = 0x0001;
 /// `FLAG_ELF_LIBC6`: an ELF library linked against glibc.
 pub const FLAG_ELF_LIBC6: i32 = 0x0003;
 /// Architecture bits of an x86-64 library.
@@ -106,9 +108,10 @@ impl LdCacheEntry {
         self.flags & FLAG_ARCH_MASK
     }
 
-    /// Whether the entry is a glibc ELF library, the only kind we inject.
-    pub fn is_elf_libc6(&self) -> bool {
-        self.flags & FLAG_TYPE_MASK == FLAG_ELF_LIBC6
+    /// Whether the entry is an ELF library, the only kind we inject. glibc's
+    /// loader accepts both `FLAG_ELF` and `FLAG_ELF_LIBC6` (`_dl_cache_check_flags`).
+    pub fn is_elf(&self) -> bool {
+        matches!(self.flags & FLAG_TYPE_MASK, FLAG_ELF | FLAG_ELF_LIBC6)
     }
 }
 
@@ -432,7 +435,7 @@ mod tests {
         let cache = LdCache::parse(&Builder::new(ENTRIES).new_block()).unwrap();
         assert_eq!(cache.entries[0].arch(), FLAG_X8664_LIB64);
         assert_eq!(cache.entries[1].arch(), FLAG_I386);
-        assert!(cache.entries.iter().all(LdCacheEntry::is_elf_libc6));
+        assert!(cache.entries.iter().all(LdCacheEntry::is_elf));
     }
 
     #[test]

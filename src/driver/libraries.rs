@@ -57,7 +57,7 @@ pub fn select(
         .flatten();
     let suffix = format!(".so.{version}");
     let mut found: Vec<Library> = Vec::new();
-    for entry in entries.iter().filter(|e| e.is_elf_libc6()) {
+    for entry in entries.iter().filter(|e| e.is_elf()) {
         let Some(arch) = [Some(host), compat32]
             .into_iter()
             .flatten()
@@ -164,7 +164,7 @@ mod tests {
     use super::*;
     use crate::elf::tests::header;
     use crate::elf::{I386, X86_64};
-    use crate::ldcache::{FLAG_ELF_LIBC6, FLAG_I386, FLAG_X8664_LIB64};
+    use crate::ldcache::{FLAG_ELF, FLAG_ELF_LIBC6, FLAG_I386, FLAG_X8664_LIB64};
 
     const V: &str = "535.261.03";
     const X86: i32 = FLAG_ELF_LIBC6 | FLAG_X8664_LIB64;
@@ -364,8 +364,9 @@ mod tests {
             "libcuda.so.1",
             "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03",
         );
+        // An i386 object that does not link libc is cached as plain FLAG_ELF.
         host.entry(
-            FLAG_ELF_LIBC6 | FLAG_I386,
+            FLAG_ELF | FLAG_I386,
             "libcuda.so.1",
             "/usr/lib/i386-linux-gnu/libcuda.so.535.261.03",
         );

@@ -1,0 +1,99 @@
+//! Our `ld.so.cache` parser against glibc's own reader: for each format that
+//! `ldconfig -c` writes, `ldconfig -p` and `LdCache::parse` must list the
+//! same entries in the same order.
+
+mod common;
+
+use std::process::Command;
+
+use common::SimHost;
+use oci_nvidia_hook::ldcache::{self, Format, LdCache};
+
+/// `ldconfig -p -C FILE` as (soname, arch tag, path), in file order.
+fn ldconfig_print(cache: &std::path::Path) -> Vec<(String, String, String)> {
+    let out = Command::new("ldconfig")
+        .arg("-p")
+        .arg("-C")
+        .arg(cache)
+        .output()
+        .expect("run ldconfig -p");
+    assert!(
+        out.status.success(),
+        "ldconfig -p failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|line| line.starts_with('\t'))
+        .map(|line| {
+            let (left, path) = line
+                .trim()
+                .split_once(" => ")
+                .expect("=> in ldconfig -p line");
+            let (soname, tag) = left.split_once(" (").expect("( in ldconfig -p line");
+            (
+                soname.to_string(),
+                tag.trim_end_matches(')').to_string(),
+                path.to_string(),
+            )
+        })
+        .collect()
+}
+
+/// How `ldconfig -p` names an entry's flags.
+fn tag(flags: i32) -> &'static str {
+    match (
+        flags & ldcache::FLAG_TYPE_MASK,
+        flags & ldcache::FLAG_ARCH_MASK,
+    ) {
+        (ldcache::FLAG_ELF_LIBC6, ldcache::FLAG_X8664_LIB64) => "libc6,x86-64",
+        (ldcache::FLAG_ELF_LIBC6, ldcache::FLAG_I386) => "libc6",
+        (ldcache::FLAG_ELF, ldcache::FLAG_I386) => "ELF",
+        _ => "other",
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn parser_agrees_with_ldconfig_for_every_format() {
+    for (format, expected) in [
+        ("new", Format::New),
+        ("old", Format::Old),
+        ("compat", Format::Compat),
+    ] {
+        let sim = SimHost::shared("synthetic", 1, format);
+        let path = sim.path("driver/etc/ld.so.cache");
+        let cache = LdCache::parse(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(cache.format, expected, "{format}");
+        let ours: Vec<(String, String, String)> = cache
+            .entries
+            .iter()
+            .map(|e| (e.soname.clone(), tag(e.flags).to_string(), e.path.clone()))
+            .collect();
+        let theirs = ldconfig_print(&path);
+        assert!(
+            theirs.len() > 20,
+            "{format}: fixture cache too small: {theirs:?}"
+        );
+        assert_eq!(ours, theirs, "{format}");
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn parser_reads_this_machines_own_cache() {
+    common::require_root();
+    let path = std::path::Path::new("/etc/ld.so.cache");
+    let cache = LdCache::parse(&std::fs::read(path).unwrap()).unwrap();
+    let ours: Vec<(String, String)> = cache
+        .entries
+        .iter()
+        .map(|e| (e.soname.clone(), e.path.clone()))
+        .collect();
+    let theirs: Vec<(String, String)> = ldconfig_print(path)
+        .into_iter()
+        .map(|(s, _, p)| (s, p))
+        .collect();
+    assert_eq!(ours, theirs);
+}

@@ -1,0 +1,291 @@
+//! `list` against simulated GPU hosts: what a container would receive.
+
+mod common;
+
+use std::path::Path;
+
+use common::{hook, s, SimHost};
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn default_list_is_devices_then_binaries_libraries_firmware() {
+    let sim = SimHost::shared("synthetic", 4, "new");
+    let out = sim.stdout(&["list"]);
+    let lines: Vec<&str> = out.lines().collect();
+    let dev = sim.path("devroot/dev").display().to_string();
+    let mut expected_devices = vec![
+        format!("{dev}/nvidiactl"),
+        format!("{dev}/nvidia-uvm"),
+        format!("{dev}/nvidia-uvm-tools"),
+    ];
+    for gpu in sim.host["gpus"].as_array().unwrap() {
+        expected_devices.push(format!("{dev}/nvidia{}", gpu["minor"]));
+    }
+    assert_eq!(lines[..expected_devices.len()], expected_devices[..]);
+
+    // Then binaries, libraries, firmware, each line an absolute host path that exists.
+    let top = format!("{}/", sim.dir.display());
+    let rank = |line: &str| {
+        let rel = line
+            .strip_prefix(&top)
+            .unwrap_or_else(|| panic!("{line} is outside the fixture"));
+        if rel.starts_with("devroot/") {
+            0
+        } else if rel.starts_with("driver/lib/firmware/") {
+            3
+        } else if rel.contains(".so.") {
+            2
+        } else if rel.starts_with("driver/run/") || rel.starts_with("driver/tmp/") {
+            4
+        } else {
+            1
+        }
+    };
+    let ranks: Vec<u8> = lines.iter().map(|l| rank(l)).collect();
+    let mut sorted = ranks.clone();
+    sorted.sort();
+    assert_eq!(ranks, sorted, "{out}");
+    for line in &lines {
+        assert!(
+            Path::new(line).is_absolute() && Path::new(line).exists(),
+            "{line}"
+        );
+    }
+    // Default capabilities are utility and compute: nvidia-smi and libcuda, no video or graphics.
+    assert!(out.contains(s(&sim.host, "/binaries/nvidia-smi")), "{out}");
+    assert!(
+        out.contains(s(&sim.host, "/libraries/libcuda.so.1")),
+        "{out}"
+    );
+    assert!(
+        out.contains(s(&sim.host, "/libraries/libnvidia-ml.so.1")),
+        "{out}"
+    );
+    assert!(!out.contains("libnvcuvid"), "{out}");
+    assert!(!out.contains("libnvidia-glcore"), "{out}");
+    assert!(!out.contains("i386"), "{out}");
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn device_by_index_uuid_and_bus_picks_the_right_node() {
+    let sim = SimHost::shared("synthetic", 4, "new");
+    for gpu in sim.host["gpus"].as_array().unwrap() {
+        let node = sim
+            .path(&format!("devroot/dev/nvidia{}", gpu["minor"]))
+            .display()
+            .to_string();
+        for id in [
+            gpu["index"].to_string(),
+            s(gpu, "/uuid").to_string(),
+            s(gpu, "/bus")[5..].to_string(),
+        ] {
+            let out = sim.stdout(&["list", "--device", &id, "--capabilities", "utility"]);
+            let gpu_nodes: Vec<&str> = out
+                .lines()
+                .filter(|l| {
+                    l.rsplit('/').next().unwrap().starts_with("nvidia")
+                        && l.contains("/devroot/dev/nvidia")
+                        && !l.ends_with("ctl")
+                })
+                .collect();
+            assert_eq!(gpu_nodes, [node.as_str()], "--device {id}");
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn json_gives_destinations_options_and_cgroup_rules() {
+    let sim = SimHost::shared("synthetic", 4, "new");
+    let plan = sim.json(&[
+        "list",
+        "--device",
+        "1",
+        "--capabilities",
+        "compute,utility,compat32",
+        "--json",
+    ]);
+    let minor = sim.host["gpus"][1]["minor"].as_u64().unwrap();
+    let devices: Vec<&str> = plan["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| s(d, "/path"))
+        .collect();
+    assert_eq!(
+        devices,
+        [
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            &format!("/dev/nvidia{minor}")
+        ]
+    );
+    let rules: Vec<String> = plan["cgroup_rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}:{} {}",
+                s(r, "/type"),
+                r["major"],
+                r["minor"],
+                s(r, "/access")
+            )
+        })
+        .collect();
+    let uvm = &sim.host["uvm_major"];
+    assert_eq!(
+        rules,
+        [
+            "c 195:255 rw".to_string(),
+            format!("c {uvm}:0 rw"),
+            format!("c {uvm}:1 rw"),
+            format!("c 195:{minor} rw")
+        ]
+    );
+
+    let mounts = plan["mounts"].as_array().unwrap();
+    let find = |dest: &str| {
+        mounts
+            .iter()
+            .find(|m| m["destination"] == dest)
+            .unwrap_or_else(|| panic!("no mount at {dest}"))
+    };
+    let libcuda = find("/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03");
+    assert_eq!(libcuda["source"], sim.host["libraries"]["libcuda.so.1"]);
+    assert_eq!(
+        libcuda["options"],
+        serde_json::json!(["ro", "nosuid", "nodev"])
+    );
+    let libcuda32 = find("/usr/lib/i386-linux-gnu/libcuda.so.535.261.03");
+    assert_eq!(libcuda32["source"], sim.host["libraries32"]["libcuda.so.1"]);
+    assert_eq!(
+        find("/usr/bin/nvidia-smi")["source"],
+        sim.host["binaries"]["nvidia-smi"]
+    );
+    let socket = find("/run/nvidia-persistenced/socket");
+    assert_eq!(
+        socket["options"],
+        serde_json::json!(["rw", "nosuid", "nodev", "noexec"])
+    );
+
+    let links = plan["symlinks"].as_array().unwrap();
+    assert!(links
+        .iter()
+        .any(|l| l["path"] == "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+            && l["target"] == "libcuda.so.535.261.03"));
+    assert!(links
+        .iter()
+        .any(|l| l["path"] == "/usr/lib/x86_64-linux-gnu/libcuda.so"
+            && l["target"] == "libcuda.so.1"));
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn rpm_layout_puts_libraries_in_lib64() {
+    let sim = SimHost::shared("synthetic", 4, "new");
+    let plan = sim.json(&["list", "--layout", "rpm", "--json"]);
+    assert!(plan["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["destination"] == "/usr/lib64/libcuda.so.535.261.03"));
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn none_gives_driver_files_without_gpu_nodes() {
+    let sim = SimHost::shared("synthetic", 4, "new");
+    let out = sim.stdout(&["list", "--device", "none"]);
+    assert!(
+        !out.lines().any(|l| l
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .trim_start_matches("nvidia")
+            .parse::<u32>()
+            .is_ok()),
+        "{out}"
+    );
+    assert!(
+        out.contains("nvidiactl") && out.contains("libcuda.so.535.261.03"),
+        "{out}"
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn every_capability_is_listable_on_the_real_host() {
+    let sim = SimHost::shared("real", 4, "new");
+    let out = sim.stdout(&["list", "--capabilities", "all"]);
+    for name in [
+        "libnvidia-ml.so.535",
+        "libcuda.so.535",
+        "libnvcuvid.so.535",
+        "nvidia-smi",
+        "gsp_ga10x.bin",
+    ] {
+        assert!(out.contains(name), "{name} missing from {out}");
+    }
+    assert!(!out.contains("470."), "stale 470 library listed: {out}");
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn bad_requests_are_one_line_errors() {
+    let sim = SimHost::shared("synthetic", 4, "new");
+    let err = sim.failure(&["list", "--device", "9"]);
+    assert!(
+        err.contains("unknown device \"9\"") && err.contains(s(&sim.host, "/gpus/0/uuid")),
+        "{err}"
+    );
+    let err = sim.failure(&["list", "--device", "junk!"]);
+    assert!(err.contains("malformed device list"), "{err}");
+    let err = sim.failure(&["list", "--capabilities", "compute,cuda"]);
+    assert!(
+        err.contains("unknown driver capability \"cuda\"") && err.contains("utility"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_explicit_config_names_the_file() {
+    let out = hook(Path::new("/nonexistent/oci-nvidia-hook.toml"), &["list"]);
+    let err = common::failure(out, &["list"]);
+    assert!(err.contains("/nonexistent/oci-nvidia-hook.toml"), "{err}");
+}
+
+#[test]
+fn invalid_config_names_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[driver]\nroot = \"/\"\nbogus-key = 1\n").unwrap();
+    let err = common::failure(hook(&config, &["info"]), &["info"]);
+    assert!(
+        err.contains(&config.display().to_string()) && err.contains("line 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn log_file_receives_the_error_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    let log = dir.path().join("hook.log");
+    std::fs::write(
+        &config,
+        format!(
+            "[driver]\nproc-root = \"{}\"\n[log]\nfile = \"{}\"\n",
+            dir.path().join("noproc").display(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    let err = common::failure(hook(&config, &["info"]), &["info"]);
+    assert!(err.contains("NVIDIA kernel module not loaded"), "{err}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(logged, err, "the log file gets the same line");
+}
