@@ -5,6 +5,7 @@
 //! panics on hostile input, and reports every defect with the byte offset at
 //! which it was found.
 
+use std::cmp::Ordering;
 use std::ops::Range;
 
 use thiserror::Error;
@@ -162,6 +163,95 @@ impl LdCache {
             entries,
         })
     }
+}
+
+impl LdCache {
+    /// Sorts entries the way `ldconfig` does, which the loader's binary search
+    /// relies on: by name descending in `_dl_cache_libcmp` order, then by
+    /// flags and hwcap descending.
+    pub fn sort_for_lookup(&mut self) {
+        self.entries.sort_by(|a, b| {
+            libcmp(&b.soname, &a.soname)
+                .then(b.flags.cmp(&a.flags))
+                .then(b.hwcap.cmp(&a.hwcap))
+        });
+    }
+
+    /// Serialises the entries, in their current order, in the new format that
+    /// every glibc 2.x loader reads. Call [`LdCache::sort_for_lookup`] first.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let table = NEW_HEADER_LEN + self.entries.len() * NEW_ENTRY_LEN;
+        let mut strings: Vec<u8> = Vec::new();
+        let mut offsets = Vec::with_capacity(self.entries.len());
+        for entry in &self.entries {
+            let key = table + strings.len();
+            strings.extend_from_slice(entry.soname.as_bytes());
+            strings.push(0);
+            let value = table + strings.len();
+            strings.extend_from_slice(entry.path.as_bytes());
+            strings.push(0);
+            offsets.push((key as u32, value as u32));
+        }
+        let mut out = Vec::with_capacity(table + strings.len());
+        out.extend_from_slice(MAGIC_NEW);
+        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(strings.len() as u32).to_le_bytes());
+        out.extend_from_slice(&[ENDIAN_LITTLE, 0, 0, 0]);
+        // No extension section, and three unused words.
+        out.extend_from_slice(&[0u8; 16]);
+        for (entry, (key, value)) in self.entries.iter().zip(offsets) {
+            out.extend_from_slice(&entry.flags.to_le_bytes());
+            out.extend_from_slice(&key.to_le_bytes());
+            out.extend_from_slice(&value.to_le_bytes());
+            out.extend_from_slice(&0u32.to_le_bytes());
+            out.extend_from_slice(&entry.hwcap.to_le_bytes());
+        }
+        out.extend_from_slice(&strings);
+        out
+    }
+}
+
+/// glibc's `_dl_cache_libcmp`: byte order, except that runs of digits
+/// compare as numbers, and a digit sorts after any other byte.
+pub fn libcmp(a: &str, b: &str) -> Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() {
+        match (
+            a[i].is_ascii_digit(),
+            b.get(j).is_some_and(u8::is_ascii_digit),
+        ) {
+            (true, true) => {
+                let (x, next_i) = number(a, i);
+                let (y, next_j) = number(b, j);
+                if x != y {
+                    return x.cmp(&y);
+                }
+                (i, j) = (next_i, next_j);
+            }
+            (true, false) => return Ordering::Greater,
+            (false, true) => return Ordering::Less,
+            (false, false) => {
+                let y = b.get(j).copied().unwrap_or(0);
+                if a[i] != y {
+                    return a[i].cmp(&y);
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    0u8.cmp(&b.get(j).copied().unwrap_or(0))
+}
+
+/// The decimal number starting at `at`, wrapping like glibc's `int`, and where it ends.
+fn number(s: &[u8], mut at: usize) -> (i32, usize) {
+    let mut value: i32 = 0;
+    while let Some(d) = s.get(at).filter(|d| d.is_ascii_digit()) {
+        value = value.wrapping_mul(10).wrapping_add(i32::from(d - b'0'));
+        at += 1;
+    }
+    (value, at)
 }
 
 fn align_up(n: usize, align: usize) -> usize {
@@ -555,5 +645,63 @@ mod tests {
                 flags: 3
             }
         );
+    }
+
+    #[test]
+    fn writer_output_parses_back() {
+        let mut cache = LdCache::parse(&Builder::new(ENTRIES).old()).unwrap();
+        cache.sort_for_lookup();
+        let again = LdCache::parse(&cache.to_bytes()).unwrap();
+        assert_eq!(again.format, Format::New);
+        assert_eq!(again.entries, cache.entries);
+    }
+
+    #[test]
+    fn sorts_like_ldconfig() {
+        let entry = |soname: &str, flags| LdCacheEntry {
+            flags,
+            soname: soname.into(),
+            path: format!("/lib/{soname}"),
+            hwcap: 0,
+        };
+        let mut cache = LdCache {
+            format: Format::New,
+            entries: vec![
+                entry("libcuda.so.1", FLAG_ELF_LIBC6),
+                entry("libc.so.6", X86),
+                entry("libcuda.so.1", X86),
+                entry("libz.so.1", X86),
+                entry("libcuda.so", X86),
+                entry("libnvidia-ml.so.10", X86),
+                entry("libnvidia-ml.so.9", X86),
+            ],
+        };
+        cache.sort_for_lookup();
+        let order: Vec<(&str, i32)> = cache
+            .entries
+            .iter()
+            .map(|e| (e.soname.as_str(), e.flags))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("libz.so.1", X86),
+                ("libnvidia-ml.so.10", X86),
+                ("libnvidia-ml.so.9", X86),
+                ("libcuda.so.1", X86),
+                ("libcuda.so.1", FLAG_ELF_LIBC6),
+                ("libcuda.so", X86),
+                ("libc.so.6", X86),
+            ]
+        );
+    }
+
+    #[test]
+    fn libcmp_compares_digit_runs_as_numbers() {
+        assert_eq!(libcmp("libx.so.10", "libx.so.9"), Ordering::Greater);
+        assert_eq!(libcmp("libx.so.1", "libx.so.1"), Ordering::Equal);
+        assert_eq!(libcmp("libx.so", "libx.so.1"), Ordering::Less);
+        assert_eq!(libcmp("lib1", "liba"), Ordering::Greater);
+        assert_eq!(libcmp("libx.so.01", "libx.so.1"), Ordering::Equal);
     }
 }

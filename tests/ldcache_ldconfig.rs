@@ -97,3 +97,32 @@ fn parser_reads_this_machines_own_cache() {
         .collect();
     assert_eq!(ours, theirs);
 }
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn writer_sorts_like_ldconfig_and_glibc_reads_it() {
+    let sim = SimHost::shared("synthetic", 1, "new");
+    let written_by_ldconfig =
+        LdCache::parse(&std::fs::read(sim.path("driver/etc/ld.so.cache")).unwrap()).unwrap();
+    let mut ours = written_by_ldconfig.clone();
+    ours.entries.reverse();
+    ours.sort_for_lookup();
+    let keys = |c: &LdCache| {
+        c.entries
+            .iter()
+            .map(|e| (e.soname.clone(), e.flags))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(keys(&ours), keys(&written_by_ldconfig));
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ld.so.cache");
+    std::fs::write(&path, ours.to_bytes()).unwrap();
+    let theirs = ldconfig_print(&path);
+    let mine: Vec<(String, String, String)> = ours
+        .entries
+        .iter()
+        .map(|e| (e.soname.clone(), tag(e.flags).to_string(), e.path.clone()))
+        .collect();
+    assert_eq!(theirs, mine);
+}
