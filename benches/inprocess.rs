@@ -105,6 +105,7 @@ fn inventory(gpus: u32) -> Inventory {
         ipcs: Vec::new(),
         configs: Vec::new(),
         scope: Capabilities::default_set(),
+        proc_dir: PathBuf::from("/sim/proc/driver/nvidia"),
     }
 }
 

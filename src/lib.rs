@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod driver;
 pub mod elf;
+pub mod inject;
 pub mod ldcache;
 pub mod logging;
 pub mod plan;

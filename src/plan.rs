@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use crate::driver::{catalog, Gpu, Inventory, Library, Node, NodeRole, NodeState};
 use crate::elf::Arch;
+use crate::ldcache;
 use crate::request::{Capability, DeviceId, DeviceSelection, Request};
 
 /// Why a request cannot be satisfied on this host.
@@ -203,6 +204,21 @@ pub struct LoaderEntry {
     pub path: PathBuf,
     /// The library's architecture.
     pub arch: &'static str,
+    /// The `ld.so.cache` flags the loader matches: ELF libc6 plus the architecture bits.
+    pub flags: i32,
+}
+
+/// A masked `/proc/driver/nvidia`: a tmpfs holding copies of the driver's
+/// files, so the container sees only its own GPUs and never recreates nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcMask {
+    /// The container directory the tmpfs covers.
+    pub path: PathBuf,
+    /// Host files copied into the tmpfs, by name: `params` (with
+    /// `ModifyDeviceFiles: 0`), `version`, `registry`.
+    pub files: Vec<(String, PathBuf)>,
+    /// The selected GPUs' host `gpus/<bus>` directories, bound read-only under `gpus/`.
+    pub gpus: Vec<(String, PathBuf)>,
 }
 
 /// Everything a container receives.
@@ -220,6 +236,8 @@ pub struct Plan {
     pub loader_entries: Vec<LoaderEntry>,
     /// Library directories for the image's `/etc/ld.so.conf.d/` entry.
     pub loader_dirs: Vec<PathBuf>,
+    /// The masked `/proc/driver/nvidia`.
+    pub proc_mask: Option<ProcMask>,
 }
 
 impl Plan {
@@ -249,10 +267,22 @@ impl Plan {
                 "/dev/nvidia-modeset",
             )?);
         }
-        for gpu in select_gpus(&inventory.gpus, &request.devices)? {
+        let gpus = select_gpus(&inventory.gpus, &request.devices)?;
+        for gpu in &gpus {
             let path = PathBuf::from(format!("/dev/nvidia{}", gpu.minor));
             nodes.push(required(inventory.node_at(&path), &path.to_string_lossy())?);
         }
+        plan.proc_mask = Some(ProcMask {
+            path: PathBuf::from("/proc/driver/nvidia"),
+            files: ["params", "version", "registry"]
+                .into_iter()
+                .map(|name| (name.to_string(), inventory.proc_dir.join(name)))
+                .collect(),
+            gpus: gpus
+                .iter()
+                .map(|g| (g.bus.clone(), inventory.proc_dir.join("gpus").join(&g.bus)))
+                .collect(),
+        });
         for (node, mode) in nodes {
             plan.cgroup_rules.push(CgroupRule {
                 kind: 'c',
@@ -293,7 +323,7 @@ impl Plan {
                 .iter()
                 .filter(|l| l.arch == arch.name && caps.contains(l.capability));
             for lib in libs {
-                plan.add_library(lib, dir);
+                plan.add_library(lib, *arch, dir);
             }
             if plan.loader_entries.iter().any(|e| e.arch == arch.name) {
                 plan.loader_dirs.push(dir.to_path_buf());
@@ -333,7 +363,7 @@ impl Plan {
     }
 
     /// Mounts a library under its host basename and links its SONAME and development name to it.
-    fn add_library(&mut self, lib: &Library, dir: &Path) {
+    fn add_library(&mut self, lib: &Library, arch: Arch, dir: &Path) {
         let Some(basename) = lib.path.file_name() else {
             return;
         };
@@ -354,6 +384,7 @@ impl Plan {
             soname: lib.soname.clone(),
             path: dir.join(&lib.soname),
             arch: lib.arch,
+            flags: ldcache::FLAG_ELF_LIBC6 | arch.cache_flags,
         });
     }
 

@@ -294,6 +294,38 @@ pub struct Request {
     pub capabilities: Capabilities,
 }
 
+/// The value of `name` in a container's `process.env` (`KEY=VALUE` strings); the last one wins.
+pub fn env_var<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find_map(|entry| entry.strip_prefix(name)?.strip_prefix('='))
+}
+
+impl Request {
+    /// The request a container makes through its environment, as NVIDIA's
+    /// hook reads it. A legacy CUDA image (`CUDA_VERSION` set, no
+    /// `NVIDIA_REQUIRE_CUDA`) gets every GPU when `NVIDIA_VISIBLE_DEVICES` is
+    /// unset, and every capability when `NVIDIA_DRIVER_CAPABILITIES` is unset.
+    pub fn from_env(env: &[String]) -> Result<Request> {
+        let legacy =
+            env_var(env, "CUDA_VERSION").is_some() && env_var(env, "NVIDIA_REQUIRE_CUDA").is_none();
+        let devices = match env_var(env, "NVIDIA_VISIBLE_DEVICES") {
+            None if legacy => DeviceSelection::All,
+            value => DeviceSelection::parse(value)?,
+        };
+        let capabilities = match env_var(env, "NVIDIA_DRIVER_CAPABILITIES") {
+            None if legacy => Capabilities::all(),
+            None => Capabilities::default_set(),
+            Some(value) if value.trim().is_empty() => Capabilities::default_set(),
+            Some(value) => Capabilities::parse(value)?,
+        };
+        Ok(Request {
+            devices,
+            capabilities,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +447,80 @@ mod tests {
             Capabilities::parse(&huge),
             Err(Error::TooLong { .. })
         ));
+    }
+
+    fn env(vars: &[&str]) -> Vec<String> {
+        vars.iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn request_from_env_defaults() {
+        let req = Request::from_env(&env(&["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0,1"])).unwrap();
+        assert_eq!(
+            req.devices,
+            DeviceSelection::List(vec![DeviceId::Index(0), DeviceId::Index(1)])
+        );
+        assert_eq!(req.capabilities, Capabilities::default_set());
+        let req = Request::from_env(&env(&[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_DRIVER_CAPABILITIES=",
+        ]))
+        .unwrap();
+        assert_eq!(req.capabilities, Capabilities::default_set());
+    }
+
+    #[test]
+    fn request_from_env_unset_or_void_is_not_a_gpu_container() {
+        assert_eq!(
+            Request::from_env(&env(&["PATH=/bin"])).unwrap().devices,
+            DeviceSelection::Void
+        );
+        let req = Request::from_env(&env(&["NVIDIA_VISIBLE_DEVICES=void"])).unwrap();
+        assert_eq!(req.devices, DeviceSelection::Void);
+    }
+
+    #[test]
+    fn last_assignment_wins_and_prefixes_do_not_match() {
+        let e = env(&[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_VISIBLE_DEVICES_X=1",
+            "NVIDIA_VISIBLE_DEVICES=2",
+        ]);
+        assert_eq!(env_var(&e, "NVIDIA_VISIBLE_DEVICES"), Some("2"));
+        assert_eq!(env_var(&e, "NVIDIA_VISIBLE"), None);
+    }
+
+    #[test]
+    fn legacy_cuda_image_gets_all_gpus_and_capabilities() {
+        let req = Request::from_env(&env(&["CUDA_VERSION=11.8.0"])).unwrap();
+        assert_eq!(req.devices, DeviceSelection::All);
+        assert_eq!(req.capabilities, Capabilities::all());
+        // Not legacy once it states its requirement.
+        let req = Request::from_env(&env(&[
+            "CUDA_VERSION=12.2.0",
+            "NVIDIA_REQUIRE_CUDA=cuda>=12.2",
+        ]))
+        .unwrap();
+        assert_eq!(req.devices, DeviceSelection::Void);
+        // Explicit variables still win.
+        let req = Request::from_env(&env(&[
+            "CUDA_VERSION=11.8.0",
+            "NVIDIA_VISIBLE_DEVICES=none",
+            "NVIDIA_DRIVER_CAPABILITIES=utility",
+        ]))
+        .unwrap();
+        assert_eq!(req.devices, DeviceSelection::None);
+        assert_eq!(req.capabilities.to_string(), "utility");
+    }
+
+    #[test]
+    fn bad_env_values_are_refused() {
+        assert!(Request::from_env(&env(&[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_DRIVER_CAPABILITIES=compute,bogus"
+        ]))
+        .is_err());
+        assert!(Request::from_env(&env(&["NVIDIA_VISIBLE_DEVICES=0,,x"])).is_err());
     }
 
     #[test]

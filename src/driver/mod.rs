@@ -83,6 +83,8 @@ pub struct Inventory {
     pub configs: Vec<HostFile>,
     /// The capabilities discovery looked for.
     pub scope: Capabilities,
+    /// The kernel module's procfs directory, `<proc-root>/driver/nvidia`.
+    pub proc_dir: PathBuf,
 }
 
 impl Inventory {
@@ -129,6 +131,7 @@ impl Inventory {
             ipcs,
             configs,
             scope: scope.clone(),
+            proc_dir: nvidia,
         })
     }
 

@@ -120,6 +120,7 @@ fn inventory() -> Inventory {
         }],
         configs: Vec::new(),
         scope: Capabilities::all(),
+        proc_dir: "/sim/proc/driver/nvidia".into(),
     }
 }
 
@@ -283,7 +284,8 @@ fn libraries_keep_host_basename_and_get_soname_and_dev_links() {
         [LoaderEntry {
             soname: "libcuda.so.1".into(),
             path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
-            arch: "x86_64"
+            arch: "x86_64",
+            flags: 0x0303,
         }]
     );
     assert_eq!(
@@ -372,4 +374,21 @@ fn plan_serialises_destinations_and_options() {
     );
     assert_eq!(json["devices"][1]["path"], "/dev/nvidia2");
     assert_eq!(json["cgroup_rules"][1]["type"], "c");
+}
+
+#[test]
+fn proc_mask_holds_driver_files_and_selected_gpus_only() {
+    let plan = plan("2", "utility").unwrap();
+    let mask = plan.proc_mask.unwrap();
+    assert_eq!(mask.path, Path::new("/proc/driver/nvidia"));
+    let names: Vec<&str> = mask.files.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["params", "version", "registry"]);
+    assert_eq!(mask.files[0].1, Path::new("/sim/proc/driver/nvidia/params"));
+    assert_eq!(
+        mask.gpus,
+        [(
+            "0000:db:00.0".to_string(),
+            PathBuf::from("/sim/proc/driver/nvidia/gpus/0000:db:00.0")
+        )]
+    );
 }

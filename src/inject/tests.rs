@@ -1,0 +1,417 @@
+//! Injection against a real directory tree as rootfs, with the privileged
+//! syscalls recorded by a fake: runs without root.
+
+use std::cell::RefCell;
+use std::fs;
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::ldcache::{Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
+use crate::plan::{DeviceNode, LoaderEntry, Mount, ProcMask, Symlink};
+
+const X86: i32 = FLAG_ELF_LIBC6 | FLAG_X8664_LIB64;
+
+/// Records each privileged call by kind, with its arguments.
+#[derive(Default)]
+struct FakeSys {
+    mknods: RefCell<Vec<(PathBuf, u32, u32, u32)>>,
+    binds: RefCell<Vec<(PathBuf, MountOptions)>>,
+    tmpfs: RefCell<Vec<PathBuf>>,
+    read_only: RefCell<Vec<PathBuf>>,
+}
+
+impl Sys for FakeSys {
+    fn enter_mount_namespace(&self, _proc: &Path, _pid: u32) -> Result<()> {
+        Ok(())
+    }
+    fn mknod(&self, _root: &Root, path: &Path, mode: u32, major: u32, minor: u32) -> Result<()> {
+        self.mknods
+            .borrow_mut()
+            .push((path.to_path_buf(), mode, major, minor));
+        Ok(())
+    }
+    fn bind_mount(
+        &self,
+        _source: BorrowedFd<'_>,
+        _root: &Root,
+        target: &Path,
+        options: MountOptions,
+    ) -> Result<()> {
+        self.binds
+            .borrow_mut()
+            .push((target.to_path_buf(), options));
+        Ok(())
+    }
+    fn mount_tmpfs(&self, _root: &Root, target: &Path) -> Result<()> {
+        self.tmpfs.borrow_mut().push(target.to_path_buf());
+        Ok(())
+    }
+    fn remount_read_only(&self, _root: &Root, target: &Path) -> Result<()> {
+        self.read_only.borrow_mut().push(target.to_path_buf());
+        Ok(())
+    }
+}
+
+/// A host directory with driver files, a Debian-like rootfs beside it, and a
+/// plan joining them.
+struct World {
+    dir: tempfile::TempDir,
+    plan: Plan,
+}
+
+impl World {
+    fn new() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("host");
+        let rootfs = dir.path().join("rootfs");
+        fs::create_dir_all(host.join("proc/gpus/0000:3b:00.0")).unwrap();
+        fs::write(host.join("libcuda.so.535.261.03"), b"\x7fELF").unwrap();
+        fs::write(host.join("nvidia-smi"), b"\x7fELF").unwrap();
+        fs::write(
+            host.join("proc/params"),
+            b"ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n",
+        )
+        .unwrap();
+        fs::write(
+            host.join("proc/version"),
+            b"NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03\n",
+        )
+        .unwrap();
+        fs::create_dir_all(rootfs.join("etc")).unwrap();
+        fs::create_dir_all(rootfs.join("dev")).unwrap();
+        fs::write(rootfs.join("etc/debian_version"), b"12.11\n").unwrap();
+        let image_cache = LdCache {
+            format: Format::New,
+            entries: vec![LdCacheEntry {
+                flags: X86,
+                soname: "libc.so.6".into(),
+                path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
+                hwcap: 0,
+            }],
+        };
+        fs::write(rootfs.join("etc/ld.so.cache"), image_cache.to_bytes()).unwrap();
+        let lib_dir = PathBuf::from("/usr/lib/x86_64-linux-gnu");
+        let plan = Plan {
+            devices: vec![DeviceNode {
+                host_path: "/dev/null".into(),
+                path: "/dev/nvidia0".into(),
+                major: 195,
+                minor: 0,
+                mode: 0o666,
+            }],
+            mounts: vec![
+                Mount {
+                    kind: MountKind::Binary,
+                    source: host.join("nvidia-smi"),
+                    destination: "/usr/bin/nvidia-smi".into(),
+                    options: MountKind::Binary.options(),
+                },
+                Mount {
+                    kind: MountKind::Library,
+                    source: host.join("libcuda.so.535.261.03"),
+                    destination: lib_dir.join("libcuda.so.535.261.03"),
+                    options: MountKind::Library.options(),
+                },
+            ],
+            symlinks: vec![
+                Symlink {
+                    path: lib_dir.join("libcuda.so.1"),
+                    target: "libcuda.so.535.261.03".into(),
+                },
+                Symlink {
+                    path: lib_dir.join("libcuda.so"),
+                    target: "libcuda.so.1".into(),
+                },
+            ],
+            cgroup_rules: Vec::new(),
+            loader_entries: vec![LoaderEntry {
+                soname: "libcuda.so.1".into(),
+                path: lib_dir.join("libcuda.so.1"),
+                arch: "x86_64",
+                flags: X86,
+            }],
+            loader_dirs: vec![lib_dir],
+            proc_mask: Some(ProcMask {
+                path: "/proc/driver/nvidia".into(),
+                files: ["params", "version", "registry"]
+                    .iter()
+                    .map(|n| (n.to_string(), host.join("proc").join(n)))
+                    .collect(),
+                gpus: vec![("0000:3b:00.0".into(), host.join("proc/gpus/0000:3b:00.0"))],
+            }),
+        };
+        World { dir, plan }
+    }
+
+    fn rootfs(&self) -> PathBuf {
+        self.dir.path().join("rootfs")
+    }
+
+    fn apply(&self, sys: &FakeSys) -> Result<Summary> {
+        let sources = Sources::open(&self.plan, false)?;
+        apply(sys, &self.plan, &sources, &self.rootfs(), NodeMode::Mknod)
+    }
+}
+
+#[test]
+fn injects_nodes_mounts_links_and_loader_cache() {
+    let world = World::new();
+    let sys = FakeSys::default();
+    let summary = world.apply(&sys).unwrap();
+    assert_eq!(
+        summary,
+        Summary {
+            devices: 1,
+            mounts: 2,
+            symlinks: 2,
+            loader_entries: 1
+        }
+    );
+    assert_eq!(
+        *sys.mknods.borrow(),
+        [(PathBuf::from("/dev/nvidia0"), 0o666, 195, 0)]
+    );
+    let binds = sys.binds.borrow();
+    assert_eq!(binds[0].0, Path::new("/usr/bin/nvidia-smi"));
+    assert_eq!(
+        binds[1].0,
+        Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03")
+    );
+    assert!(binds[1].1.read_only && binds[1].1.nosuid && binds[1].1.nodev);
+
+    let root = world.rootfs();
+    let lib = root.join("usr/lib/x86_64-linux-gnu");
+    assert!(
+        lib.join("libcuda.so.535.261.03")
+            .metadata()
+            .unwrap()
+            .is_file(),
+        "mount target made"
+    );
+    assert_eq!(
+        fs::read_link(lib.join("libcuda.so.1")).unwrap(),
+        Path::new("libcuda.so.535.261.03")
+    );
+    assert_eq!(
+        fs::read_link(lib.join("libcuda.so")).unwrap(),
+        Path::new("libcuda.so.1")
+    );
+
+    let cache = LdCache::parse(&fs::read(root.join("etc/ld.so.cache")).unwrap()).unwrap();
+    let names: Vec<&str> = cache.entries.iter().map(|e| e.soname.as_str()).collect();
+    assert_eq!(
+        names,
+        ["libcuda.so.1", "libc.so.6"],
+        "image entries kept, ours added"
+    );
+    let conf = fs::read_to_string(root.join("etc/ld.so.conf.d").join(CONF_NAME)).unwrap();
+    assert!(conf.contains("\n/usr/lib/x86_64-linux-gnu\n"), "{conf}");
+    // No temporary files left behind.
+    let leftovers: Vec<_> = fs::read_dir(root.join("etc"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("oci-nvidia-hook."))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn masks_proc_driver_nvidia_when_the_container_has_one() {
+    let world = World::new();
+    let sys = FakeSys::default();
+    world.apply(&sys).unwrap();
+    assert!(
+        sys.tmpfs.borrow().is_empty(),
+        "no /proc/driver/nvidia: nothing to mask"
+    );
+
+    let world = World::new();
+    fs::create_dir_all(world.rootfs().join("proc/driver/nvidia")).unwrap();
+    let sys = FakeSys::default();
+    world.apply(&sys).unwrap();
+    assert_eq!(*sys.tmpfs.borrow(), [PathBuf::from("/proc/driver/nvidia")]);
+    assert_eq!(
+        *sys.read_only.borrow(),
+        [PathBuf::from("/proc/driver/nvidia")]
+    );
+    let masked = world.rootfs().join("proc/driver/nvidia");
+    let params = fs::read_to_string(masked.join("params")).unwrap();
+    assert!(
+        params.contains("ModifyDeviceFiles: 0") && !params.contains("ModifyDeviceFiles: 1"),
+        "{params}"
+    );
+    assert!(fs::read_to_string(masked.join("version"))
+        .unwrap()
+        .contains("535.261.03"));
+    assert!(
+        !masked.join("registry").exists(),
+        "missing registry is skipped"
+    );
+    assert!(sys
+        .binds
+        .borrow()
+        .iter()
+        .any(|(t, o)| t == Path::new("/proc/driver/nvidia/gpus/0000:3b:00.0") && o.read_only));
+}
+
+#[test]
+fn library_dir_symlinked_to_the_host_stays_inside_the_rootfs() {
+    let world = World::new();
+    let outside = world.dir.path().join("host-lib");
+    fs::create_dir_all(&outside).unwrap();
+    fs::create_dir_all(world.rootfs().join("usr/lib")).unwrap();
+    symlink(&outside, world.rootfs().join("usr/lib/x86_64-linux-gnu")).unwrap();
+    // Re-rooted, the link dangles: a clear refusal, nothing outside touched.
+    let err = world.apply(&FakeSys::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("/usr/lib/x86_64-linux-gnu"),
+        "{err}"
+    );
+    assert_eq!(
+        fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing created outside the rootfs"
+    );
+
+    // Where the re-rooted target exists, the files go there, inside the rootfs.
+    let rerooted = world.rootfs().join(outside.strip_prefix("/").unwrap());
+    fs::create_dir_all(&rerooted).unwrap();
+    world.apply(&FakeSys::default()).unwrap();
+    assert_eq!(
+        fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing created outside the rootfs"
+    );
+    assert!(rerooted.join("libcuda.so.535.261.03").is_file());
+}
+
+#[test]
+fn relative_escape_of_the_library_dir_is_clamped_to_the_rootfs() {
+    let world = World::new();
+    fs::create_dir_all(world.rootfs().join("usr/lib")).unwrap();
+    symlink(
+        "../../../../../../../../etc",
+        world.rootfs().join("usr/lib/x86_64-linux-gnu"),
+    )
+    .unwrap();
+    world.apply(&FakeSys::default()).unwrap();
+    assert!(world.rootfs().join("etc/libcuda.so.535.261.03").is_file());
+    assert!(!Path::new("/etc/libcuda.so.535.261.03").exists());
+}
+
+#[test]
+fn image_ld_so_cache_symlink_to_a_host_file_is_replaced_not_followed() {
+    let world = World::new();
+    let host_file = world.dir.path().join("host-ld.so.cache");
+    fs::write(&host_file, b"host data").unwrap();
+    fs::remove_file(world.rootfs().join("etc/ld.so.cache")).unwrap();
+    symlink(&host_file, world.rootfs().join("etc/ld.so.cache")).unwrap();
+    world.apply(&FakeSys::default()).unwrap();
+    assert_eq!(fs::read(&host_file).unwrap(), b"host data");
+    let meta = fs::symlink_metadata(world.rootfs().join("etc/ld.so.cache")).unwrap();
+    assert!(meta.is_file(), "the image's link was replaced by our cache");
+}
+
+#[test]
+fn existing_symlink_at_a_mount_target_is_replaced() {
+    let world = World::new();
+    let host_file = world.dir.path().join("host-passwd");
+    fs::write(&host_file, b"root:x:0:0").unwrap();
+    fs::create_dir_all(world.rootfs().join("usr/bin")).unwrap();
+    symlink(&host_file, world.rootfs().join("usr/bin/nvidia-smi")).unwrap();
+    world.apply(&FakeSys::default()).unwrap();
+    assert!(
+        fs::symlink_metadata(world.rootfs().join("usr/bin/nvidia-smi"))
+            .unwrap()
+            .is_file()
+    );
+    assert_eq!(fs::read(&host_file).unwrap(), b"root:x:0:0");
+}
+
+#[test]
+fn directory_or_fifo_at_a_mount_target_is_refused() {
+    let world = World::new();
+    fs::create_dir_all(world.rootfs().join("usr/bin/nvidia-smi")).unwrap();
+    let err = world.apply(&FakeSys::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("/usr/bin/nvidia-smi") && err.to_string().contains("directory"),
+        "{err}"
+    );
+
+    let world = World::new();
+    fs::create_dir_all(world.rootfs().join("usr/lib/x86_64-linux-gnu")).unwrap();
+    nix::unistd::mkfifo(
+        &world
+            .rootfs()
+            .join("usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let err = world.apply(&FakeSys::default()).unwrap_err();
+    assert!(err.to_string().contains("fifo"), "{err}");
+}
+
+#[test]
+fn directory_at_a_soname_link_is_refused() {
+    let world = World::new();
+    fs::create_dir_all(world.rootfs().join("usr/lib/x86_64-linux-gnu/libcuda.so.1")).unwrap();
+    let err = world.apply(&FakeSys::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Exists {
+                found: "directory",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn corrupt_image_cache_is_an_error_naming_it() {
+    let world = World::new();
+    fs::write(
+        world.rootfs().join("etc/ld.so.cache"),
+        b"glibc-ld.so.cache1.1garbage",
+    )
+    .unwrap();
+    let err = world.apply(&FakeSys::default()).unwrap_err();
+    assert!(err.to_string().contains("/etc/ld.so.cache"), "{err}");
+}
+
+#[test]
+fn source_of_the_wrong_kind_is_refused_before_entering() {
+    let mut world = World::new();
+    world.plan.mounts[0].source = world.dir.path().join("host");
+    let err = Sources::open(&world.plan, false).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::SourceKind {
+                found: "directory",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let link = world.dir.path().join("link-to-lib");
+    symlink(&world.plan.mounts[1].source, &link).unwrap();
+    world.plan.mounts[0].source = link;
+    assert!(matches!(
+        Sources::open(&world.plan, false),
+        Err(Error::SourceKind {
+            found: "symlink",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn params_are_masked() {
+    let masked = mask_params(b"A: 1\nModifyDeviceFiles: 1\nB: 2\n");
+    assert_eq!(masked, b"A: 1\nModifyDeviceFiles: 0\nB: 2\n");
+    assert_eq!(mask_params(b"A: 1\n"), b"A: 1\nModifyDeviceFiles: 0\n");
+}
