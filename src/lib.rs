@@ -4,6 +4,7 @@
 //! ([`driver`]) → [`plan`] → apply. Everything up to the plan is pure or
 //! read-only, so it is tested without root.
 
+pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod driver;
