@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod driver;
 pub mod elf;
+pub mod hook;
 pub mod inject;
 pub mod ldcache;
 pub mod logging;

@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use crate::config::Config;
 use crate::plan::ImageLayout;
-use crate::{driver, plan, request};
+use crate::{driver, hook, plan, request};
 
 /// Why a command failed.
 #[derive(Debug, Error)]
@@ -28,6 +28,10 @@ pub enum Error {
     Output(#[from] io::Error),
     #[error("cannot encode JSON: {0}")]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Hook(#[from] hook::Error),
+    #[error("refusing to run as hook stage {stage:?}: oci-nvidia-hook runs only at prestart or createRuntime (in the runtime's namespaces, before pivot_root)")]
+    Stage { stage: String },
 }
 
 impl Error {
@@ -76,6 +80,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// OCI hook: inject the GPUs the container asks for (state JSON on stdin).
+    Prestart,
+    /// OCI hook at createRuntime: the same point as prestart.
+    #[command(name = "create-runtime", alias = "createRuntime")]
+    CreateRuntime,
+    /// Any other hook stage is refused.
+    #[command(external_subcommand)]
+    Other(Vec<String>),
 }
 
 /// Image layouts selectable on the command line.
@@ -115,6 +127,12 @@ pub fn run(command: &Command, config: &Config) -> Result<()> {
             *json,
             &mut out,
         )?,
+        Command::Prestart | Command::CreateRuntime => hook::run(config, io::stdin())?,
+        Command::Other(args) => {
+            return Err(Error::Stage {
+                stage: args.first().cloned().unwrap_or_default(),
+            })
+        }
     }
     out.flush()?;
     Ok(())

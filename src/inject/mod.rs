@@ -11,24 +11,29 @@ mod loader;
 mod sources;
 mod sys;
 
-use std::fs::Permissions;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::{File, Permissions};
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
-use nix::sys::stat::{fstat, SFlag};
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::sys::stat::{fstat, fstatat, mkdirat, Mode, SFlag};
+use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
 use pathrs::error::ErrorKind;
-use pathrs::flags::{OpenFlags, RenameFlags};
-use pathrs::{InodeType, Root};
+use pathrs::flags::OpenFlags;
+use pathrs::Root;
 use thiserror::Error;
 
 pub use loader::{conf_file, merged_cache, CONF_NAME};
-pub use sources::{mask_params, Sources};
+pub use sources::{mask_params, Source, Sources, DEVICE_OPTIONS};
 pub use sys::{LinuxSys, Sys};
 
 use crate::ldcache;
-use crate::plan::{MountKind, MountOptions, Plan};
+use crate::plan::{MountKind, Plan};
 
 /// Largest image `ld.so.cache` we read; real ones are well under 1 MiB.
 const MAX_IMAGE_CACHE: u64 = 32 * 1024 * 1024;
@@ -69,7 +74,7 @@ pub enum Error {
         path: PathBuf,
         major: u32,
         minor: u32,
-        source: pathrs::error::Error,
+        source: io::Error,
     },
     #[error("device node {path} is {found}, expected {expected}")]
     NodeMismatch {
@@ -122,6 +127,71 @@ pub struct Summary {
     pub loader_entries: usize,
 }
 
+/// A name inside a directory of the rootfs that was resolved once, safely:
+/// every operation on it is a single-component `*at` call with
+/// `O_NOFOLLOW` semantics, so it can neither traverse nor follow anything.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    /// The resolved directory.
+    pub dir: BorrowedFd<'a>,
+    /// The final component.
+    pub name: &'a OsStr,
+    /// The whole path in the container, for messages.
+    pub path: &'a Path,
+}
+
+/// The rootfs's directories, each resolved (and created if missing) with
+/// `pathrs` once, then reused by every item that lives in it.
+struct Dirs<'r> {
+    root: &'r Root,
+    open: HashMap<PathBuf, OwnedFd>,
+}
+
+impl<'r> Dirs<'r> {
+    fn new(root: &'r Root) -> Self {
+        Dirs {
+            root,
+            open: HashMap::new(),
+        }
+    }
+
+    /// The place of container path `path`, creating its parent directories.
+    fn place<'a>(&'a mut self, path: &'a Path) -> Result<Place<'a>> {
+        let (parent, name) = split(path)?;
+        if !self.open.contains_key(parent) {
+            let handle =
+                self.root
+                    .mkdir_all(parent, &dir_perm())
+                    .map_err(|source| Error::Create {
+                        path: parent.to_path_buf(),
+                        source,
+                    })?;
+            self.open.insert(parent.to_path_buf(), handle.into());
+        }
+        let dir = self.open[parent].as_fd();
+        Ok(Place { dir, name, path })
+    }
+}
+
+/// A path's parent directory and final component; the final component must be a plain name.
+fn split(path: &Path) -> Result<(&Path, &OsStr)> {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name))
+            if path
+                .components()
+                .next_back()
+                .is_some_and(|c| matches!(c, Component::Normal(_))) =>
+        {
+            Ok((parent, name))
+        }
+        _ => Err(Error::Exists {
+            path: path.to_path_buf(),
+            found: "path without a file name",
+            expected: "file name",
+        }),
+    }
+}
+
 /// Injects `plan` into the rootfs at `rootfs`, as seen from the current
 /// (container) mount namespace, taking host data from `sources`.
 pub fn apply(
@@ -135,25 +205,20 @@ pub fn apply(
         path: rootfs.to_path_buf(),
         source,
     })?;
+    let mut dirs = Dirs::new(&root);
     let mut summary = Summary::default();
 
     for (index, node) in plan.devices.iter().enumerate() {
-        mkdir_parent(&root, &node.path)?;
+        let place = dirs.place(&node.path)?;
         match nodes {
-            NodeMode::Mknod => sys.mknod(&root, &node.path, node.mode, node.major, node.minor)?,
+            NodeMode::Mknod => sys.mknod(place, node.mode, node.major, node.minor)?,
             NodeMode::Bind => {
                 let source = sources
                     .devices
                     .get(index)
                     .ok_or_else(|| missing_source(&node.host_path))?;
-                create_target(&root, &node.path, Target::File)?;
-                let options = MountOptions {
-                    read_only: false,
-                    nosuid: true,
-                    nodev: false,
-                    noexec: true,
-                };
-                sys.bind_mount(source.as_fd(), &root, &node.path, options)?;
+                create_target(place, Target::File)?;
+                sys.bind_mount(source, place, DEVICE_OPTIONS)?;
             }
         }
         summary.devices += 1;
@@ -161,27 +226,27 @@ pub fn apply(
 
     for (index, mount) in plan.mounts.iter().enumerate() {
         let source = sources
-            .mount(index)
+            .mounts
+            .get(index)
             .ok_or_else(|| missing_source(&mount.source))?;
         let target = if mount.kind == MountKind::Directory {
             Target::Directory
         } else {
             Target::File
         };
-        mkdir_parent(&root, &mount.destination)?;
-        create_target(&root, &mount.destination, target)?;
-        sys.bind_mount(source, &root, &mount.destination, mount.options)?;
+        let place = dirs.place(&mount.destination)?;
+        create_target(place, target)?;
+        sys.bind_mount(source, place, mount.options)?;
         summary.mounts += 1;
     }
 
     for link in &plan.symlinks {
-        mkdir_parent(&root, &link.path)?;
-        replace_with_symlink(&root, &link.path, &link.target)?;
+        replace_with_symlink(dirs.place(&link.path)?, &link.target)?;
         summary.symlinks += 1;
     }
 
     if !plan.loader_entries.is_empty() {
-        update_loader(&root, plan)?;
+        update_loader(&root, &mut dirs, plan)?;
         summary.loader_entries = plan.loader_entries.len();
     }
 
@@ -202,48 +267,37 @@ fn dir_perm() -> Permissions {
     Permissions::from_mode(0o755)
 }
 
-fn mkdir_parent(root: &Root, path: &Path) -> Result<()> {
-    let parent = path.parent().unwrap_or(Path::new("/"));
-    root.mkdir_all(parent, &dir_perm())
-        .map(drop)
-        .map_err(|source| Error::Create {
-            path: parent.to_path_buf(),
-            source,
-        })
-}
-
-fn is_errno(e: &pathrs::error::Error, errno: i32) -> bool {
-    e.kind() == ErrorKind::OsError(Some(errno))
-}
-
-/// What is at `path` in the container now, without following a final symlink.
-fn existing_kind(root: &Root, path: &Path) -> Result<Option<&'static str>> {
-    let handle = match root.resolve_nofollow(path) {
-        Ok(h) => h,
-        Err(e) if is_errno(&e, nix::libc::ENOENT) => return Ok(None),
-        Err(source) => {
-            return Err(Error::Resolve {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
-    };
-    let stat = fstat(handle.as_fd()).map_err(|errno| Error::Stat {
+fn errno_err(path: &Path, errno: nix::Error) -> Error {
+    Error::Write {
         path: path.to_path_buf(),
         source: errno.into(),
-    })?;
-    Ok(Some(
-        match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {
-            SFlag::S_IFREG => "regular file",
-            SFlag::S_IFDIR => "directory",
-            SFlag::S_IFLNK => "symlink",
-            SFlag::S_IFCHR => "character device",
-            SFlag::S_IFBLK => "block device",
-            SFlag::S_IFIFO => "fifo",
-            SFlag::S_IFSOCK => "socket",
-            _ => "special file",
-        },
-    ))
+    }
+}
+
+/// The type of a stat result, as messages name it.
+fn kind_name(mode: u32) -> &'static str {
+    match SFlag::from_bits_truncate(mode) & SFlag::S_IFMT {
+        SFlag::S_IFREG => "regular file",
+        SFlag::S_IFDIR => "directory",
+        SFlag::S_IFLNK => "symlink",
+        SFlag::S_IFCHR => "character device",
+        SFlag::S_IFBLK => "block device",
+        SFlag::S_IFIFO => "fifo",
+        SFlag::S_IFSOCK => "socket",
+        _ => "special file",
+    }
+}
+
+/// What is at `place` now, without following a symlink.
+fn kind_at(place: Place<'_>) -> Result<Option<&'static str>> {
+    match fstatat(place.dir, place.name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(stat) => Ok(Some(kind_name(stat.st_mode))),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(errno) => Err(Error::Stat {
+            path: place.path.to_path_buf(),
+            source: errno.into(),
+        }),
+    }
 }
 
 /// What a mount target must be.
@@ -253,22 +307,19 @@ enum Target {
     Directory,
 }
 
-/// Creates an empty mount target. An existing regular file (or directory) is
-/// reused; an image's symlink there is replaced, never followed; anything
-/// else is refused.
-fn create_target(root: &Root, path: &Path, target: Target) -> Result<()> {
+/// Creates an empty mount target (`O_CREAT|O_EXCL|O_NOFOLLOW`). An existing
+/// regular file (or directory) is reused; an image's symlink there is
+/// replaced, never followed; anything else is refused.
+fn create_target(place: Place<'_>, target: Target) -> Result<()> {
     let create = || match target {
-        Target::File => root
-            .create_file(
-                path,
-                OpenFlags::O_WRONLY
-                    | OpenFlags::O_EXCL
-                    | OpenFlags::O_NOFOLLOW
-                    | OpenFlags::O_CLOEXEC,
-                &Permissions::from_mode(0o644),
-            )
-            .map(drop),
-        Target::Directory => root.create(path, &InodeType::Directory(dir_perm())),
+        Target::File => openat(
+            place.dir,
+            place.name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )
+        .map(drop),
+        Target::Directory => mkdirat(place.dir, place.name, Mode::from_bits_truncate(0o755)),
     };
     let expected = match target {
         Target::File => "regular file",
@@ -276,103 +327,79 @@ fn create_target(root: &Root, path: &Path, target: Target) -> Result<()> {
     };
     match create() {
         Ok(()) => return Ok(()),
-        Err(e) if is_errno(&e, nix::libc::EEXIST) => {}
-        Err(source) => {
-            return Err(Error::Create {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
+        Err(Errno::EEXIST) => {}
+        Err(errno) => return Err(errno_err(place.path, errno)),
     }
-    match existing_kind(root, path)? {
+    match kind_at(place)? {
         Some(found) if found == expected => return Ok(()),
-        Some("symlink") => root.remove_file(path).map_err(|source| Error::Create {
-            path: path.to_path_buf(),
-            source,
-        })?,
+        Some("symlink") => unlinkat(place.dir, place.name, UnlinkatFlags::NoRemoveDir)
+            .map_err(|errno| errno_err(place.path, errno))?,
         Some(found) => {
             return Err(Error::Exists {
-                path: path.to_path_buf(),
+                path: place.path.to_path_buf(),
                 found,
                 expected,
             })
         }
         None => {}
     }
-    create().map_err(|source| Error::Create {
-        path: path.to_path_buf(),
-        source,
-    })
+    create().map_err(|errno| errno_err(place.path, errno))
 }
 
-/// Creates symlink `path` → `target`, replacing an image's file or link there.
-fn replace_with_symlink(root: &Root, path: &Path, target: &Path) -> Result<()> {
-    let link = InodeType::Symlink(target.to_path_buf());
-    match root.create(path, &link) {
+/// Creates symlink `place` → `target`, replacing an image's file or link there.
+fn replace_with_symlink(place: Place<'_>, target: &Path) -> Result<()> {
+    match symlinkat(target, place.dir, place.name) {
         Ok(()) => return Ok(()),
-        Err(e) if is_errno(&e, nix::libc::EEXIST) => {}
-        Err(source) => {
-            return Err(Error::Create {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
+        Err(Errno::EEXIST) => {}
+        Err(errno) => return Err(errno_err(place.path, errno)),
     }
-    match existing_kind(root, path)? {
-        Some("symlink") | Some("regular file") => {}
+    match kind_at(place)? {
+        Some("symlink") | Some("regular file") | None => {}
         Some(found) => {
             return Err(Error::Exists {
-                path: path.to_path_buf(),
+                path: place.path.to_path_buf(),
                 found,
                 expected: "symlink",
             })
         }
-        None => {}
     }
-    let _ = root.remove_file(path);
-    root.create(path, &link).map_err(|source| Error::Create {
-        path: path.to_path_buf(),
-        source,
-    })
+    match unlinkat(place.dir, place.name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(errno) => return Err(errno_err(place.path, errno)),
+    }
+    symlinkat(target, place.dir, place.name).map_err(|errno| errno_err(place.path, errno))
 }
 
-/// Writes `data` to `path` in the container by creating a fresh file beside
-/// it (`O_EXCL|O_NOFOLLOW`) and renaming it over the old one, so an image's
-/// symlink at `path` is replaced, never written through.
-fn write_replacing(root: &Root, path: &Path, data: &[u8]) -> Result<()> {
-    mkdir_parent(root, path)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let temp = path.with_file_name(format!(".{name}.oci-nvidia-hook.{}", std::process::id()));
-    let mut file = root
-        .create_file(
-            &temp,
-            OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_NOFOLLOW | OpenFlags::O_CLOEXEC,
-            &Permissions::from_mode(0o644),
-        )
-        .map_err(|source| Error::Create {
-            path: temp.clone(),
-            source,
-        })?;
-    let written = file.write_all(data).and_then(|()| file.sync_all());
-    drop(file);
-    if let Err(source) = written {
-        let _ = root.remove_file(&temp);
-        return Err(Error::Write {
-            path: path.to_path_buf(),
-            source,
-        });
+/// Writes `data` at `place` by creating a fresh file beside it
+/// (`O_EXCL|O_NOFOLLOW`) and renaming it over the old one, so an image's
+/// symlink there is replaced, never written through.
+fn write_replacing(place: Place<'_>, data: &[u8]) -> Result<()> {
+    let temp = format!(
+        ".{}.oci-nvidia-hook.{}",
+        place.name.to_string_lossy(),
+        std::process::id()
+    );
+    let fd = openat(
+        place.dir,
+        temp.as_str(),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )
+    .map_err(|errno| errno_err(place.path, errno))?;
+    // No fsync: the rootfs is the container's, and the hook reruns on every start.
+    let written = File::from(fd).write_all(data);
+    let renamed = written.map_err(|source| Error::Write {
+        path: place.path.to_path_buf(),
+        source,
+    });
+    let renamed = renamed.and_then(|()| {
+        renameat(place.dir, temp.as_str(), place.dir, place.name)
+            .map_err(|errno| errno_err(place.path, errno))
+    });
+    if renamed.is_err() {
+        let _ = unlinkat(place.dir, temp.as_str(), UnlinkatFlags::NoRemoveDir);
     }
-    root.rename(&temp, path, RenameFlags::empty())
-        .map_err(|source| {
-            let _ = root.remove_file(&temp);
-            Error::Create {
-                path: path.to_path_buf(),
-                source,
-            }
-        })
+    renamed
 }
 
 /// Reads a file of the image, following links only inside the rootfs; what
@@ -380,7 +407,7 @@ fn write_replacing(root: &Root, path: &Path, data: &[u8]) -> Result<()> {
 fn read_image_file(root: &Root, path: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
     let handle = match root.resolve(path) {
         Ok(h) => h,
-        Err(e) if is_errno(&e, nix::libc::ENOENT) => return Ok(None),
+        Err(e) if e.kind() == ErrorKind::OsError(Some(nix::libc::ENOENT)) => return Ok(None),
         Err(source) => {
             return Err(Error::Resolve {
                 path: path.to_path_buf(),
@@ -395,7 +422,7 @@ fn read_image_file(root: &Root, path: &Path, limit: u64) -> Result<Option<Vec<u8
     if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
         return Err(Error::Exists {
             path: path.to_path_buf(),
-            found: "non-regular file",
+            found: kind_name(stat.st_mode),
             expected: "regular file",
         });
     }
@@ -415,7 +442,7 @@ fn read_image_file(root: &Root, path: &Path, limit: u64) -> Result<Option<Vec<u8
     Ok(Some(data))
 }
 
-fn update_loader(root: &Root, plan: &Plan) -> Result<()> {
+fn update_loader(root: &Root, dirs: &mut Dirs<'_>, plan: &Plan) -> Result<()> {
     let cache_path = Path::new("/etc/ld.so.cache");
     let image = read_image_file(root, cache_path, MAX_IMAGE_CACHE)?;
     let merged = merged_cache(image.as_deref(), &plan.loader_entries).map_err(|source| {
@@ -424,41 +451,82 @@ fn update_loader(root: &Root, plan: &Plan) -> Result<()> {
             source,
         }
     })?;
-    write_replacing(root, cache_path, &merged)?;
+    write_replacing(dirs.place(cache_path)?, &merged)?;
     let conf = Path::new("/etc/ld.so.conf.d").join(CONF_NAME);
-    write_replacing(root, &conf, &conf_file(&plan.loader_dirs))
+    write_replacing(dirs.place(&conf)?, &conf_file(&plan.loader_dirs))
+}
+
+/// Opens directory `name` in `dir`, creating it if missing, never through a symlink.
+fn subdir(dir: BorrowedFd<'_>, name: &str, path: &Path) -> Result<OwnedFd> {
+    match mkdirat(dir, name, Mode::from_bits_truncate(0o755)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(errno) => return Err(errno_err(path, errno)),
+    }
+    openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| errno_err(path, errno))
 }
 
 /// Covers the container's `/proc/driver/nvidia`, if the kernel shows one, with
 /// a tmpfs holding our copies and the selected GPUs' directories.
 fn mask_proc(sys: &impl Sys, root: &Root, path: &Path, sources: &Sources) -> Result<()> {
-    if existing_kind(root, path)? != Some("directory") {
-        log::debug!(
-            "{} does not exist in the container: nothing to mask",
-            path.display()
-        );
-        return Ok(());
+    let resolve = |root: &Root| {
+        root.resolve(path).map_err(|source| Error::Resolve {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    match root.resolve(path) {
+        Ok(handle) if fstat(handle.as_fd()).is_ok_and(|s| kind_name(s.st_mode) == "directory") => {
+            sys.mount_tmpfs(handle.as_fd(), path)?
+        }
+        _ => {
+            log::debug!(
+                "{} is not a directory in the container: nothing to mask",
+                path.display()
+            );
+            return Ok(());
+        }
     }
-    sys.mount_tmpfs(root, path)?;
+    // Resolve again: the tmpfs now covers the old directory.
+    let tmpfs: OwnedFd = resolve(root)?.into();
+    let tmpfs_dir = openat(
+        &tmpfs,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| errno_err(path, errno))?;
     for (name, data) in &sources.proc_files {
-        write_replacing(root, &path.join(name), data)?;
+        let file_path = path.join(name);
+        write_replacing(
+            Place {
+                dir: tmpfs_dir.as_fd(),
+                name: OsStr::new(name),
+                path: &file_path,
+            },
+            data,
+        )?;
     }
-    for (bus, dir) in &sources.proc_gpus {
-        let target = path.join("gpus").join(bus);
-        root.mkdir_all(&target, &dir_perm())
-            .map_err(|source| Error::Create {
-                path: target.clone(),
-                source,
-            })?;
-        let options = MountOptions {
-            read_only: true,
-            nosuid: true,
-            nodev: true,
-            noexec: true,
-        };
-        sys.bind_mount(dir.as_fd(), root, &target, options)?;
+    if !sources.proc_gpus.is_empty() {
+        let gpus_path = path.join("gpus");
+        let gpus = subdir(tmpfs_dir.as_fd(), "gpus", &gpus_path)?;
+        for (bus, source) in &sources.proc_gpus {
+            let target = gpus_path.join(bus);
+            let place = Place {
+                dir: gpus.as_fd(),
+                name: OsStr::new(bus),
+                path: &target,
+            };
+            create_target(place, Target::Directory)?;
+            sys.bind_mount(source, place, sources::PROC_OPTIONS)?;
+        }
     }
-    sys.remount_read_only(root, path)
+    sys.remount_read_only(resolve(root)?.as_fd(), path)
 }
 
 #[cfg(test)]

@@ -1,33 +1,50 @@
 //! Opens everything injection takes from the host, before the hook leaves
-//! the host's mount namespace: each source becomes an `O_PATH` descriptor
-//! whose type is checked, so nothing the container can influence is ever
-//! looked up by path afterwards.
+//! the host's mount namespace. Each source becomes an `O_PATH` descriptor
+//! whose type is checked, and, where the kernel has the new mount API, a
+//! detached clone of its mount (`open_tree`) that can be attached inside the
+//! container's namespace: nothing is looked up on the host by path afterwards.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::os::fd::AsFd;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::libc;
 
+use super::Sys;
 use super::{Error, Result};
-use crate::plan::{DeviceNode, MountKind, Plan};
+use crate::plan::{DeviceNode, MountKind, MountOptions, Plan};
 
 /// Largest procfs file copied into the masked `/proc/driver/nvidia`.
 const MAX_PROC_FILE: u64 = 64 * 1024;
 
+/// One host file or directory to bind into the container.
+#[derive(Debug)]
+pub struct Source {
+    /// Its host path, for messages and for the fallback without `open_tree`.
+    pub path: PathBuf,
+    /// `O_PATH` descriptor, opened in the host's namespace.
+    pub file: File,
+    /// Device and inode it had when checked, to recognise it again.
+    pub id: (u64, u64),
+    /// A detached clone of its mount, already carrying the mount options;
+    /// `None` on kernels without `open_tree`.
+    pub tree: Option<OwnedFd>,
+}
+
 /// Host sources, opened and checked.
 #[derive(Debug)]
 pub struct Sources {
-    /// One descriptor per plan mount, in plan order.
-    pub mounts: Vec<File>,
+    /// One per plan mount, in plan order.
+    pub mounts: Vec<Source>,
     /// Host device nodes, in plan order, when nodes are bind-mounted (user namespaces).
-    pub devices: Vec<File>,
+    pub devices: Vec<Source>,
     /// Contents for the masked `/proc/driver/nvidia`, by file name.
     pub proc_files: Vec<(String, Vec<u8>)>,
     /// The selected GPUs' procfs directories, by bus id.
-    pub proc_gpus: Vec<(String, File)>,
+    pub proc_gpus: Vec<(String, Source)>,
 }
 
 /// Opens `path` as an `O_PATH` descriptor without following a final symlink.
@@ -79,6 +96,21 @@ fn open_checked(
         });
     }
     Ok(file)
+}
+
+/// Turns a checked descriptor into a [`Source`], cloning its mount with `options`.
+fn source(sys: &impl Sys, path: &Path, file: File, options: MountOptions) -> Result<Source> {
+    let meta = file.metadata().map_err(|source| Error::Source {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let tree = sys.clone_mount(path, file.as_fd(), options)?;
+    Ok(Source {
+        path: path.to_path_buf(),
+        file,
+        id: (meta.dev(), meta.ino()),
+        tree,
+    })
 }
 
 fn open_device(node: &DeviceNode) -> Result<File> {
@@ -151,23 +183,28 @@ pub fn mask_params(params: &[u8]) -> Vec<u8> {
 
 impl Sources {
     /// Opens the plan's sources; device nodes too when they will be bind-mounted.
-    pub fn open(plan: &Plan, bind_devices: bool) -> Result<Sources> {
+    pub fn open(sys: &impl Sys, plan: &Plan, bind_devices: bool) -> Result<Sources> {
         let mounts = plan
             .mounts
             .iter()
-            .map(|m| match m.kind {
-                MountKind::Binary
-                | MountKind::Library
-                | MountKind::Firmware
-                | MountKind::Config => open_checked(&m.source, "regular file", |ft| ft.is_file()),
-                MountKind::Socket => open_checked(&m.source, "socket", |ft| ft.is_socket()),
-                MountKind::Directory => open_checked(&m.source, "directory", |ft| ft.is_dir()),
+            .map(|m| {
+                let file = match m.kind {
+                    MountKind::Binary
+                    | MountKind::Library
+                    | MountKind::Firmware
+                    | MountKind::Config => {
+                        open_checked(&m.source, "regular file", |ft| ft.is_file())
+                    }
+                    MountKind::Socket => open_checked(&m.source, "socket", |ft| ft.is_socket()),
+                    MountKind::Directory => open_checked(&m.source, "directory", |ft| ft.is_dir()),
+                }?;
+                source(sys, &m.source, file, m.options)
             })
             .collect::<Result<Vec<_>>>()?;
         let devices = if bind_devices {
             plan.devices
                 .iter()
-                .map(open_device)
+                .map(|node| source(sys, &node.host_path, open_device(node)?, DEVICE_OPTIONS))
                 .collect::<Result<Vec<_>>>()?
         } else {
             Vec::new()
@@ -191,10 +228,8 @@ impl Sources {
                 }
             }
             for (bus, dir) in &mask.gpus {
-                proc_gpus.push((
-                    bus.clone(),
-                    open_checked(dir, "directory", |ft| ft.is_dir())?,
-                ));
+                let file = open_checked(dir, "directory", |ft| ft.is_dir())?;
+                proc_gpus.push((bus.clone(), source(sys, dir, file, PROC_OPTIONS)?));
             }
         }
         Ok(Sources {
@@ -206,9 +241,18 @@ impl Sources {
     }
 }
 
-impl Sources {
-    /// The descriptor for plan mount `index`.
-    pub fn mount(&self, index: usize) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.mounts.get(index).map(|f| f.as_fd())
-    }
-}
+/// Device nodes bound in a user namespace: usable, but nothing else.
+pub const DEVICE_OPTIONS: MountOptions = MountOptions {
+    read_only: false,
+    nosuid: true,
+    nodev: false,
+    noexec: true,
+};
+
+/// The GPUs' procfs directories: read-only, inert.
+pub const PROC_OPTIONS: MountOptions = MountOptions {
+    read_only: true,
+    nosuid: true,
+    nodev: true,
+    noexec: true,
+};

@@ -1,18 +1,30 @@
 //! The seam: the few privileged syscalls injection makes (entering the mount
 //! namespace, mknod, mount). Everything else in `inject` works through
 //! `pathrs` on the rootfs and is tested without root against a fake.
+//!
+//! Bind mounts use the new mount API where the kernel has it: `open_tree`
+//! clones each host source's mount in the host's namespace (a plain bind
+//! cannot take its source from another mount namespace), `mount_setattr`
+//! sets the options on the detached mount, and `move_mount` attaches it onto
+//! the resolved target descriptor. Older kernels fall back to `mount(2)`
+//! through `/proc/self/fd`, after checking that the host path still names the
+//! file checked before entering the container.
 
-use std::fs::{File, Permissions};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::os::unix::fs::PermissionsExt;
+use std::ffi::{c_uint, CStr};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::libc;
 use nix::mount::{mount, MsFlags};
 use nix::sched::{setns, CloneFlags};
-use nix::sys::stat::{fstat, major, makedev, minor, SFlag};
-use pathrs::{InodeType, Root};
+use nix::sys::stat::{fstatat, major, makedev, minor, mknodat, Mode, SFlag};
 
-use super::{Error, Result};
+use super::{Error, Place, Result, Source};
 use crate::plan::MountOptions;
 
 /// The privileged operations injection needs; the Linux implementation makes
@@ -20,20 +32,23 @@ use crate::plan::MountOptions;
 pub trait Sys {
     /// Moves this process into the mount namespace of `pid`.
     fn enter_mount_namespace(&self, proc: &Path, pid: u32) -> Result<()>;
-    /// Creates character device `path` inside `root` and verifies it with `fstat`.
-    fn mknod(&self, root: &Root, path: &Path, mode: u32, major: u32, minor: u32) -> Result<()>;
-    /// Bind-mounts `source` onto the existing `target` inside `root`, then applies `options`.
-    fn bind_mount(
+    /// Creates character device `place` and verifies it with `fstatat`.
+    fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<()>;
+    /// In the host's namespace, clones the mount of `source` (at host `path`)
+    /// into a detached mount carrying `options`; `None` where the kernel
+    /// lacks the new mount API.
+    fn clone_mount(
         &self,
+        path: &Path,
         source: BorrowedFd<'_>,
-        root: &Root,
-        target: &Path,
         options: MountOptions,
-    ) -> Result<()>;
-    /// Mounts a small tmpfs on the existing directory `target` inside `root`.
-    fn mount_tmpfs(&self, root: &Root, target: &Path) -> Result<()>;
-    /// Makes the tmpfs at `target` read-only once it is filled.
-    fn remount_read_only(&self, root: &Root, target: &Path) -> Result<()>;
+    ) -> Result<Option<OwnedFd>>;
+    /// Binds `source` onto the existing `place` with `options`.
+    fn bind_mount(&self, source: &Source, place: Place<'_>, options: MountOptions) -> Result<()>;
+    /// Mounts a small tmpfs on the directory `dir` (container path `path`).
+    fn mount_tmpfs(&self, dir: BorrowedFd<'_>, path: &Path) -> Result<()>;
+    /// Makes the tmpfs at `dir` read-only once it is filled.
+    fn remount_read_only(&self, dir: BorrowedFd<'_>, path: &Path) -> Result<()>;
 }
 
 /// The real syscalls.
@@ -55,12 +70,26 @@ fn mount_flags(options: MountOptions) -> MsFlags {
     flags
 }
 
-fn resolve(root: &Root, path: &Path) -> Result<pathrs::Handle> {
-    root.resolve_nofollow(path)
-        .map_err(|source| Error::Resolve {
-            path: path.to_path_buf(),
-            source,
-        })
+fn mount_err<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(nix::Error) -> Error + 'a {
+    move |errno| Error::Mount {
+        target: path.to_path_buf(),
+        what,
+        source: errno.into(),
+    }
+}
+
+/// An `O_PATH` descriptor of `place` itself, never following a symlink.
+fn open_place(place: Place<'_>) -> Result<OwnedFd> {
+    openat(
+        place.dir,
+        place.name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| Error::Stat {
+        path: place.path.to_path_buf(),
+        source: errno.into(),
+    })
 }
 
 impl Sys for LinuxSys {
@@ -76,36 +105,41 @@ impl Sys for LinuxSys {
         })
     }
 
-    fn mknod(&self, root: &Root, path: &Path, mode: u32, maj: u32, min: u32) -> Result<()> {
+    fn mknod(&self, place: Place<'_>, mode: u32, maj: u32, min: u32) -> Result<()> {
         let dev = makedev(u64::from(maj), u64::from(min));
-        let created = root.create(
-            path,
-            &InodeType::CharacterDevice(Permissions::from_mode(mode), dev),
-        );
-        if let Err(source) = created {
+        match mknodat(
+            place.dir,
+            place.name,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(mode),
+            dev,
+        ) {
             // A node the runtime already made is fine if it is the same device.
-            if source.kind() != pathrs::error::ErrorKind::OsError(Some(nix::libc::EEXIST)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(errno) => {
                 return Err(Error::Mknod {
-                    path: path.to_path_buf(),
+                    path: place.path.to_path_buf(),
                     major: maj,
                     minor: min,
-                    source,
-                });
+                    source: errno.into(),
+                })
             }
         }
-        let handle = resolve(root, path)?;
-        let stat = fstat(handle.as_fd()).map_err(|errno| Error::Stat {
-            path: path.to_path_buf(),
-            source: errno.into(),
-        })?;
+        let stat =
+            fstatat(place.dir, place.name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(|errno| {
+                Error::Stat {
+                    path: place.path.to_path_buf(),
+                    source: errno.into(),
+                }
+            })?;
         let is_char = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR;
-        let (found_major, found_minor) = (major(stat.st_rdev) as u32, minor(stat.st_rdev) as u32);
-        if !is_char || (found_major, found_minor) != (maj, min) {
+        let found = (major(stat.st_rdev) as u32, minor(stat.st_rdev) as u32);
+        if !is_char || found != (maj, min) {
             return Err(Error::NodeMismatch {
-                path: path.to_path_buf(),
+                path: place.path.to_path_buf(),
                 expected: format!("c {maj}:{min}"),
                 found: if is_char {
-                    format!("c {found_major}:{found_minor}")
+                    format!("c {}:{}", found.0, found.1)
                 } else {
                     format!("mode {:o}", stat.st_mode)
                 },
@@ -114,29 +148,70 @@ impl Sys for LinuxSys {
         Ok(())
     }
 
-    fn bind_mount(
+    fn clone_mount(
         &self,
+        path: &Path,
         source: BorrowedFd<'_>,
-        root: &Root,
-        target: &Path,
         options: MountOptions,
-    ) -> Result<()> {
-        let handle = resolve(root, target)?;
-        let mount_err = |errno: nix::Error| Error::Mount {
-            target: target.to_path_buf(),
-            what: "bind",
-            source: errno.into(),
+    ) -> Result<Option<OwnedFd>> {
+        let err = |what: &'static str, source: io::Error| Error::Mount {
+            target: path.to_path_buf(),
+            what,
+            source,
         };
+        let tree = match open_tree(source) {
+            Ok(tree) => tree,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => return Ok(None),
+            Err(e) => return Err(err("open_tree clone", e)),
+        };
+        match mount_setattr(tree.as_fd(), options) {
+            Ok(()) => Ok(Some(tree)),
+            // open_tree without mount_setattr (5.2 to 5.11): use the fallback.
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Ok(None),
+            Err(e) => Err(err("mount_setattr", e)),
+        }
+    }
+
+    fn bind_mount(&self, source: &Source, place: Place<'_>, options: MountOptions) -> Result<()> {
+        let target = open_place(place)?;
+        if let Some(tree) = &source.tree {
+            return move_mount(tree.as_fd(), target.as_fd()).map_err(|e| Error::Mount {
+                target: place.path.to_path_buf(),
+                what: "move_mount",
+                source: e,
+            });
+        }
+        // Before pivot_root the host path is visible here too; it must still
+        // be the very file that was checked in the host's namespace.
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&source.path)
+            .map_err(|e| Error::Source {
+                path: source.path.clone(),
+                source: e,
+            })?;
+        let meta = file.metadata().map_err(|e| Error::Source {
+            path: source.path.clone(),
+            source: e,
+        })?;
+        if (meta.dev(), meta.ino()) != source.id {
+            return Err(Error::SourceKind {
+                path: source.path.clone(),
+                expected: "the file checked before entering the container",
+                found: "a different file",
+            });
+        }
         mount(
-            Some(&fd_path(source)),
-            &fd_path(handle.as_fd()),
+            Some(&fd_path(file.as_fd())),
+            &fd_path(target.as_fd()),
             None::<&str>,
             MsFlags::MS_BIND,
             None::<&str>,
         )
-        .map_err(mount_err)?;
-        // The old handle still names the file under the new mount: resolve again.
-        let mounted = resolve(root, target)?;
+        .map_err(mount_err(place.path, "bind"))?;
+        // The old descriptor still names the file under the new mount: open again.
+        let mounted = open_place(place)?;
         mount(
             None::<&str>,
             &fd_path(mounted.as_fd()),
@@ -144,34 +219,24 @@ impl Sys for LinuxSys {
             MsFlags::MS_REMOUNT | MsFlags::MS_BIND | mount_flags(options),
             None::<&str>,
         )
-        .map_err(|errno| Error::Mount {
-            target: target.to_path_buf(),
-            what: "remount",
-            source: errno.into(),
-        })
+        .map_err(mount_err(place.path, "remount"))
     }
 
-    fn mount_tmpfs(&self, root: &Root, target: &Path) -> Result<()> {
-        let handle = resolve(root, target)?;
+    fn mount_tmpfs(&self, dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
         mount(
             Some("tmpfs"),
-            &fd_path(handle.as_fd()),
+            &fd_path(dir),
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
             Some("mode=0555,size=1m"),
         )
-        .map_err(|errno| Error::Mount {
-            target: target.to_path_buf(),
-            what: "tmpfs",
-            source: errno.into(),
-        })
+        .map_err(mount_err(path, "tmpfs"))
     }
 
-    fn remount_read_only(&self, root: &Root, target: &Path) -> Result<()> {
-        let handle = resolve(root, target)?;
+    fn remount_read_only(&self, dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
         mount(
             None::<&str>,
-            &fd_path(handle.as_fd()),
+            &fd_path(dir),
             None::<&str>,
             MsFlags::MS_REMOUNT
                 | MsFlags::MS_RDONLY
@@ -180,10 +245,104 @@ impl Sys for LinuxSys {
                 | MsFlags::MS_NOEXEC,
             None::<&str>,
         )
-        .map_err(|errno| Error::Mount {
-            target: target.to_path_buf(),
-            what: "read-only remount",
-            source: errno.into(),
-        })
+        .map_err(mount_err(path, "read-only remount"))
     }
+}
+
+/// `OPEN_TREE_CLONE`: a detached copy of the mount, not the mount itself.
+const OPEN_TREE_CLONE: c_uint = 1;
+/// `MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH`: both ends are descriptors.
+const MOVE_MOUNT_EMPTY_PATHS: c_uint = 0x04 | 0x40;
+/// `MOUNT_ATTR_RDONLY` of `struct mount_attr`.
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+/// `MOUNT_ATTR_NOSUID`.
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+/// `MOUNT_ATTR_NODEV`.
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+/// `MOUNT_ATTR_NOEXEC`.
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+/// The empty path the `*_EMPTY_PATH` flags go with.
+const EMPTY: &CStr = c"";
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)`.
+fn open_tree(source: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as c_uint | libc::AT_EMPTY_PATH as c_uint;
+    // SAFETY: the descriptor is valid for the call, the path is a valid
+    // NUL-terminated string, and the flags are plain integers.
+    let fd = check(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            source.as_raw_fd(),
+            EMPTY.as_ptr(),
+            flags,
+        )
+    })?;
+    // SAFETY: on success open_tree returns a new descriptor that we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `mount_setattr(tree, "", AT_EMPTY_PATH, {attr_set})`: the options, on the detached mount.
+fn mount_setattr(tree: BorrowedFd<'_>, options: MountOptions) -> io::Result<()> {
+    let attr_set = [
+        (options.read_only, MOUNT_ATTR_RDONLY),
+        (options.nosuid, MOUNT_ATTR_NOSUID),
+        (options.nodev, MOUNT_ATTR_NODEV),
+        (options.noexec, MOUNT_ATTR_NOEXEC),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .fold(0, |bits, (_, bit)| bits | bit);
+    let attr = MountAttr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `attr` lives across the call and its size is passed with it;
+    // the descriptor and the empty path are valid.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            EMPTY.as_ptr(),
+            libc::AT_EMPTY_PATH as c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// `move_mount(tree, "", target, "", F_EMPTY_PATH | T_EMPTY_PATH)`: attaches the detached mount.
+fn move_mount(tree: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: both descriptors are valid for the call and the paths are
+    // valid NUL-terminated strings.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            EMPTY.as_ptr(),
+            target.as_raw_fd(),
+            EMPTY.as_ptr(),
+            MOVE_MOUNT_EMPTY_PATHS,
+        )
+    })
+    .map(drop)
 }

@@ -3,13 +3,13 @@
 
 use std::cell::RefCell;
 use std::fs;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::ldcache::{Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
-use crate::plan::{DeviceNode, LoaderEntry, Mount, ProcMask, Symlink};
+use crate::plan::{DeviceNode, LoaderEntry, Mount, MountOptions, ProcMask, Symlink};
 
 const X86: i32 = FLAG_ELF_LIBC6 | FLAG_X8664_LIB64;
 
@@ -26,30 +26,32 @@ impl Sys for FakeSys {
     fn enter_mount_namespace(&self, _proc: &Path, _pid: u32) -> Result<()> {
         Ok(())
     }
-    fn mknod(&self, _root: &Root, path: &Path, mode: u32, major: u32, minor: u32) -> Result<()> {
+    fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<()> {
         self.mknods
             .borrow_mut()
-            .push((path.to_path_buf(), mode, major, minor));
+            .push((place.path.to_path_buf(), mode, major, minor));
         Ok(())
     }
-    fn bind_mount(
+    fn clone_mount(
         &self,
-        _source: BorrowedFd<'_>,
-        _root: &Root,
-        target: &Path,
-        options: MountOptions,
-    ) -> Result<()> {
+        _path: &Path,
+        source: BorrowedFd<'_>,
+        _options: MountOptions,
+    ) -> Result<Option<OwnedFd>> {
+        Ok(Some(source.try_clone_to_owned().unwrap()))
+    }
+    fn bind_mount(&self, _source: &Source, place: Place<'_>, options: MountOptions) -> Result<()> {
         self.binds
             .borrow_mut()
-            .push((target.to_path_buf(), options));
+            .push((place.path.to_path_buf(), options));
         Ok(())
     }
-    fn mount_tmpfs(&self, _root: &Root, target: &Path) -> Result<()> {
-        self.tmpfs.borrow_mut().push(target.to_path_buf());
+    fn mount_tmpfs(&self, _dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
+        self.tmpfs.borrow_mut().push(path.to_path_buf());
         Ok(())
     }
-    fn remount_read_only(&self, _root: &Root, target: &Path) -> Result<()> {
-        self.read_only.borrow_mut().push(target.to_path_buf());
+    fn remount_read_only(&self, _dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
+        self.read_only.borrow_mut().push(path.to_path_buf());
         Ok(())
     }
 }
@@ -150,7 +152,7 @@ impl World {
     }
 
     fn apply(&self, sys: &FakeSys) -> Result<Summary> {
-        let sources = Sources::open(&self.plan, false)?;
+        let sources = Sources::open(sys, &self.plan, false)?;
         apply(sys, &self.plan, &sources, &self.rootfs(), NodeMode::Mknod)
     }
 }
@@ -386,7 +388,7 @@ fn corrupt_image_cache_is_an_error_naming_it() {
 fn source_of_the_wrong_kind_is_refused_before_entering() {
     let mut world = World::new();
     world.plan.mounts[0].source = world.dir.path().join("host");
-    let err = Sources::open(&world.plan, false).unwrap_err();
+    let err = Sources::open(&FakeSys::default(), &world.plan, false).unwrap_err();
     assert!(
         matches!(
             err,
@@ -401,7 +403,7 @@ fn source_of_the_wrong_kind_is_refused_before_entering() {
     symlink(&world.plan.mounts[1].source, &link).unwrap();
     world.plan.mounts[0].source = link;
     assert!(matches!(
-        Sources::open(&world.plan, false),
+        Sources::open(&FakeSys::default(), &world.plan, false),
         Err(Error::SourceKind {
             found: "symlink",
             ..

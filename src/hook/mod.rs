@@ -1,0 +1,165 @@
+//! The hook itself: what runs at `prestart`/`createRuntime`.
+//!
+//! One-way flow: the state on stdin and the bundle's `config.json` give the
+//! request; discovery gives the host inventory; the plan joins them; then the
+//! device cgroup is updated in the host's view, host sources are opened, and
+//! only then does the process enter the container's mount namespace to apply
+//! the plan. The hook's own environment is never consulted.
+
+mod spec;
+mod state;
+
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::sys::stat::{umask, Mode};
+use thiserror::Error;
+
+pub use spec::{image_layout, Container};
+pub use state::{parse as parse_state, read_bounded, ContainerState, MAX_STATE, STATE_TIMEOUT};
+
+use crate::config::Config;
+use crate::driver::Inventory;
+use crate::inject::{self, LinuxSys, NodeMode, Sources, Sys};
+use crate::plan::Plan;
+use crate::request::{DeviceSelection, Request};
+use crate::{cgroup, driver, plan, request};
+
+/// Why the hook refused or failed; `main` prints it on one line.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("cannot read the OCI state from stdin: {0}")]
+    Stdin(io::Error),
+    #[error("the OCI state on stdin exceeds {limit} bytes")]
+    StdinTooLarge { limit: usize },
+    #[error("no complete OCI state on stdin within {seconds} s")]
+    StdinTimeout { seconds: u64 },
+    #[error("bad OCI state on stdin: {0}")]
+    State(String),
+    #[error("container process {pid} does not exist (dead pid, or not in this pid namespace)")]
+    DeadPid { pid: u32 },
+    #[error("refusing to run inside the container's mount namespace (pid {pid}): run this hook at prestart or createRuntime, never createContainer")]
+    InsideContainer { pid: u32 },
+    #[error("cannot inspect {path}: {source}")]
+    Inspect { path: PathBuf, source: io::Error },
+    #[error("bad bundle config {path}: {reason}")]
+    Spec { path: PathBuf, reason: String },
+    #[error("cannot open container rootfs {path}: {reason}")]
+    Rootfs { path: PathBuf, reason: String },
+    #[error("container {id}: {source}")]
+    Request { id: String, source: request::Error },
+    #[error(transparent)]
+    Driver(#[from] driver::Error),
+    #[error(transparent)]
+    Plan(#[from] plan::Error),
+    #[error(transparent)]
+    Cgroup(#[from] cgroup::Error),
+    #[error(transparent)]
+    Inject(#[from] inject::Error),
+}
+
+/// Result of a hook run.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The procfs the container's pid is looked up in: always the real one (the
+/// config's `proc-root` only relocates the driver's files).
+const PROC: &str = "/proc";
+
+/// Runs the hook with the state read from `stdin`.
+pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
+    // Modes we pass are exact: device nodes keep the host node's mode.
+    umask(Mode::empty());
+    let state = state::parse(&state::read_bounded(stdin, MAX_STATE, STATE_TIMEOUT)?)?;
+    let proc = Path::new(PROC);
+    refuse_inside_container(proc, state.pid)?;
+
+    let container = spec::load(&state.bundle)?;
+    let request = Request::from_env(&container.env).map_err(|source| Error::Request {
+        id: state.id.clone(),
+        source,
+    })?;
+    if request.devices == DeviceSelection::Void {
+        log::debug!(
+            "container {}: NVIDIA_VISIBLE_DEVICES unset or void, nothing to do",
+            state.id
+        );
+        return Ok(());
+    }
+    let inventory = Inventory::discover(&config.driver, &request.capabilities)?;
+    let layout = spec::image_layout(&container.rootfs)?;
+    let plan = Plan::build(&inventory, &request, layout)?;
+
+    let nodes = if container.user_namespace {
+        log::info!(
+            "container {}: user namespace: skipping the device cgroup, bind-mounting device nodes",
+            state.id
+        );
+        NodeMode::Bind
+    } else {
+        for outcome in cgroup::allow(proc, state.pid, &plan.cgroup_rules)? {
+            log::debug!("container {}: device cgroup: {outcome:?}", state.id);
+        }
+        NodeMode::Mknod
+    };
+    let sys = LinuxSys;
+    let sources = Sources::open(&sys, &plan, nodes == NodeMode::Bind)?;
+    sys.enter_mount_namespace(proc, state.pid)?;
+    let summary = inject::apply(&sys, &plan, &sources, &container.rootfs, nodes)?;
+    log::info!(
+        "container {}: injected {} device nodes, {} mounts, {} links, {} loader entries ({})",
+        state.id,
+        summary.devices,
+        summary.mounts,
+        summary.symlinks,
+        summary.loader_entries,
+        request.capabilities
+    );
+    Ok(())
+}
+
+/// Refuses to run when this process already shares the container's mount
+/// namespace: that is the `createContainer` stage, where an image's
+/// environment (`LD_PRELOAD`) reached NVIDIA's privileged hook (CVE-2025-23266).
+fn refuse_inside_container(proc: &Path, pid: u32) -> Result<()> {
+    let theirs_path = proc.join(pid.to_string()).join("ns/mnt");
+    let theirs = match std::fs::metadata(&theirs_path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Error::DeadPid { pid }),
+        Err(source) => {
+            return Err(Error::Inspect {
+                path: theirs_path,
+                source,
+            })
+        }
+    };
+    let ours_path = proc.join("self/ns/mnt");
+    let ours = std::fs::metadata(&ours_path).map_err(|source| Error::Inspect {
+        path: ours_path,
+        source,
+    })?;
+    if (ours.dev(), ours.ino()) == (theirs.dev(), theirs.ino()) {
+        return Err(Error::InsideContainer { pid });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_to_run_in_its_own_mount_namespace() {
+        // Our own pid shares our mount namespace, as a container's would at createContainer.
+        let err = refuse_inside_container(Path::new(PROC), std::process::id()).unwrap_err();
+        assert!(matches!(err, Error::InsideContainer { .. }), "{err}");
+        assert!(err.to_string().contains("createContainer"));
+    }
+
+    #[test]
+    fn dead_pid_is_named() {
+        let err = refuse_inside_container(Path::new(PROC), 999_999_999).unwrap_err();
+        assert!(err.to_string().contains("999999999"), "{err}");
+    }
+}

@@ -1,0 +1,136 @@
+//! Reads what the hook needs from the bundle's `config.json`: the rootfs,
+//! the container's own environment (the only place the request comes from),
+//! and whether it runs in a user namespace.
+
+use std::path::{Path, PathBuf};
+
+use oci_spec::runtime::{LinuxNamespaceType, Spec};
+use pathrs::Root;
+
+use super::{Error, Result};
+use crate::plan::ImageLayout;
+
+/// The container as its bundle describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Container {
+    /// The rootfs, absolute.
+    pub rootfs: PathBuf,
+    /// `process.env`, `KEY=VALUE` strings.
+    pub env: Vec<String>,
+    /// Whether it has its own user namespace, where mknod and cgroup writes fail.
+    pub user_namespace: bool,
+}
+
+/// Loads `<bundle>/config.json`.
+pub fn load(bundle: &Path) -> Result<Container> {
+    let path = bundle.join("config.json");
+    let data = std::fs::read(&path).map_err(|source| Error::Spec {
+        path: path.clone(),
+        reason: source.to_string(),
+    })?;
+    let spec: Spec = serde_json::from_slice(&data).map_err(|source| Error::Spec {
+        path: path.clone(),
+        reason: source.to_string(),
+    })?;
+    let root = spec.root().as_ref().ok_or_else(|| Error::Spec {
+        path: path.clone(),
+        reason: "no root.path".into(),
+    })?;
+    if root.path().as_os_str().is_empty() {
+        return Err(Error::Spec {
+            path,
+            reason: "empty root.path".into(),
+        });
+    }
+    let env = spec
+        .process()
+        .as_ref()
+        .and_then(|p| p.env().clone())
+        .unwrap_or_default();
+    let user_namespace = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.namespaces().as_ref())
+        .is_some_and(|ns| ns.iter().any(|n| n.typ() == LinuxNamespaceType::User));
+    Ok(Container {
+        rootfs: bundle.join(root.path()),
+        env,
+        user_namespace,
+    })
+}
+
+/// Debian-family images keep libraries in the multiarch directory; others in `/usr/lib64`.
+pub fn image_layout(rootfs: &Path) -> Result<ImageLayout> {
+    let root = Root::open(rootfs).map_err(|source| Error::Rootfs {
+        path: rootfs.to_path_buf(),
+        reason: source.to_string(),
+    })?;
+    Ok(match root.resolve("/etc/debian_version") {
+        Ok(_) => ImageLayout::Debian,
+        Err(_) => ImageLayout::Rpm,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    fn bundle(config: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("config.json"), config).unwrap();
+        dir
+    }
+
+    #[test]
+    fn reads_rootfs_env_and_namespaces() {
+        let dir = bundle(
+            r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"cwd":"/","args":["sh"],"user":{"uid":0,"gid":0},"env":["PATH=/bin","NVIDIA_VISIBLE_DEVICES=0"]},
+               "linux":{"namespaces":[{"type":"mount"},{"type":"user"}]}}"#,
+        );
+        let c = load(dir.path()).unwrap();
+        assert_eq!(c.rootfs, dir.path().join("rootfs"));
+        assert_eq!(c.env, ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0"]);
+        assert!(c.user_namespace);
+    }
+
+    #[test]
+    fn absolute_root_path_is_kept() {
+        let dir = bundle(
+            r#"{"ociVersion":"1.0.2","root":{"path":"/var/lib/c/merged"},"linux":{"namespaces":[{"type":"mount"}]}}"#,
+        );
+        let c = load(dir.path()).unwrap();
+        assert_eq!(c.rootfs, Path::new("/var/lib/c/merged"));
+        assert!(!c.user_namespace);
+        assert!(c.env.is_empty());
+    }
+
+    #[test]
+    fn missing_root_or_config_names_the_file() {
+        let dir = bundle(r#"{"ociVersion":"1.0.2"}"#);
+        let err = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("config.json") && err.contains("root.path"),
+            "{err}"
+        );
+        let err = load(Path::new("/nonexistent/bundle"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/nonexistent/bundle/config.json"), "{err}");
+    }
+
+    #[test]
+    fn detects_layout_inside_the_rootfs() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(image_layout(dir.path()).unwrap(), ImageLayout::Rpm);
+        fs::create_dir(dir.path().join("etc")).unwrap();
+        // A link out of the rootfs does not count, even if the host has the file.
+        std::os::unix::fs::symlink("/etc/debian_version", dir.path().join("etc/debian_version"))
+            .unwrap();
+        assert_eq!(image_layout(dir.path()).unwrap(), ImageLayout::Rpm);
+        fs::remove_file(dir.path().join("etc/debian_version")).unwrap();
+        fs::write(dir.path().join("etc/debian_version"), "12\n").unwrap();
+        assert_eq!(image_layout(dir.path()).unwrap(), ImageLayout::Debian);
+    }
+}

@@ -1,0 +1,163 @@
+//! Reads the OCI state a runtime passes a hook on stdin: bounded in size and
+//! in time, so a broken or hostile runtime cannot make the hook hang or
+//! exhaust memory.
+
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::{Error, Result};
+
+/// Most bytes of state accepted; real states are a few hundred bytes.
+pub const MAX_STATE: usize = 1024 * 1024;
+/// Longest we wait for the runtime to finish writing the state.
+pub const STATE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the hook needs from the state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerState {
+    /// The container id, for log lines.
+    pub id: String,
+    /// The container's init process, whose namespaces and cgroup we use.
+    pub pid: u32,
+    /// The bundle directory holding `config.json`.
+    pub bundle: PathBuf,
+}
+
+/// Reads all of `input` (until EOF) within `limit` bytes and `timeout`.
+pub fn read_bounded(
+    mut input: impl Read + AsFd,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Vec<u8>> {
+    let deadline = Instant::now() + timeout;
+    let mut data = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let millis = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(input.as_fd(), PollFlags::POLLIN)];
+        let ready =
+            poll(&mut fds, PollTimeout::from(millis)).map_err(|e| Error::Stdin(e.into()))?;
+        if ready == 0 {
+            if Instant::now() >= deadline {
+                return Err(Error::StdinTimeout {
+                    seconds: timeout.as_secs(),
+                });
+            }
+            continue;
+        }
+        let n = match input.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::Stdin(e)),
+        };
+        if n == 0 {
+            return Ok(data);
+        }
+        if data.len() + n > limit {
+            return Err(Error::StdinTooLarge { limit });
+        }
+        data.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Parses the state JSON; `pid` and `bundle` must be present.
+pub fn parse(data: &[u8]) -> Result<ContainerState> {
+    if data.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::State(
+            "stdin is empty: expected the OCI state JSON".into(),
+        ));
+    }
+    let state: oci_spec::runtime::State = serde_json::from_slice(data)
+        .map_err(|e| Error::State(format!("not valid OCI state JSON: {e}")))?;
+    let pid = match state.pid() {
+        Some(pid) if *pid > 0 => *pid as u32,
+        Some(pid) => return Err(Error::State(format!("invalid pid {pid}"))),
+        None => {
+            return Err(Error::State(
+                "no pid in the state: is this hook run at prestart or createRuntime?".into(),
+            ))
+        }
+    };
+    if state.bundle().as_os_str().is_empty() {
+        return Err(Error::State("no bundle in the state".into()));
+    }
+    Ok(ContainerState {
+        id: state.id().clone(),
+        pid,
+        bundle: state.bundle().clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_runc_and_crun_states() {
+        let runc = br#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":4242,"bundle":"/b","annotations":{"a":"b"}}"#;
+        assert_eq!(
+            parse(runc).unwrap(),
+            ContainerState {
+                id: "c1".into(),
+                pid: 4242,
+                bundle: "/b".into()
+            }
+        );
+        // crun adds a non-standard root field.
+        let crun = br#"{"ociVersion":"1.0.0","id":"c2","status":"created","pid":7,"bundle":"/b2","root":"/b2/rootfs"}"#;
+        assert_eq!(parse(crun).unwrap().pid, 7);
+    }
+
+    #[test]
+    fn refuses_bad_states_with_a_reason() {
+        for (input, needle) in [
+            (&b""[..], "empty"),
+            (b"  \n", "empty"),
+            (b"not json", "not valid"),
+            (br#"{"id":"x","bundle":"/b""#, "not valid"),
+            (br#"{"id":"x","bundle":"/b"}"#, "no pid"),
+            (br#"{"id":"x","pid":0,"bundle":"/b"}"#, "invalid pid"),
+            (br#"{"id":"x","pid":-3,"bundle":"/b"}"#, "invalid pid"),
+            (br#"{"id":"x","pid":5}"#, "no bundle"),
+            (br#"{"id":"x","pid":"5","bundle":"/b"}"#, "not valid"),
+        ] {
+            let err = parse(input).unwrap_err().to_string();
+            assert!(err.contains(needle), "{input:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn reads_until_eof() {
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        std::io::Write::write_all(&mut writer, b"{\"pid\":1}").unwrap();
+        drop(writer);
+        assert_eq!(
+            read_bounded(reader, 100, Duration::from_secs(1)).unwrap(),
+            b"{\"pid\":1}"
+        );
+    }
+
+    #[test]
+    fn refuses_more_than_the_limit() {
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        let handle = std::thread::spawn(move || {
+            let _ = std::io::Write::write_all(&mut writer, &[b' '; 4096]);
+        });
+        let err = read_bounded(reader, 1000, Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(err, Error::StdinTooLarge { limit: 1000 }), "{err}");
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn gives_up_when_the_writer_stalls() {
+        let (reader, writer) = std::io::pipe().unwrap();
+        let err = read_bounded(reader, 1000, Duration::from_millis(100)).unwrap_err();
+        assert!(matches!(err, Error::StdinTimeout { .. }), "{err}");
+        drop(writer);
+    }
+}
