@@ -6,7 +6,8 @@
 //! relative ones, and refuses any `..` that would climb out of the root. It
 //! never returns a path outside the root.
 
-use std::collections::VecDeque;
+use std::cell::RefCell;
+use std::collections::{HashSet, VecDeque};
 use std::ffi::OsString;
 use std::fs::{self, Metadata};
 use std::io;
@@ -52,6 +53,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DriverRoot {
     root: PathBuf,
+    /// Host paths already seen to be real directories: discovery resolves
+    /// dozens of paths through the same few directories, so each is
+    /// `lstat`ed once.
+    known_dirs: RefCell<HashSet<PathBuf>>,
 }
 
 /// A path resolved inside the root: no symlink in any component.
@@ -68,7 +73,10 @@ pub struct Resolved {
 impl DriverRoot {
     /// A driver root at `root`, an absolute host path.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        DriverRoot { root: root.into() }
+        DriverRoot {
+            root: root.into(),
+            known_dirs: RefCell::new(HashSet::new()),
+        }
     }
 
     /// The root as the host sees it.
@@ -94,8 +102,11 @@ impl DriverRoot {
         push_front(&mut pending, inner);
         let mut done: Vec<OsString> = Vec::new();
         let mut links = 0;
-        let mut metadata =
+        // Whether `done` names a directory, and its metadata when we have it.
+        let root_meta =
             fs::symlink_metadata(&self.root).map_err(|e| self.io(inner, &self.root, e))?;
+        let mut is_dir = root_meta.is_dir();
+        let mut last = Some(root_meta);
         while let Some(name) = pending.pop_front() {
             if name == ".." {
                 if done.pop().is_none() {
@@ -105,11 +116,11 @@ impl DriverRoot {
                         via: inner_path(&done),
                     });
                 }
-                metadata = fs::symlink_metadata(self.host_of(&done))
-                    .map_err(|e| self.io(inner, &self.root, e))?;
+                // The parent of anything is a directory.
+                (is_dir, last) = (true, None);
                 continue;
             }
-            if !metadata.is_dir() {
+            if !is_dir {
                 return Err(Error::NotADirectory {
                     root: self.root.clone(),
                     path: inner.to_path_buf(),
@@ -118,7 +129,11 @@ impl DriverRoot {
             }
             done.push(name);
             let host = self.host_of(&done);
-            metadata = match fs::symlink_metadata(&host) {
+            if !pending.is_empty() && self.known_dirs.borrow().contains(&host) {
+                (is_dir, last) = (true, None);
+                continue;
+            }
+            let metadata = match fs::symlink_metadata(&host) {
                 Ok(m) => m,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     return Err(Error::NotFound {
@@ -142,12 +157,23 @@ impl DriverRoot {
                     done.clear();
                 }
                 push_front(&mut pending, &target);
-                metadata = fs::symlink_metadata(self.host_of(&done))
-                    .map_err(|e| self.io(inner, &host, e))?;
+                // What remains of `done` held the link: a directory.
+                (is_dir, last) = (true, None);
+                continue;
             }
+            is_dir = metadata.is_dir();
+            if is_dir {
+                self.known_dirs.borrow_mut().insert(host);
+            }
+            last = Some(metadata);
         }
+        let host = self.host_of(&done);
+        let metadata = match last {
+            Some(metadata) => metadata,
+            None => fs::symlink_metadata(&host).map_err(|e| self.io(inner, &host, e))?,
+        };
         Ok(Resolved {
-            host: self.host_of(&done),
+            host,
             inner: inner_path(&done),
             metadata,
         })
