@@ -1,0 +1,692 @@
+//! End-to-end: real containers under runc (cgroup v1 and v2), crun (v1) and
+//! podman (with runc, and with crun on v1), with `oci-nvidia-hook prestart`
+//! as their hook, on a simulated 4-GPU host carrying NVIDIA's real 535
+//! user-space files. Inside each container `/checker` (integration/checker.c)
+//! reports the device nodes and what opening them gives (ENXIO: the device
+//! cgroup allows the node; EPERM: it denies it), the libraries and their
+//! mounts, what `dlopen("libcuda.so.1")` and `cuDriverGetVersion` give, and
+//! then nvidia-smi runs.
+//!
+//! Run as root: `make test`, or
+//! `cargo test --features _test_as_root --test runtimes -- --nocapture`
+//! (`--nocapture` shows each container run's duration). The first run builds
+//! the simulated host (a few seconds once NVIDIA's packages are cached) and
+//! the template rootfs (about a second).
+
+mod common;
+mod runtime_support;
+
+use std::collections::BTreeSet;
+
+use common::SimHost;
+use runtime_support::{
+    cuda_version, driver_version, gpus, host_mounts, listing_diff, run, serial, tree_listing,
+    uvm_major, Gpu, Hook, Run, Runtime, Scenario, NVIDIA_MAJOR,
+};
+
+/// The image's library directory: the template has /etc/debian_version.
+const LIB_DIR: &str = "/usr/lib/x86_64-linux-gnu";
+
+const ALL_RUNTIMES: [Runtime; 5] = [
+    Runtime::RuncV1,
+    Runtime::RuncV2,
+    Runtime::CrunV1,
+    Runtime::Podman,
+    Runtime::PodmanCrunV1,
+];
+
+/// nvidia-smi's message when it found libnvidia-ml but no kernel driver:
+/// proof that the injected binary and library work together.
+const SMI_NO_DRIVER: &str = "couldn't communicate with the NVIDIA driver";
+/// nvidia-smi's exit code for that failure.
+const SMI_NO_DRIVER_EXIT: i32 = 9;
+
+fn host() -> SimHost {
+    SimHost::shared("real", 4, "new")
+}
+
+/// One container run of `scenario` with `runtime`.
+fn run_container(
+    serial: &runtime_support::Serial,
+    host: &SimHost,
+    scenario: &str,
+    runtime: Runtime,
+    env: &[(&str, &str)],
+    hook: Hook,
+) -> Run {
+    run_with_decoys(serial, host, scenario, runtime, env, hook, &[])
+}
+
+/// The same, with decoy GPU nodes (see [`Scenario::decoy_minors`]).
+fn run_with_decoys(
+    serial: &runtime_support::Serial,
+    host: &SimHost,
+    scenario: &str,
+    runtime: Runtime,
+    env: &[(&str, &str)],
+    hook: Hook,
+    decoy_minors: &[u32],
+) -> Run {
+    let name = format!("{scenario}-{}", runtime.name());
+    run(
+        serial,
+        &Scenario {
+            name: &name,
+            runtime,
+            host,
+            env,
+            hook,
+            decoy_minors,
+            reuse_rootfs: false,
+        },
+    )
+}
+
+/// The decoys are there and denied: the device cgroup is enforced in this
+/// container, so the ENXIO of the requested nodes is the hook's doing, and
+/// the hook did not allow more than it was asked for (`c 195:* rwm`).
+fn assert_decoys_denied(run: &Run, decoy_minors: &[u32]) {
+    let ctx = run.describe();
+    let gpu_nodes = run.report.gpu_nodes();
+    for minor in decoy_minors {
+        let node = gpu_nodes
+            .get(minor)
+            .unwrap_or_else(|| panic!("the runtime's decoy /dev/nvidia{minor} is missing:{ctx}"));
+        assert_eq!(
+            node.open.as_deref(),
+            Some("EPERM"),
+            "decoy /dev/nvidia{minor} (no cgroup rule) must be denied:{ctx}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- assertions
+
+/// The container saw exactly `selected` GPUs (plus nvidiactl and the UVM
+/// nodes, for compute), the device cgroup allowed them, and the driver's
+/// libraries and nvidia-smi work through the image's own loader.
+fn assert_gpus_injected(run: &Run, host: &SimHost, selected: &[&Gpu]) {
+    run.assert_completed();
+    let report = &run.report;
+    let ctx = run.describe();
+    let uvm = uvm_major(host);
+
+    // Control nodes, with the right numbers, allowed by the cgroup.
+    for (path, numbers) in [
+        ("/dev/nvidiactl", (NVIDIA_MAJOR, 255)),
+        ("/dev/nvidia-uvm", (uvm, 0)),
+        ("/dev/nvidia-uvm-tools", (uvm, 1)),
+    ] {
+        let node = report
+            .nodes
+            .get(path)
+            .unwrap_or_else(|| panic!("{path} is missing in the container:{ctx}"));
+        assert_eq!(node.kind, 'c', "{path} is not a char device:{ctx}");
+        assert_eq!(node.numbers, Some(numbers), "{path} numbers:{ctx}");
+        assert_eq!(
+            node.open.as_deref(),
+            Some("ENXIO"),
+            "{path}: the device cgroup should allow it (ENXIO), got {:?}:{ctx}",
+            node.open
+        );
+    }
+
+    // Exactly the selected GPUs' nodes, named by device minor (not index).
+    let wanted: BTreeSet<u32> = selected.iter().map(|g| g.minor).collect();
+    let gpu_nodes = report.gpu_nodes();
+    for gpu in selected {
+        let path = format!("/dev/nvidia{}", gpu.minor);
+        let node = gpu_nodes.get(&gpu.minor).unwrap_or_else(|| {
+            panic!(
+                "{path} (GPU index {}, minor {}) is missing:{ctx}",
+                gpu.index, gpu.minor
+            )
+        });
+        assert_eq!(node.kind, 'c', "{path} is not a char device:{ctx}");
+        assert_eq!(
+            node.numbers,
+            Some((NVIDIA_MAJOR, gpu.minor)),
+            "{path} numbers:{ctx}"
+        );
+        assert_eq!(
+            node.open.as_deref(),
+            Some("ENXIO"),
+            "{path}: the device cgroup should allow it (ENXIO), got {:?}:{ctx}",
+            node.open
+        );
+    }
+    for (minor, node) in &gpu_nodes {
+        if !wanted.contains(minor) {
+            // Best is absent; present is tolerable only if the cgroup denies it.
+            assert_eq!(
+                node.open.as_deref(),
+                Some("EPERM"),
+                "/dev/nvidia{minor} was not requested, yet the device cgroup allows it:{ctx}"
+            );
+        }
+    }
+    assert_eq!(
+        report.devnull.as_deref(),
+        Some("ok"),
+        "/dev/null must still open: the runtime's own device rules were lost:{ctx}"
+    );
+
+    // Libraries: mounted read-only under the host's file name, SONAME link,
+    // loadable through the image's loader, and the real libcuda answers.
+    let version = driver_version(host);
+    let libcuda = format!("{LIB_DIR}/libcuda.so.{version}");
+    let file = report
+        .files
+        .get(&libcuda)
+        .unwrap_or_else(|| panic!("{libcuda} is missing:{ctx}"));
+    assert!(
+        file.size > 1_000_000,
+        "{libcuda} is too small: {file:?}{ctx}"
+    );
+    assert!(
+        file.read_only,
+        "{libcuda} must be on a read-only mount:{ctx}"
+    );
+    assert!(
+        file.nosuid && file.nodev,
+        "{libcuda} must be mounted nosuid,nodev: {file:?}:{ctx}"
+    );
+    assert_eq!(
+        report.links.get(&format!("{LIB_DIR}/libcuda.so.1")),
+        Some(&format!("libcuda.so.{version}")),
+        "libcuda.so.1 SONAME link:{ctx}"
+    );
+    let cuda = report.cuda.as_ref().expect("a cuda line");
+    assert!(cuda.loaded, "dlopen(libcuda.so.1) failed: {cuda:?}:{ctx}");
+    assert!(
+        cuda.path.starts_with(LIB_DIR),
+        "libcuda loaded from {} instead of {LIB_DIR}:{ctx}",
+        cuda.path
+    );
+    assert_eq!(cuda.field("rc"), Some("0"), "cuDriverGetVersion:{ctx}");
+    assert_eq!(
+        cuda.field("version"),
+        Some(cuda_version(host).to_string().as_str()),
+        "cuDriverGetVersion:{ctx}"
+    );
+    let nvml = report.nvml.as_ref().expect("an nvml line");
+    assert!(
+        nvml.loaded,
+        "dlopen(libnvidia-ml.so.1) failed: {nvml:?}:{ctx}"
+    );
+
+    // The image's cache: written by the hook, still holding the image's own
+    // libraries, read by glibc's own ldconfig -p.
+    assert_eq!(
+        report.ldcache.get("libcuda.so.1").map(String::as_str),
+        Some("yes"),
+        "the container's /etc/ld.so.cache lacks libcuda.so.1:{ctx}"
+    );
+    let cache = run
+        .ld_cache
+        .as_ref()
+        .unwrap_or_else(|| panic!("the checker left no copy of the cache:{ctx}"));
+    let has = |soname: &str, dir: &str| {
+        cache
+            .iter()
+            .any(|e| e.soname == soname && e.tag == "libc6,x86-64" && e.path.starts_with(dir))
+    };
+    assert!(
+        has("libcuda.so.1", LIB_DIR),
+        "ldconfig -p of the container's cache has no x86-64 libcuda.so.1 in {LIB_DIR}: {cache:#?}{ctx}"
+    );
+    assert!(
+        has("libnvidia-ml.so.1", LIB_DIR),
+        "ldconfig -p of the container's cache has no libnvidia-ml.so.1 in {LIB_DIR}: {cache:#?}{ctx}"
+    );
+    assert!(
+        has("libc.so.6", "/lib/x86_64-linux-gnu/"),
+        "the image's own libc.so.6 entry was lost from its cache: {cache:#?}{ctx}"
+    );
+
+    // nvidia-smi: found, loaded libnvidia-ml, and failed only for lack of a
+    // kernel driver.
+    assert!(
+        report.files.contains_key("/usr/bin/nvidia-smi"),
+        "/usr/bin/nvidia-smi is missing:{ctx}"
+    );
+    assert!(
+        report.smi_output.contains(SMI_NO_DRIVER),
+        "nvidia-smi did not reach the driver check:{ctx}"
+    );
+    assert_eq!(
+        report.smi_exit,
+        Some(SMI_NO_DRIVER_EXIT),
+        "nvidia-smi exit code:{ctx}"
+    );
+}
+
+/// A container the hook must leave alone: no nodes, no libraries, the
+/// image's cache and library directory untouched.
+fn assert_nothing_injected(run: &Run, template: &std::path::Path) {
+    run.assert_completed();
+    let report = &run.report;
+    let ctx = run.describe();
+    assert!(
+        report.nodes.is_empty(),
+        "nvidia nodes in a non-GPU container: {:#?}{ctx}",
+        report.nodes
+    );
+    assert!(
+        report.files.is_empty() && report.links.is_empty(),
+        "NVIDIA files in a non-GPU container: {:#?} {:#?}{ctx}",
+        report.files,
+        report.links
+    );
+    assert_eq!(report.devnull.as_deref(), Some("ok"), "/dev/null:{ctx}");
+    let cuda = report.cuda.as_ref().expect("a cuda line");
+    assert!(!cuda.loaded, "libcuda loaded in a non-GPU container:{ctx}");
+    assert_eq!(
+        report.smi_exit,
+        Some(127),
+        "nvidia-smi should be absent:{ctx}"
+    );
+    assert!(
+        report.smi_output.contains("not found"),
+        "nvidia-smi should be absent:{ctx}"
+    );
+    assert_eq!(
+        report.ldcache.get("libcuda.so.1").map(String::as_str),
+        Some("no"),
+        "{ctx}"
+    );
+    // Nothing written into the image either.
+    let cache = std::fs::read(run.rootfs.join("etc/ld.so.cache")).unwrap();
+    let original = std::fs::read(template.join("etc/ld.so.cache")).unwrap();
+    assert!(
+        cache == original,
+        "the image's ld.so.cache was rewritten:{ctx}"
+    );
+    let lib_dir: Vec<_> = std::fs::read_dir(run.rootfs.join("usr/lib/x86_64-linux-gnu"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        lib_dir.is_empty(),
+        "files added to {LIB_DIR}: {lib_dir:?}{ctx}"
+    );
+    let conf_d: Vec<_> = std::fs::read_dir(run.rootfs.join("etc/ld.so.conf.d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        conf_d,
+        ["x86_64-linux-gnu.conf"],
+        "files added to /etc/ld.so.conf.d:{ctx}"
+    );
+}
+
+// ---------------------------------------------------------------- scenarios
+
+/// No hook at all: proves each runtime's plumbing (and the checker) on its
+/// own, so a failure elsewhere is the hook's.
+fn without_hook(runtime: Runtime) {
+    let serial = serial();
+    let host = host();
+    let run = run_container(
+        &serial,
+        &host,
+        "without-hook",
+        runtime,
+        &[("NVIDIA_VISIBLE_DEVICES", "1")],
+        Hook::Absent,
+    );
+    let template = runtime_support::template_rootfs(&host);
+    assert_nothing_injected(&run, &template);
+}
+
+/// `NVIDIA_VISIBLE_DEVICES=1`: GPU index 1, whose device minor is not 1.
+fn gpu_by_index(runtime: Runtime) {
+    let serial = serial();
+    let host = host();
+    let gpus = gpus(&host);
+    let gpu = gpus.iter().find(|g| g.index == 1).expect("GPU index 1");
+    assert_ne!(
+        gpu.minor, 1,
+        "the simulated host should give index 1 another minor"
+    );
+    // Every other GPU's node as a decoy, where the runtime can make them.
+    let decoys: Vec<u32> = match runtime {
+        Runtime::Podman | Runtime::PodmanCrunV1 => vec![],
+        _ => gpus
+            .iter()
+            .map(|g| g.minor)
+            .filter(|m| *m != gpu.minor)
+            .collect(),
+    };
+    let run = run_with_decoys(
+        &serial,
+        &host,
+        "gpu-by-index",
+        runtime,
+        &[("NVIDIA_VISIBLE_DEVICES", "1")],
+        Hook::Prestart,
+        &decoys,
+    );
+    assert_gpus_injected(&run, &host, &[gpu]);
+    assert_decoys_denied(&run, &decoys);
+}
+
+/// `NVIDIA_VISIBLE_DEVICES` unset: not a GPU container.
+fn visible_devices_unset(runtime: Runtime) {
+    let serial = serial();
+    let host = host();
+    let run = run_container(&serial, &host, "unset", runtime, &[], Hook::Prestart);
+    assert_nothing_injected(&run, &runtime_support::template_rootfs(&host));
+}
+
+/// `NVIDIA_VISIBLE_DEVICES=void`: not a GPU container.
+fn visible_devices_void(runtime: Runtime) {
+    let serial = serial();
+    let host = host();
+    let run = run_container(
+        &serial,
+        &host,
+        "void",
+        runtime,
+        &[("NVIDIA_VISIBLE_DEVICES", "void")],
+        Hook::Prestart,
+    );
+    assert_nothing_injected(&run, &runtime_support::template_rootfs(&host));
+}
+
+/// `NVIDIA_VISIBLE_DEVICES=all`: every GPU.
+fn all_gpus(runtime: Runtime) {
+    let serial = serial();
+    let host = host();
+    let gpus = gpus(&host);
+    let run = run_container(
+        &serial,
+        &host,
+        "all-gpus",
+        runtime,
+        &[("NVIDIA_VISIBLE_DEVICES", "all")],
+        Hook::Prestart,
+    );
+    let all: Vec<&Gpu> = gpus.iter().collect();
+    assert_eq!(all.len(), 4);
+    assert_gpus_injected(&run, &host, &all);
+}
+
+/// One run per runtime test: `$scenario::<runtime>`, so that e.g.
+/// `cargo test --test runtimes gpu_by_index` or `-- podman` selects them.
+macro_rules! per_runtime {
+    ($scenario:ident: $($test:ident => $runtime:ident),+ $(,)?) => {
+        mod $scenario {
+            use super::*;
+            $(
+                #[test]
+                #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+                fn $test() {
+                    super::$scenario(Runtime::$runtime)
+                }
+            )+
+        }
+    };
+    ($scenario:ident) => {
+        per_runtime!($scenario:
+            runc_v1 => RuncV1,
+            runc_v2 => RuncV2,
+            crun_v1 => CrunV1,
+            podman => Podman,
+            podman_crun_v1 => PodmanCrunV1,
+        );
+    };
+}
+
+per_runtime!(without_hook);
+per_runtime!(gpu_by_index);
+per_runtime!(visible_devices_unset);
+per_runtime!(visible_devices_void);
+// v1 rules are one write per node; v2's BPF program needs one rule per node:
+// both are worth a many-GPU run.
+per_runtime!(all_gpus: runc_v1 => RuncV1, runc_v2 => RuncV2);
+
+// ---------------------------------------------------------------- other requests
+
+/// A comma list of a UUID and a PCI bus id selects those two GPUs.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn uuid_and_bus_id_runc_v1() {
+    let serial = serial();
+    let host = host();
+    let gpus = gpus(&host);
+    let (by_uuid, by_bus) = (&gpus[2], &gpus[3]);
+    let list = format!("{},{}", by_uuid.uuid, by_bus.bus);
+    let run = run_container(
+        &serial,
+        &host,
+        "uuid-and-bus-id",
+        Runtime::RuncV1,
+        &[("NVIDIA_VISIBLE_DEVICES", &list)],
+        Hook::Prestart,
+    );
+    assert_gpus_injected(&run, &host, &[by_uuid, by_bus]);
+}
+
+/// An unknown device fails the container's start, and the hook's error,
+/// naming the devices that exist, reaches the user through the runtime.
+fn unknown_device(runtime: Runtime) {
+    let serial = serial();
+    let host = host();
+    let run = run_container(
+        &serial,
+        &host,
+        "unknown-device",
+        runtime,
+        &[("NVIDIA_VISIBLE_DEVICES", "7")],
+        Hook::Prestart,
+    );
+    let ctx = run.describe();
+    assert!(!run.succeeded(), "the container started anyway:{ctx}");
+    assert!(
+        !run.report.complete,
+        "the container's process ran although its hook failed:{ctx}"
+    );
+    let log = run.hook_log.as_deref().unwrap_or("");
+    assert!(
+        log.contains("unknown device") || run.stderr.contains("unknown device"),
+        "the hook's error should name the unknown device:{ctx}"
+    );
+}
+
+per_runtime!(unknown_device: runc_v1 => RuncV1, crun_v1 => CrunV1, podman => Podman);
+
+/// A restarted container (`docker restart`, `podman start` again) runs the
+/// hook again on the rootfs the first run wrote its mount points, links,
+/// loader cache and ld.so.conf.d entry into: the second run must work the
+/// same, and the image's cache must not grow duplicate entries.
+fn restart_on_same_rootfs(runtime: Runtime) {
+    let serial = serial();
+    let host = host();
+    let gpus = gpus(&host);
+    let gpu = gpus.iter().find(|g| g.index == 1).expect("GPU index 1");
+    let mut runs = Vec::new();
+    for attempt in 0..2 {
+        let name = format!("restart-{}", runtime.name());
+        let run = run(
+            &serial,
+            &Scenario {
+                name: &name,
+                runtime,
+                host: &host,
+                env: &[("NVIDIA_VISIBLE_DEVICES", "1")],
+                hook: Hook::Prestart,
+                decoy_minors: &[],
+                reuse_rootfs: attempt > 0,
+            },
+        );
+        assert_gpus_injected(&run, &host, &[gpu]);
+        runs.push(run);
+    }
+    let (first, second) = (&runs[0], &runs[1]);
+    assert_eq!(
+        first.ld_cache,
+        second.ld_cache,
+        "the loader cache differs after a restart:{}{}",
+        first.describe(),
+        second.describe()
+    );
+    assert_eq!(
+        first.report.ldconf,
+        second.report.ldconf,
+        "ld.so.conf.d differs after a restart:{}",
+        second.describe()
+    );
+}
+
+per_runtime!(restart_on_same_rootfs: runc_v1 => RuncV1, podman => Podman);
+
+// ---------------------------------------------------------------- host invariants
+
+/// The hook changes nothing on the host: the host's mount table, its /dev
+/// nvidia entries and the whole simulated driver tree (driver root, dev root,
+/// proc tree) are the same after GPU containers ran under every runtime.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn host_unchanged_after_runs() {
+    let serial = serial();
+    let host = host();
+    let host_dev_nodes = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir("/dev")
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("nvidia"))
+            .collect();
+        names.sort();
+        names
+    };
+    // Podman's first run may set up its storage (its own mounts): warm up
+    // every runtime once before taking the snapshot.
+    for runtime in ALL_RUNTIMES {
+        run_container(&serial, &host, "warm-up", runtime, &[], Hook::Absent);
+    }
+
+    let mounts = host_mounts();
+    let tree = tree_listing(&host.dir);
+    let dev = host_dev_nodes();
+    let mut runs = Vec::new();
+    for runtime in ALL_RUNTIMES {
+        for devices in ["1", "all"] {
+            let scenario = format!("host-unchanged-{devices}");
+            let run = run_container(
+                &serial,
+                &host,
+                &scenario,
+                runtime,
+                &[("NVIDIA_VISIBLE_DEVICES", devices)],
+                Hook::Prestart,
+            );
+            runs.push(format!(
+                "{} {}: {:?}",
+                runtime.name(),
+                devices,
+                run.status.map(|s| s.to_string())
+            ));
+        }
+    }
+
+    let mounts_after = host_mounts();
+    let gone: Vec<_> = mounts
+        .iter()
+        .filter(|m| !mounts_after.contains(m))
+        .collect();
+    let added: Vec<_> = mounts_after
+        .iter()
+        .filter(|m| !mounts.contains(m))
+        .collect();
+    assert!(
+        gone.is_empty() && added.is_empty(),
+        "the host's mount table changed: added {added:#?}, removed {gone:#?} (runs: {runs:#?})"
+    );
+    let diff = listing_diff(&tree, &tree_listing(&host.dir));
+    assert!(
+        diff.is_empty(),
+        "the simulated host's tree changed: {diff:#?} (runs: {runs:#?})"
+    );
+    assert_eq!(
+        dev,
+        host_dev_nodes(),
+        "the host's /dev nvidia entries changed"
+    );
+}
+
+// ---------------------------------------------------------------- the harness itself
+
+/// A hung run is killed at its limit, with its whole process group, and
+/// the test goes on: a hang fails instead of blocking CI.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn harness_kills_a_hung_run() {
+    let started = std::time::Instant::now();
+    let mut cmd = std::process::Command::new("sh");
+    // The background sleep holds the pipes too: the kill must reach it.
+    cmd.args(["-c", "echo started; sleep 30 & sleep 30"]);
+    let finished = runtime_support::run_bounded(cmd, std::time::Duration::from_millis(500));
+    assert!(finished.timed_out);
+    assert!(finished.status.is_none());
+    assert_eq!(finished.stdout, "started\n");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// The checker's line format, parsed.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn harness_parses_checker_output() {
+    let stdout = "\
+node /dev/nvidia-caps d - mode=0755
+node /dev/nvidia2 c 195:2 mode=0666 open=ENXIO
+node /dev/nvidia3 c 195:3 mode=0666 open=EPERM
+node /dev/nvidiactl c 195:255 mode=0666 open=ENXIO
+devnull /dev/null open=ok
+file /usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03 size=29000000 ro=1 nosuid=1 nodev=1 noexec=0
+link /usr/lib/x86_64-linux-gnu/libcuda.so.1 target=libcuda.so.535.261.03
+ldcache /etc/ld.so.cache size=900 libc.so.6=yes libcuda.so.1=yes libnvidia-ml.so.1=yes copied=/out/ld.so.cache
+ldconf /etc/ld.so.conf.d/x86_64-linux-gnu.conf line=# Multiarch support
+cuda /usr/lib/x86_64-linux-gnu/libcuda.so.1 dlopen=ok rc=0 version=12020
+nvml libnvidia-ml.so.1 dlopen=error msg=libnvidia-ml.so.1: cannot open shared object file: No such file or directory
+checker done
+NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.
+smi_exit=9
+";
+    let report = runtime_support::CheckerReport::parse(stdout, "");
+    assert!(report.complete);
+    let gpu_nodes = report.gpu_nodes();
+    assert_eq!(gpu_nodes.keys().copied().collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(gpu_nodes[&2].numbers, Some((195, 2)));
+    assert_eq!(gpu_nodes[&3].open.as_deref(), Some("EPERM"));
+    assert_eq!(report.nodes["/dev/nvidia-caps"].kind, 'd');
+    assert_eq!(report.nodes["/dev/nvidia-caps"].open, None);
+    assert_eq!(report.devnull.as_deref(), Some("ok"));
+    let file = &report.files["/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03"];
+    assert!(file.read_only && file.nosuid && file.nodev && !file.noexec);
+    assert_eq!(
+        report.links["/usr/lib/x86_64-linux-gnu/libcuda.so.1"],
+        "libcuda.so.535.261.03"
+    );
+    assert_eq!(report.ldcache["copied"], "/out/ld.so.cache");
+    assert_eq!(
+        report.ldconf["/etc/ld.so.conf.d/x86_64-linux-gnu.conf"],
+        ["# Multiarch support"]
+    );
+    let cuda = report.cuda.unwrap();
+    assert!(cuda.loaded);
+    assert_eq!(cuda.field("version"), Some("12020"));
+    let nvml = report.nvml.unwrap();
+    assert!(!nvml.loaded);
+    assert_eq!(
+        nvml.msg.as_deref(),
+        Some("libnvidia-ml.so.1: cannot open shared object file: No such file or directory")
+    );
+    assert_eq!(report.smi_exit, Some(9));
+    assert!(report.smi_output.contains("couldn't communicate"));
+}
