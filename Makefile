@@ -5,7 +5,6 @@
 CARGO  ?= cargo
 PREFIX ?= /usr/local
 BIN    := target/release/oci-nvidia-hook
-DEMO   := integration/out/demo
 
 .PHONY: build test deps demo bench lint install
 
@@ -19,13 +18,10 @@ deps:
 test: deps
 	$(CARGO) test --locked --features _test_as_root
 
-# A real-flavour simulated 4-GPU host (NVIDIA 535 libraries), then its inventory.
+# A real-flavour simulated 4-GPU host (NVIDIA 535 libraries): its inventory,
+# then a runc container started through the hook, and what it sees.
 demo: build deps
-	integration/simhost --flavour real --gpus 4 --out $(DEMO)
-	@echo; echo "== oci-nvidia-hook info"; echo
-	$(BIN) --config $(DEMO)/config.toml info
-	@echo; echo "== oci-nvidia-hook list (--device all --capabilities utility,compute)"; echo
-	$(BIN) --config $(DEMO)/config.toml list
+	integration/demo $(BIN)
 
 bench: build deps
 	$(CARGO) bench --locked --bench inprocess
@@ -37,3 +33,4 @@ lint:
 
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
+	install -D -m 0644 hooks.d/oci-nvidia-hook.json $(DESTDIR)/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json
