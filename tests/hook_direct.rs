@@ -1,0 +1,315 @@
+//! The hook binary run directly, without a runtime: its refusals on bad
+//! input, and injection into a process of our own in a private mount
+//! namespace, where the rootfs can carry a `/proc/driver/nvidia` directory
+//! to mask (no runtime lets a container's procfs show one without a driver).
+
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{failure, SimHost};
+
+const HOOK: &str = env!("CARGO_BIN_EXE_oci-nvidia-hook");
+
+/// Runs `oci-nvidia-hook --config CONFIG ARGS` with `stdin`, and a cleared environment.
+fn hook_with_stdin(config: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(HOOK)
+        .env_clear()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run oci-nvidia-hook");
+    let mut input = child.stdin.take().unwrap();
+    // The hook may stop reading early (too large): ignore a broken pipe.
+    let _ = input.write_all(stdin);
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn state(pid: u32, bundle: &Path) -> Vec<u8> {
+    format!(
+        r#"{{"ociVersion":"1.0.2","id":"direct","status":"creating","pid":{pid},"bundle":"{}"}}"#,
+        bundle.display()
+    )
+    .into_bytes()
+}
+
+/// A process in its own private mount namespace, standing in for a container's init.
+struct Namespaced {
+    child: Child,
+    cgroup: Option<PathBuf>,
+}
+
+impl Namespaced {
+    fn start() -> Namespaced {
+        let child = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sleep", "120"])
+            .spawn()
+            .expect("run unshare (util-linux)");
+        let pid = child.id();
+        let ours = fs::read_link("/proc/self/ns/mnt").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|ns| ns == ours) {
+            assert!(
+                Instant::now() < deadline,
+                "unshare did not enter a new mount namespace"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Give it a devices cgroup of its own, so the hook's grants touch nothing shared.
+        let devices = Path::new("/sys/fs/cgroup/devices");
+        let cgroup = devices.is_dir().then(|| {
+            let dir = devices.join(format!("oci-nvidia-hook-test-{pid}"));
+            fs::create_dir(&dir).unwrap();
+            fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+            dir
+        });
+        Namespaced { child, cgroup }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Runs `cmd` inside the process's mount namespace.
+    fn exec(&self, cmd: &str) -> String {
+        let out = Command::new("nsenter")
+            .args(["-t", &self.pid().to_string(), "-m", "--", "sh", "-c", cmd])
+            .output()
+            .expect("run nsenter");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+}
+
+impl Drop for Namespaced {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(dir) = &self.cgroup {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// A bundle whose rootfs is a plain directory, with a `/proc/driver/nvidia` to mask.
+fn bundle(dir: &Path, env: &[&str]) -> PathBuf {
+    let bundle = dir.join("bundle");
+    for sub in ["rootfs/etc", "rootfs/dev", "rootfs/proc/driver/nvidia"] {
+        fs::create_dir_all(bundle.join(sub)).unwrap();
+    }
+    fs::write(bundle.join("rootfs/etc/debian_version"), "12.11\n").unwrap();
+    let env: Vec<String> = env.iter().map(|e| format!("\"{e}\"")).collect();
+    fs::write(
+        bundle.join("config.json"),
+        format!(
+            r#"{{"ociVersion":"1.0.2","root":{{"path":"rootfs"}},"process":{{"cwd":"/","args":["sh"],"user":{{"uid":0,"gid":0}},"env":[{}]}},"linux":{{"namespaces":[{{"type":"mount"}}]}}}}"#,
+            env.join(",")
+        ),
+    )
+    .unwrap();
+    bundle
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn masks_proc_driver_nvidia_with_only_the_selected_gpu() {
+    let sim = SimHost::shared("synthetic", 2, "new");
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(
+        dir.path(),
+        &[
+            "NVIDIA_VISIBLE_DEVICES=1",
+            "NVIDIA_DRIVER_CAPABILITIES=utility",
+        ],
+    );
+    let container = Namespaced::start();
+    let out = hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle));
+    assert!(
+        out.status.success(),
+        "hook failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let masked = bundle.join("rootfs/proc/driver/nvidia");
+    let m = masked.display();
+    let bus = sim.host["gpus"][1]["bus"].as_str().unwrap();
+    let other = sim.host["gpus"][0]["bus"].as_str().unwrap();
+    let seen = container.exec(&format!(
+        "grep ' {m} ' /proc/self/mountinfo; cat {m}/params; echo; ls {m}/gpus; cat {m}/gpus/{bus}/information; \
+         touch {m}/x 2>&1; echo x > {m}/gpus/{bus}/information 2>&1"
+    ));
+    assert!(
+        seen.contains(" tmpfs ") && seen.contains(" ro,"),
+        "a read-only tmpfs: {seen}"
+    );
+    assert!(
+        seen.contains("ModifyDeviceFiles: 0") && !seen.contains("ModifyDeviceFiles: 1"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains(bus) && !seen.contains(other),
+        "only the selected GPU: {seen}"
+    );
+    assert!(seen.contains(&format!("Bus Location: \t {bus}")), "{seen}");
+    assert_eq!(seen.matches("Read-only file system").count(), 2, "{seen}");
+    // The host sees none of it: the mounts live in the container's namespace.
+    assert_eq!(fs::read_dir(&masked).unwrap().count(), 0);
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mountinfo.contains(&dir.path().display().to_string()),
+        "{mountinfo}"
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn bind_mounts_are_read_only_and_exactly_the_host_files() {
+    let sim = SimHost::shared("synthetic", 2, "new");
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
+    let container = Namespaced::start();
+    let out = hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle));
+    assert!(
+        out.status.success(),
+        "hook failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lib = bundle.join("rootfs/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03");
+    let host_lib = sim.host["libraries"]["libcuda.so.1"].as_str().unwrap();
+    let seen = container.exec(&format!(
+        "cmp {} {host_lib} && echo same; echo x >> {} 2>&1; stat -c '%t:%T %a' {}/rootfs/dev/nvidia{}",
+        lib.display(),
+        lib.display(),
+        bundle.display(),
+        sim.host["gpus"][0]["minor"]
+    ));
+    assert!(seen.contains("same"), "{seen}");
+    assert!(seen.contains("Read-only file system"), "{seen}");
+    let minor = sim.host["gpus"][0]["minor"].as_u64().unwrap();
+    assert!(
+        seen.contains(&format!("c3:{minor:x} 666")),
+        "node 195:{minor}, mode 666: {seen}"
+    );
+    // On the host the target is an empty file, not the library.
+    assert_eq!(fs::metadata(&lib).unwrap().len(), 0);
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn bad_input_is_one_clear_line_and_no_panic() {
+    let sim = SimHost::shared("synthetic", 2, "new");
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
+    let container = Namespaced::start();
+    let good = state(container.pid(), &bundle);
+    let huge = vec![b' '; 20 * 1024 * 1024];
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty stdin", Vec::new(), "stdin is empty"),
+        ("not JSON", b"hello".to_vec(), "not valid OCI state JSON"),
+        (
+            "truncated",
+            good[..good.len() / 2].to_vec(),
+            "not valid OCI state JSON",
+        ),
+        ("20 MB", huge, "exceeds 1048576 bytes"),
+        ("no pid", br#"{"id":"x","bundle":"/b"}"#.to_vec(), "no pid"),
+        (
+            "dead pid",
+            state(999_999_999, &bundle),
+            "999999999 does not exist",
+        ),
+        (
+            "missing bundle",
+            state(container.pid(), Path::new("/nonexistent/bundle")),
+            "/nonexistent/bundle/config.json",
+        ),
+        (
+            "own mount namespace",
+            state(std::process::id(), &bundle),
+            "createContainer",
+        ),
+    ];
+    for (what, input, needle) in cases {
+        let err = failure(hook_with_stdin(&sim.config, &["prestart"], &input), &[what]);
+        assert!(err.contains(needle), "{what}: {err}");
+    }
+    // A bundle without root.path.
+    fs::write(bundle.join("config.json"), r#"{"ociVersion":"1.0.2"}"#).unwrap();
+    let err = failure(
+        hook_with_stdin(&sim.config, &["prestart"], &good),
+        &["no root"],
+    );
+    assert!(err.contains("root.path"), "{err}");
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn missing_driver_is_an_error_and_leaves_the_container_untouched() {
+    let sim = SimHost::fresh("no-driver", "synthetic", 1, "new");
+    fs::remove_file(sim.path("proc/driver/nvidia/version")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=all"]);
+    let container = Namespaced::start();
+    let err = failure(
+        hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle)),
+        &["no driver"],
+    );
+    assert!(err.contains("NVIDIA kernel module not loaded"), "{err}");
+    assert!(
+        !bundle.join("rootfs/usr").exists()
+            && fs::read_dir(bundle.join("rootfs/dev")).unwrap().count() == 0
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn not_a_gpu_container_is_left_alone() {
+    let sim = SimHost::shared("synthetic", 2, "new");
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(dir.path(), &["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"]);
+    let container = Namespaced::start();
+    let out = hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!bundle.join("rootfs/usr").exists());
+}
+
+#[test]
+fn other_stages_are_refused() {
+    for stage in ["createContainer", "startContainer", "poststart", "poststop"] {
+        let out = hook_with_stdin(Path::new("/nonexistent.toml"), &[stage], b"");
+        // The config is not even read: the stage is refused first.
+        let out = if out.status.success() {
+            panic!("{stage} accepted")
+        } else {
+            out
+        };
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("/nonexistent.toml") || err.contains(stage),
+            "{stage}: {err}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    fs::write(&config, "").unwrap();
+    let err = failure(
+        hook_with_stdin(&config, &["createContainer"], b""),
+        &["createContainer"],
+    );
+    assert!(
+        err.contains("\"createContainer\"") && err.contains("prestart or createRuntime"),
+        "{err}"
+    );
+}
