@@ -26,6 +26,7 @@ demo: build deps
 bench: build deps
 	$(CARGO) bench --locked --bench inprocess
 	integration/bench-process $(BIN)
+	integration/bench-runc $(BIN)
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -13,6 +13,7 @@ use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use nix::sys::stat::{umask, Mode};
 use thiserror::Error;
@@ -87,9 +88,11 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         );
         return Ok(());
     }
+    let started = Instant::now();
     let inventory = Inventory::discover(&config.driver, &request.capabilities)?;
     let layout = spec::image_layout(&container.rootfs)?;
     let plan = Plan::build(&inventory, &request, layout)?;
+    let planned = Instant::now();
 
     let nodes = if container.user_namespace {
         log::info!(
@@ -103,10 +106,21 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         }
         NodeMode::Mknod
     };
+    let granted = Instant::now();
     let sys = LinuxSys;
     let sources = Sources::open(&sys, &plan, nodes == NodeMode::Bind)?;
+    let opened = Instant::now();
     sys.enter_mount_namespace(proc, state.pid)?;
     let summary = inject::apply(&sys, &plan, &sources, &container.rootfs, nodes)?;
+    log::debug!(
+        "container {}: took {} µs: plan {}, cgroup {}, sources {}, inject {}",
+        state.id,
+        started.elapsed().as_micros(),
+        (planned - started).as_micros(),
+        (granted - planned).as_micros(),
+        (opened - granted).as_micros(),
+        opened.elapsed().as_micros()
+    );
     log::info!(
         "container {}: injected {} device nodes, {} mounts, {} links, {} loader entries ({})",
         state.id,

@@ -155,18 +155,46 @@ impl<'r> Dirs<'r> {
         }
     }
 
+    /// Directory `dir` of the rootfs, resolved inside it, created if missing.
+    /// Usually it exists, and one `openat2(RESOLVE_IN_ROOT)` finds it; an
+    /// `O_PATH` descriptor is all the `*at` calls need.
+    fn dir(&self, dir: &Path) -> Result<OwnedFd> {
+        let handle = match self.root.resolve(dir) {
+            Ok(handle) => handle,
+            Err(e) if e.kind() == ErrorKind::OsError(Some(nix::libc::ENOENT)) => self
+                .root
+                .mkdir_all(dir, &dir_perm())
+                .map_err(|source| Error::Create {
+                    path: dir.to_path_buf(),
+                    source,
+                })?,
+            Err(source) => {
+                return Err(Error::Resolve {
+                    path: dir.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        let stat = fstat(handle.as_fd()).map_err(|errno| Error::Stat {
+            path: dir.to_path_buf(),
+            source: errno.into(),
+        })?;
+        if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFDIR {
+            return Err(Error::Exists {
+                path: dir.to_path_buf(),
+                found: kind_name(stat.st_mode),
+                expected: "directory",
+            });
+        }
+        Ok(handle.into())
+    }
+
     /// The place of container path `path`, creating its parent directories.
     fn place<'a>(&'a mut self, path: &'a Path) -> Result<Place<'a>> {
         let (parent, name) = split(path)?;
         if !self.open.contains_key(parent) {
-            let handle =
-                self.root
-                    .mkdir_all(parent, &dir_perm())
-                    .map_err(|source| Error::Create {
-                        path: parent.to_path_buf(),
-                        source,
-                    })?;
-            self.open.insert(parent.to_path_buf(), handle.into());
+            let handle = self.dir(parent)?;
+            self.open.insert(parent.to_path_buf(), handle);
         }
         let dir = self.open[parent].as_fd();
         Ok(Place { dir, name, path })

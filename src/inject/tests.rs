@@ -417,3 +417,33 @@ fn params_are_masked() {
     assert_eq!(masked, b"A: 1\nModifyDeviceFiles: 0\nB: 2\n");
     assert_eq!(mask_params(b"A: 1\n"), b"A: 1\nModifyDeviceFiles: 0\n");
 }
+
+#[test]
+fn user_namespace_binds_host_nodes_instead_of_mknod() {
+    let mut world = World::new();
+    // /dev/null (1:3) stands in for the host node: the numbers are checked.
+    world.plan.devices[0].major = 1;
+    world.plan.devices[0].minor = 3;
+    let sys = FakeSys::default();
+    let sources = Sources::open(&sys, &world.plan, true).unwrap();
+    apply(&sys, &world.plan, &sources, &world.rootfs(), NodeMode::Bind).unwrap();
+    assert!(sys.mknods.borrow().is_empty());
+    assert_eq!(
+        sys.binds.borrow()[0],
+        (PathBuf::from("/dev/nvidia0"), DEVICE_OPTIONS)
+    );
+    assert!(
+        world
+            .rootfs()
+            .join("dev/nvidia0")
+            .metadata()
+            .unwrap()
+            .is_file(),
+        "bind target made"
+    );
+
+    // A host node with other numbers than planned is refused before entering.
+    world.plan.devices[0].minor = 5;
+    let err = Sources::open(&sys, &world.plan, true).unwrap_err();
+    assert!(matches!(err, Error::NodeMismatch { .. }), "{err}");
+}
