@@ -4,40 +4,14 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::SimHost;
 use oci_nvidia_hook::ldcache::{self, Format, LdCache};
 
 /// `ldconfig -p -C FILE` as (soname, arch tag, path), in file order.
 fn ldconfig_print(cache: &std::path::Path) -> Vec<(String, String, String)> {
-    let out = Command::new("ldconfig")
-        .arg("-p")
-        .arg("-C")
-        .arg(cache)
-        .output()
-        .expect("run ldconfig -p");
-    assert!(
-        out.status.success(),
-        "ldconfig -p failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter(|line| line.starts_with('\t'))
-        .map(|line| {
-            let (left, path) = line
-                .trim()
-                .split_once(" => ")
-                .expect("=> in ldconfig -p line");
-            let (soname, tag) = left.split_once(" (").expect("( in ldconfig -p line");
-            (
-                soname.to_string(),
-                tag.trim_end_matches(')').to_string(),
-                path.to_string(),
-            )
-        })
+    common::ldconfig_print(cache)
+        .into_iter()
+        .map(|e| (e.soname, e.tag, e.path))
         .collect()
 }
 

@@ -162,3 +162,44 @@ pub fn s<'a>(v: &'a Value, pointer: &str) -> &'a str {
         .and_then(Value::as_str)
         .unwrap_or_else(|| panic!("no string at {pointer} in {v}"))
 }
+
+/// One `ldconfig -p` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheEntry {
+    /// The name looked up.
+    pub soname: String,
+    /// `libc6,x86-64`, `libc6`, ...
+    pub tag: String,
+    /// The file the loader opens.
+    pub path: String,
+}
+
+/// glibc's own listing of a cache file: the ground truth for what the
+/// container's loader will find.
+pub fn ldconfig_print(cache: &Path) -> Vec<CacheEntry> {
+    let out = Command::new("ldconfig")
+        .arg("-p")
+        .arg("-C")
+        .arg(cache)
+        .output()
+        .expect("run ldconfig -p");
+    assert!(
+        out.status.success(),
+        "ldconfig -p -C {} failed: {}",
+        cache.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| line.starts_with('\t'))
+        .filter_map(|line| {
+            let (left, path) = line.trim().split_once(" => ")?;
+            let (soname, tag) = left.split_once(" (")?;
+            Some(CacheEntry {
+                soname: soname.to_string(),
+                tag: tag.trim_end_matches(')').to_string(),
+                path: path.to_string(),
+            })
+        })
+        .collect()
+}

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{require_root, SimHost};
+use crate::common::{ldconfig_print, require_root, CacheEntry, SimHost};
 
 /// How long one container run may take before it is killed: far above the
 /// ~0.1-1 s a run takes here, low enough that a hang fails CI instead of
@@ -974,45 +974,6 @@ impl CheckerReport {
 }
 
 // ---------------------------------------------------------------- ld.so.cache
-
-/// One `ldconfig -p` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheEntry {
-    pub soname: String,
-    /// `libc6,x86-64`, `libc6`, ...
-    pub tag: String,
-    pub path: String,
-}
-
-/// glibc's own listing of a cache file: the ground truth for what the
-/// container's loader will find.
-pub fn ldconfig_print(cache: &Path) -> Vec<CacheEntry> {
-    let out = Command::new("ldconfig")
-        .arg("-p")
-        .arg("-C")
-        .arg(cache)
-        .output()
-        .expect("run ldconfig -p");
-    assert!(
-        out.status.success(),
-        "ldconfig -p -C {} failed: {}",
-        cache.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|line| line.starts_with('\t'))
-        .filter_map(|line| {
-            let (left, path) = line.trim().split_once(" => ")?;
-            let (soname, tag) = left.split_once(" (")?;
-            Some(CacheEntry {
-                soname: soname.to_string(),
-                tag: tag.trim_end_matches(')').to_string(),
-                path: path.to_string(),
-            })
-        })
-        .collect()
-}
 
 // ---------------------------------------------------------------- host state
 
