@@ -106,6 +106,10 @@ fn inventory(gpus: u32) -> Inventory {
         configs: Vec::new(),
         scope: Capabilities::default_set(),
         proc_dir: PathBuf::from("/sim/proc/driver/nvidia"),
+        mig: None,
+        nvml: None,
+        mig_config: None,
+        mig_monitor: None,
     }
 }
 
@@ -147,10 +151,7 @@ fn benches(c: &mut Criterion) {
     });
     for gpus in [1, 8, 16] {
         let inventory = inventory(gpus);
-        let request = Request {
-            devices: DeviceSelection::All,
-            capabilities: Capabilities::default_set(),
-        };
+        let request = Request::new(DeviceSelection::All, Capabilities::default_set());
         c.bench_function(&format!("plan_build_{gpus}_gpus"), |b| {
             b.iter(|| {
                 Plan::build(

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::request::Capabilities;
+
 /// Where the configuration lives when `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/oci-nvidia-hook/config.toml";
 
@@ -39,15 +41,69 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// The whole configuration file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Config {
+    /// Honour `NVIDIA_VISIBLE_DEVICES` from unprivileged containers too, as NVIDIA does.
+    pub accept_env_when_unprivileged: bool,
+    /// Take device requests from `/dev/null` mounts at
+    /// `/var/run/nvidia-container-devices/<device>` (the Kubernetes device
+    /// plugin's strategy); when present they win over the variable.
+    pub accept_volume_mounts: bool,
+    /// The capabilities this host offers: `all` means these, and others are dropped.
+    pub supported_capabilities: String,
+    /// Skip every `NVIDIA_REQUIRE_*` check, host-wide.
+    pub disable_require: bool,
     /// Where the host driver lives.
-    #[serde(default)]
     pub driver: DriverConfig,
     /// Where and how much to log.
-    #[serde(default)]
     pub log: LogConfig,
+    /// CUDA forward compatibility.
+    pub cuda_compat: CudaCompatConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            accept_env_when_unprivileged: true,
+            accept_volume_mounts: false,
+            supported_capabilities: DEFAULT_SUPPORTED_CAPABILITIES.to_string(),
+            disable_require: false,
+            driver: DriverConfig::default(),
+            log: LogConfig::default(),
+            cuda_compat: CudaCompatConfig::default(),
+        }
+    }
+}
+
+/// Every capability: the default of `supported-capabilities`.
+pub const DEFAULT_SUPPORTED_CAPABILITIES: &str =
+    "compat32,compute,display,graphics,ngx,utility,video";
+
+/// What to do with an image's CUDA forward-compatibility libraries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompatMode {
+    /// Put the compat directory first in the injected loader configuration and cache when it is newer than the host driver.
+    #[default]
+    Ldconfig,
+    /// Ignore compat libraries.
+    Disabled,
+}
+
+/// `[cuda-compat]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct CudaCompatConfig {
+    /// `ldconfig` (default) or `disabled`.
+    pub mode: CompatMode,
+}
+
+impl Config {
+    /// The supported capabilities, parsed (validated when the file was loaded).
+    pub fn supported(&self) -> Capabilities {
+        Capabilities::parse(&self.supported_capabilities).unwrap_or_else(|_| Capabilities::all())
+    }
 }
 
 /// The host trees that discovery reads from.
@@ -154,6 +210,14 @@ impl Config {
     }
 
     fn validate(&self, path: &Path) -> Result<()> {
+        if Capabilities::parse(&self.supported_capabilities).is_err() {
+            return Err(Error::Invalid {
+                path: path.to_path_buf(),
+                key: "supported-capabilities",
+                value: self.supported_capabilities.clone(),
+                reason: "must be a comma list of compute, utility, video, graphics, display, ngx, compat32 or all",
+            });
+        }
         let roots = [
             ("driver.root", &self.driver.root),
             ("driver.dev-root", &self.driver.dev_root),
@@ -279,6 +343,39 @@ file = "/var/log/oci-nvidia-hook.log"
                 .contains("/nonexistent/oci-nvidia-hook.toml"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn reads_policy_keys() {
+        let config = parse(
+            "accept-env-when-unprivileged = false\naccept-volume-mounts = true\n\
+             supported-capabilities = \"utility,compute\"\ndisable-require = true\n\
+             [cuda-compat]\nmode = \"disabled\"\n",
+        )
+        .unwrap();
+        assert!(!config.accept_env_when_unprivileged);
+        assert!(config.accept_volume_mounts);
+        assert_eq!(config.supported(), Capabilities::default_set());
+        assert!(config.disable_require);
+        assert_eq!(config.cuda_compat.mode, CompatMode::Disabled);
+        let defaults = parse("").unwrap();
+        assert!(
+            defaults.accept_env_when_unprivileged
+                && !defaults.accept_volume_mounts
+                && !defaults.disable_require
+        );
+        assert_eq!(defaults.supported(), Capabilities::all());
+        assert_eq!(defaults.cuda_compat.mode, CompatMode::Ldconfig);
+    }
+
+    #[test]
+    fn bad_supported_capabilities_are_refused() {
+        let err = parse("supported-capabilities = \"compute,cuda\"\n").unwrap_err();
+        assert!(err.to_string().contains("supported-capabilities"), "{err}");
+        assert!(matches!(
+            parse("[cuda-compat]\nmode = \"auto\"\n"),
+            Err(Error::Parse { line: 2, .. })
+        ));
     }
 
     #[test]

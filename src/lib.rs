@@ -4,7 +4,9 @@
 //! ([`driver`]) → [`plan`] → apply. Everything up to the plan is pure or
 //! read-only, so it is tested without root.
 
+pub mod bounded;
 pub mod cgroup;
+pub mod child;
 pub mod cli;
 pub mod config;
 pub mod driver;
@@ -13,5 +15,6 @@ pub mod hook;
 pub mod inject;
 pub mod ldcache;
 pub mod logging;
+pub mod nvml;
 pub mod plan;
 pub mod request;

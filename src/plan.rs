@@ -11,16 +11,20 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::driver::{catalog, Gpu, Inventory, Library, Node, NodeRole, NodeState};
+use crate::driver::{catalog, CapFile, Inventory, Library, Node, NodeRole, NodeState};
 use crate::elf::Arch;
 use crate::ldcache;
-use crate::request::{Capability, DeviceId, DeviceSelection, Request};
+use crate::request::{Capability, DeviceSelection, Request};
 
 /// Why a request cannot be satisfied on this host.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum Error {
     #[error("unknown device {item:?}; this host has: {available}")]
     UnknownDevice { item: String, available: String },
+    #[error("NVIDIA_MIG_CONFIG_DEVICES or NVIDIA_MIG_MONITOR_DEVICES asked for, but the driver has no MIG capabilities (capabilities/mig/config, monitor)")]
+    NoMigCapabilities,
+    #[error("device {item:?} is a MIG device, and MIG devices are only known through NVML, which was not queried")]
+    NeedsNvml { item: String },
     #[error("device node {path} cannot be used: {problem}")]
     NodeUnusable { path: PathBuf, problem: String },
     #[error(
@@ -214,9 +218,10 @@ pub struct LoaderEntry {
 pub struct ProcMask {
     /// The container directory the tmpfs covers.
     pub path: PathBuf,
-    /// Host files copied into the tmpfs, by name: `params` (with
-    /// `ModifyDeviceFiles: 0`), `version`, `registry`.
-    pub files: Vec<(String, PathBuf)>,
+    /// Host files copied into the tmpfs, by path below it: `params` (with
+    /// `ModifyDeviceFiles: 0`), `version`, `registry`, and the selected MIG
+    /// devices' `capabilities/…/access` files.
+    pub files: Vec<(PathBuf, PathBuf)>,
     /// The selected GPUs' host `gpus/<bus>` directories, bound read-only under `gpus/`.
     pub gpus: Vec<(String, PathBuf)>,
 }
@@ -267,21 +272,49 @@ impl Plan {
                 "/dev/nvidia-modeset",
             )?);
         }
-        let gpus = select_gpus(&inventory.gpus, &request.devices)?;
-        for gpu in &gpus {
+        let mut files: Vec<(PathBuf, PathBuf)> = ["params", "version", "registry"]
+            .into_iter()
+            .map(|name| (PathBuf::from(name), inventory.proc_dir.join(name)))
+            .collect();
+        let mut gpu_dirs: Vec<(String, PathBuf)> = Vec::new();
+        for device in select(inventory, &request.devices)? {
+            let gpu = device.gpu();
             let path = PathBuf::from(format!("/dev/nvidia{}", gpu.minor));
             nodes.push(required(inventory.node_at(&path), &path.to_string_lossy())?);
+            if !gpu_dirs.iter().any(|(bus, _)| *bus == gpu.bus) {
+                gpu_dirs.push((
+                    gpu.bus.clone(),
+                    inventory.proc_dir.join("gpus").join(&gpu.bus),
+                ));
+            }
+            if let Selected::Mig { mig, .. } = device {
+                for cap in [&mig.gi_access, &mig.ci_access] {
+                    nodes.push(capability_node(inventory, cap)?);
+                    files.push((cap.rel.clone(), cap.path.clone()));
+                }
+            }
         }
+        for (wanted, cap) in [
+            (request.mig_config, &inventory.mig_config),
+            (request.mig_monitor, &inventory.mig_monitor),
+        ] {
+            if wanted {
+                let cap = cap.as_ref().ok_or(Error::NoMigCapabilities)?;
+                nodes.push(capability_node(inventory, cap)?);
+                files.push((cap.rel.clone(), cap.path.clone()));
+            }
+        }
+        // Two MIG devices of one GPU share its node.
+        let mut seen = Vec::new();
+        nodes.retain(|(node, _)| {
+            let new = !seen.contains(&node.path);
+            seen.push(node.path.clone());
+            new
+        });
         plan.proc_mask = Some(ProcMask {
             path: PathBuf::from("/proc/driver/nvidia"),
-            files: ["params", "version", "registry"]
-                .into_iter()
-                .map(|name| (name.to_string(), inventory.proc_dir.join(name)))
-                .collect(),
-            gpus: gpus
-                .iter()
-                .map(|g| (g.bus.clone(), inventory.proc_dir.join("gpus").join(&g.bus)))
-                .collect(),
+            files,
+            gpus: gpu_dirs,
         });
         for (node, mode) in nodes {
             plan.cgroup_rules.push(CgroupRule {
@@ -420,6 +453,16 @@ fn check_core_libraries(inventory: &Inventory, request: &Request) -> Result<()> 
     Ok(())
 }
 
+/// The `nvidia-capN` node a capability file grants.
+fn capability_node<'a>(inventory: &'a Inventory, cap: &CapFile) -> Result<(&'a Node, u32)> {
+    let path = format!("/dev/nvidia-caps/nvidia-cap{}", cap.minor);
+    let node = inventory
+        .nodes
+        .iter()
+        .find(|n| n.role == NodeRole::Capability && n.minor == cap.minor);
+    required(node, &path)
+}
+
 /// A node that must be usable, with its permission bits.
 fn required<'a>(node: Option<&'a Node>, path: &str) -> Result<(&'a Node, u32)> {
     let node = node.ok_or_else(|| Error::NodeUnusable {
@@ -439,42 +482,9 @@ fn required<'a>(node: Option<&'a Node>, path: &str) -> Result<(&'a Node, u32)> {
     }
 }
 
-/// The GPUs a selection names, each once, in the order asked.
-fn select_gpus<'a>(gpus: &'a [Gpu], selection: &DeviceSelection) -> Result<Vec<&'a Gpu>> {
-    let ids = match selection {
-        DeviceSelection::Void | DeviceSelection::None => return Ok(Vec::new()),
-        DeviceSelection::All => return Ok(gpus.iter().collect()),
-        DeviceSelection::List(ids) => ids,
-    };
-    let mut selected: Vec<&Gpu> = Vec::new();
-    for id in ids {
-        let gpu = gpus
-            .iter()
-            .find(|g| match id {
-                DeviceId::Index(i) => g.index == *i,
-                DeviceId::Uuid(u) => g.uuid == *u,
-                DeviceId::Bus(b) => g.bus == *b,
-            })
-            .ok_or_else(|| Error::UnknownDevice {
-                item: id.to_string(),
-                available: describe(gpus),
-            })?;
-        if !selected.iter().any(|s| s.index == gpu.index) {
-            selected.push(gpu);
-        }
-    }
-    Ok(selected)
-}
+mod select;
 
-fn describe(gpus: &[Gpu]) -> String {
-    if gpus.is_empty() {
-        return "no GPUs".into();
-    }
-    gpus.iter()
-        .map(|g| format!("{} ({}, {})", g.index, g.uuid, g.bus))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+pub use select::{select, Selected};
 
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,8 @@ pub enum Error {
     UnknownCapability { value: String },
     #[error("malformed device list {value:?}: {reason}")]
     MalformedDevices { value: String, reason: &'static str },
+    #[error("{name}={value:?} is not supported; the only value is \"all\"")]
+    MigCapability { name: &'static str, value: String },
     #[error("{what} is {len} bytes long; at most {MAX_VALUE_LEN} are accepted")]
     TooLong { what: &'static str, len: usize },
 }
@@ -138,6 +140,20 @@ impl Capabilities {
     pub fn iter(&self) -> impl Iterator<Item = Capability> + '_ {
         self.0.iter().copied()
     }
+
+    /// These plus `capability` (and what it implies).
+    pub fn with(&self, capability: Capability) -> Capabilities {
+        self.iter().chain([capability]).collect()
+    }
+
+    /// Splits these into the ones `supported` offers and the ones it does not.
+    pub fn restrict(&self, supported: &Capabilities) -> (Capabilities, Vec<Capability>) {
+        let (kept, dropped): (Vec<Capability>, Vec<Capability>) =
+            self.iter().partition(|c| supported.contains(*c));
+        // No implication may bring back what the host does not offer.
+        let kept = Capabilities(kept.into_iter().collect());
+        (kept, dropped)
+    }
 }
 
 impl FromIterator<Capability> for Capabilities {
@@ -170,13 +186,30 @@ pub enum DeviceId {
     Uuid(String),
     /// A PCI bus id, full (`0000:3b:00.0`) or short (`3b:00.0`), normalised to the full form.
     Bus(String),
+    /// A MIG device by UUID: `MIG-<uuid>`, or the older `MIG-GPU-<uuid>/<gi>/<ci>`.
+    Mig(String),
+    /// A MIG device by position: `<gpu index>:<mig index>`.
+    MigIndex {
+        /// The parent GPU's index.
+        gpu: u32,
+        /// The MIG device's index on that GPU, in NVML order.
+        mig: u32,
+    },
+}
+
+impl DeviceId {
+    /// Whether this names a MIG device, which only NVML can resolve.
+    pub fn is_mig(&self) -> bool {
+        matches!(self, DeviceId::Mig(_) | DeviceId::MigIndex { .. })
+    }
 }
 
 impl fmt::Display for DeviceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DeviceId::Index(i) => write!(f, "{i}"),
-            DeviceId::Uuid(u) | DeviceId::Bus(u) => f.write_str(u),
+            DeviceId::Uuid(u) | DeviceId::Bus(u) | DeviceId::Mig(u) => f.write_str(u),
+            DeviceId::MigIndex { gpu, mig } => write!(f, "{gpu}:{mig}"),
         }
     }
 }
@@ -216,7 +249,7 @@ impl DeviceSelection {
             let id = parse_device_id(item).ok_or_else(|| {
                 malformed(
                     value,
-                    "items must be GPU indices, GPU-<uuid> or PCI bus ids, or the whole value all, none or void",
+                    "items must be GPU indices, GPU-<uuid>, PCI bus ids, MIG-<uuid> or <gpu>:<mig>, or the whole value all, none or void",
                 )
             })?;
             if !ids.contains(&id) {
@@ -244,20 +277,47 @@ fn check_len(what: &'static str, value: &str) -> Result<()> {
     Ok(())
 }
 
+fn is_decimal(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether `s` is a UUID body, `8-4-4-4-12` hex digits.
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, b)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                b == b'-'
+            } else {
+                b.is_ascii_hexdigit()
+            }
+        })
+}
+
 fn parse_device_id(item: &str) -> Option<DeviceId> {
-    if !item.is_empty() && item.bytes().all(|b| b.is_ascii_digit()) {
+    if is_decimal(item) {
         return item.parse().ok().map(DeviceId::Index);
     }
+    if let Some((gpu, mig)) = item
+        .split_once(':')
+        .filter(|(g, m)| is_decimal(g) && is_decimal(m))
+    {
+        return Some(DeviceId::MigIndex {
+            gpu: gpu.parse().ok()?,
+            mig: mig.parse().ok()?,
+        });
+    }
     if let Some(hex) = item.strip_prefix("GPU-") {
-        let ok = hex.len() == 36
-            && hex.bytes().enumerate().all(|(i, b)| {
-                if matches!(i, 8 | 13 | 18 | 23) {
-                    b == b'-'
-                } else {
-                    b.is_ascii_hexdigit()
-                }
-            });
-        return ok.then(|| DeviceId::Uuid(format!("GPU-{}", hex.to_ascii_lowercase())));
+        return is_uuid(hex).then(|| DeviceId::Uuid(format!("GPU-{}", hex.to_ascii_lowercase())));
+    }
+    if let Some(rest) = item.strip_prefix("MIG-") {
+        if is_uuid(rest) {
+            return Some(DeviceId::Mig(format!("MIG-{}", rest.to_ascii_lowercase())));
+        }
+        // The pre-R470 form names the parent GPU and the instance ids.
+        let (gpu, ids) = rest.strip_prefix("GPU-")?.split_once('/')?;
+        let (gi, ci) = ids.split_once('/')?;
+        return (is_uuid(gpu) && is_decimal(gi) && is_decimal(ci))
+            .then(|| DeviceId::Mig(format!("MIG-GPU-{}/{gi}/{ci}", gpu.to_ascii_lowercase())));
     }
     parse_bus_id(item).map(DeviceId::Bus)
 }
@@ -292,6 +352,39 @@ pub struct Request {
     pub devices: DeviceSelection,
     /// The driver capabilities asked for, implications applied.
     pub capabilities: Capabilities,
+    /// `NVIDIA_MIG_CONFIG_DEVICES=all`: the MIG configuration capability (privileged only).
+    pub mig_config: bool,
+    /// `NVIDIA_MIG_MONITOR_DEVICES=all`: the MIG monitoring capability (privileged only).
+    pub mig_monitor: bool,
+}
+
+impl Request {
+    /// A request for `devices` with `capabilities` and no MIG capabilities, as `list` makes.
+    pub fn new(devices: DeviceSelection, capabilities: Capabilities) -> Request {
+        Request {
+            devices,
+            capabilities,
+            mig_config: false,
+            mig_monitor: false,
+        }
+    }
+
+    /// Whether NVML must be asked: MIG devices are known only to it.
+    pub fn needs_nvml(&self) -> bool {
+        matches!(&self.devices, DeviceSelection::List(ids) if ids.iter().any(DeviceId::is_mig))
+    }
+}
+
+/// Parses `NVIDIA_MIG_CONFIG_DEVICES`/`NVIDIA_MIG_MONITOR_DEVICES`: only `all` is meaningful.
+fn mig_capability(env: &[String], name: &'static str) -> Result<bool> {
+    match env_var(env, name).map(str::trim) {
+        None | Some("") => Ok(false),
+        Some("all") => Ok(true),
+        Some(other) => Err(Error::MigCapability {
+            name,
+            value: other.to_string(),
+        }),
+    }
 }
 
 /// The value of `name` in a container's `process.env` (`KEY=VALUE` strings); the last one wins.
@@ -322,6 +415,8 @@ impl Request {
         Ok(Request {
             devices,
             capabilities,
+            mig_config: mig_capability(env, "NVIDIA_MIG_CONFIG_DEVICES")?,
+            mig_monitor: mig_capability(env, "NVIDIA_MIG_MONITOR_DEVICES")?,
         })
     }
 }
@@ -352,6 +447,22 @@ mod tests {
             Capabilities::all()
         );
         assert!(Capabilities::all().contains(Capability::Compat32));
+    }
+
+    #[test]
+    fn restricts_to_supported_capabilities() {
+        let supported = Capabilities::parse("utility,compute").unwrap();
+        let (kept, dropped) = Capabilities::parse("utility,video,graphics")
+            .unwrap()
+            .restrict(&supported);
+        assert_eq!(kept.to_string(), "compute,utility");
+        assert_eq!(dropped, [Capability::Video, Capability::Graphics]);
+        assert_eq!(
+            Capabilities::parse("compute")
+                .unwrap()
+                .with(Capability::Utility),
+            Capabilities::default_set()
+        );
     }
 
     #[test]
@@ -412,6 +523,45 @@ mod tests {
                 DeviceId::Bus("0000:3b:00.0".into()),
             ])
         );
+    }
+
+    #[test]
+    fn mig_devices_by_uuid_and_position() {
+        let sel = DeviceSelection::parse(Some(
+            "MIG-AB5E4C9D-1234-5678-9ABC-DEF012345678, 0:1,MIG-GPU-abcdef01-2345-6789-abcd-ef0123456789/1/0, 0:1",
+        ))
+        .unwrap();
+        assert_eq!(
+            sel,
+            DeviceSelection::List(vec![
+                DeviceId::Mig("MIG-ab5e4c9d-1234-5678-9abc-def012345678".into()),
+                DeviceId::MigIndex { gpu: 0, mig: 1 },
+                DeviceId::Mig("MIG-GPU-abcdef01-2345-6789-abcd-ef0123456789/1/0".into()),
+            ])
+        );
+        assert!(DeviceId::MigIndex { gpu: 0, mig: 1 }.is_mig());
+        assert!(!DeviceId::Index(0).is_mig());
+        assert_eq!(DeviceId::MigIndex { gpu: 2, mig: 3 }.to_string(), "2:3");
+    }
+
+    #[test]
+    fn malformed_mig_items_are_refused() {
+        for junk in [
+            "MIG-123",
+            "MIG-GPU-abc/1/0",
+            "0:",
+            ":1",
+            "0:1:2",
+            "MIG-GPU-abcdef01-2345-6789-abcd-ef0123456789/1",
+        ] {
+            assert!(
+                matches!(
+                    DeviceSelection::parse(Some(junk)),
+                    Err(Error::MalformedDevices { .. })
+                ),
+                "{junk}"
+            );
+        }
     }
 
     #[test]

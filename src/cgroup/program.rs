@@ -110,7 +110,7 @@ pub type RuleError = &'static str;
 
 /// Decodes a kernel instruction dump (`xlated_prog_insns`).
 pub fn decode(bytes: &[u8]) -> Option<Vec<Insn>> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         return None;
     }
     let insns = bytes.chunks_exact(8).map(|c| {

@@ -17,11 +17,14 @@ pub fn run(
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
-    let request = Request {
-        devices: DeviceSelection::parse(Some(devices))?,
-        capabilities: Capabilities::parse(capabilities)?,
-    };
-    let inventory = Inventory::discover(&config.driver, &request.capabilities)?;
+    let request = Request::new(
+        DeviceSelection::parse(Some(devices))?,
+        Capabilities::parse(capabilities)?,
+    );
+    let mut inventory = Inventory::discover(&config.driver, &request.capabilities)?;
+    if request.needs_nvml() {
+        inventory.load_nvml()?;
+    }
     for missing in inventory.missing_libraries.iter().filter(|m| !m.core) {
         log::debug!(
             "{} library {} not found",

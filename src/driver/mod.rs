@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod cuda;
 pub mod files;
 pub mod libraries;
+pub mod mig;
 pub mod nodes;
 pub mod proc;
 pub mod root;
@@ -20,14 +21,17 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::child;
 use crate::config::DriverConfig;
 use crate::elf::Arch;
 use crate::ldcache::{self, LdCache};
+use crate::nvml;
 use crate::request::{Capabilities, Capability};
 
 pub use cuda::CudaVersion;
 pub use files::{HostFile, Ipc};
 pub use libraries::{Library, MissingLibrary};
+pub use mig::{CapFile, MigDevice};
 pub use nodes::{Node, NodeRole, NodeState};
 pub use proc::Gpu;
 pub use root::DriverRoot;
@@ -53,6 +57,14 @@ pub enum Error {
         prefix: &'static str,
         version: String,
     },
+    #[error("no {prefix} of driver {version} in the driver root, needed for {purpose}")]
+    NoLibrary {
+        prefix: &'static str,
+        version: String,
+        purpose: &'static str,
+    },
+    #[error(transparent)]
+    Nvml(#[from] child::Error),
 }
 
 /// Result of discovery.
@@ -85,6 +97,14 @@ pub struct Inventory {
     pub scope: Capabilities,
     /// The kernel module's procfs directory, `<proc-root>/driver/nvidia`.
     pub proc_dir: PathBuf,
+    /// MIG devices, once NVML was asked ([`Inventory::load_nvml`]); `None` before.
+    pub mig: Option<Vec<MigDevice>>,
+    /// What NVML said, once asked.
+    pub nvml: Option<nvml::Report>,
+    /// The MIG configuration capability, where the driver has one.
+    pub mig_config: Option<CapFile>,
+    /// The MIG monitoring capability, where the driver has one.
+    pub mig_monitor: Option<CapFile>,
 }
 
 impl Inventory {
@@ -131,7 +151,11 @@ impl Inventory {
             ipcs,
             configs,
             scope: scope.clone(),
+            mig_config: optional_cap(&nvidia, "capabilities/mig/config")?,
+            mig_monitor: optional_cap(&nvidia, "capabilities/mig/monitor")?,
             proc_dir: nvidia,
+            mig: None,
+            nvml: None,
         })
     }
 
@@ -148,6 +172,26 @@ impl Inventory {
                 version: self.driver_version.clone(),
             })?;
         cuda::query(&libcuda.path)
+    }
+
+    /// Asks NVML, in a child process with a time bound, for MIG devices and
+    /// per-GPU facts. Only requests that name MIG devices or requirements on
+    /// brand or architecture need it; whole-GPU requests never load NVML.
+    pub fn load_nvml(&mut self) -> Result<()> {
+        let host = Arch::host();
+        let lib = self
+            .libraries
+            .iter()
+            .find(|l| l.prefix == "libnvidia-ml.so" && l.arch == host.name)
+            .ok_or_else(|| Error::NoLibrary {
+                prefix: "libnvidia-ml.so",
+                version: self.driver_version.clone(),
+                purpose: "NVML",
+            })?;
+        let report = nvml::query(&lib.path, nvml::TIMEOUT)?;
+        self.mig = Some(mig::devices(&self.proc_dir, &self.gpus, &report)?);
+        self.nvml = Some(report);
+        Ok(())
     }
 
     /// The node with `role`; for GPUs and capabilities use [`Inventory::node_at`].
@@ -185,4 +229,13 @@ fn read_cache(root: &DriverRoot) -> Result<LdCache> {
         source,
     })?;
     LdCache::parse(&data).map_err(|source| Error::LdCache { path, source })
+}
+
+/// A MIG capability file if the driver has it (`None` on drivers without MIG).
+fn optional_cap(proc_dir: &Path, rel: &str) -> Result<Option<CapFile>> {
+    match mig::cap_file(proc_dir, PathBuf::from(rel)) {
+        Ok(cap) => Ok(Some(cap)),
+        Err(Error::Read { source, .. }) if source.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }

@@ -19,13 +19,13 @@ use nix::sys::stat::{umask, Mode};
 use thiserror::Error;
 
 pub use spec::{image_layout, Container};
-pub use state::{parse as parse_state, read_bounded, ContainerState, MAX_STATE, STATE_TIMEOUT};
+pub use state::{parse as parse_state, ContainerState, MAX_STATE, STATE_TIMEOUT};
 
 use crate::config::Config;
 use crate::driver::Inventory;
 use crate::inject::{self, LinuxSys, NodeMode, Sources, Sys};
 use crate::plan::Plan;
-use crate::request::{DeviceSelection, Request};
+use crate::request::{Capability, DeviceSelection, Request};
 use crate::{cgroup, driver, plan, request};
 
 /// Why the hook refused or failed; `main` prints it on one line.
@@ -51,6 +51,8 @@ pub enum Error {
     Rootfs { path: PathBuf, reason: String },
     #[error("container {id}: {source}")]
     Request { id: String, source: request::Error },
+    #[error("{what}=all is refused: only privileged containers (CAP_SYS_ADMIN in the bounding set) may manage or monitor MIG")]
+    Unprivileged { what: &'static str },
     #[error(transparent)]
     Driver(#[from] driver::Error),
     #[error(transparent)]
@@ -72,14 +74,17 @@ const PROC: &str = "/proc";
 pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     // Modes we pass are exact: device nodes keep the host node's mode.
     umask(Mode::empty());
-    let state = state::parse(&state::read_bounded(stdin, MAX_STATE, STATE_TIMEOUT)?)?;
+    let state = state::parse(&state::read(stdin)?)?;
     let proc = Path::new(PROC);
     refuse_inside_container(proc, state.pid)?;
 
     let container = spec::load(&state.bundle)?;
-    let request = Request::from_env(&container.env).map_err(|source| Error::Request {
-        id: state.id.clone(),
-        source,
+    let request = effective_request(config, &container).map_err(|source| match source {
+        Error::Request { source, .. } => Error::Request {
+            id: state.id.clone(),
+            source,
+        },
+        other => other,
     })?;
     if request.devices == DeviceSelection::Void {
         log::debug!(
@@ -89,7 +94,17 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         return Ok(());
     }
     let started = Instant::now();
-    let inventory = Inventory::discover(&config.driver, &request.capabilities)?;
+    let nvml = request.needs_nvml();
+    // NVML is found as a utility library, whatever the container asked for.
+    let scope = if nvml {
+        request.capabilities.with(Capability::Utility)
+    } else {
+        request.capabilities.clone()
+    };
+    let mut inventory = Inventory::discover(&config.driver, &scope)?;
+    if nvml {
+        inventory.load_nvml()?;
+    }
     let layout = spec::image_layout(&container.rootfs)?;
     let plan = Plan::build(&inventory, &request, layout)?;
     let planned = Instant::now();
@@ -133,6 +148,51 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     Ok(())
 }
 
+/// The request as policy lets it stand: device mounts win over the variable
+/// when accepted, an unprivileged container's variable is ignored when the
+/// config says so, capabilities the host does not offer are dropped, and the
+/// MIG management capabilities need a privileged container.
+fn effective_request(config: &Config, container: &Container) -> Result<Request> {
+    let request_err = |source| Error::Request {
+        id: String::new(),
+        source,
+    };
+    let mut request = Request::from_env(&container.env).map_err(request_err)?;
+    if config.accept_volume_mounts && !container.device_mounts.is_empty() {
+        let list = if container.device_mounts.iter().any(|d| d == "all") {
+            "all".to_string()
+        } else {
+            container.device_mounts.join(",")
+        };
+        request.devices = DeviceSelection::parse(Some(&list)).map_err(request_err)?;
+    } else if !config.accept_env_when_unprivileged && !container.privileged {
+        if request.devices != DeviceSelection::Void {
+            log::info!(
+                "ignoring NVIDIA_VISIBLE_DEVICES of an unprivileged container (accept-env-when-unprivileged = false)"
+            );
+        }
+        request.devices = DeviceSelection::Void;
+    }
+    let (capabilities, dropped) = request.capabilities.restrict(&config.supported());
+    if !dropped.is_empty() {
+        let names: Vec<&str> = dropped.iter().map(|c| c.name()).collect();
+        log::warn!(
+            "capabilities not offered on this host (supported-capabilities): {}",
+            names.join(",")
+        );
+    }
+    request.capabilities = capabilities;
+    for (wanted, name) in [
+        (request.mig_config, "NVIDIA_MIG_CONFIG_DEVICES"),
+        (request.mig_monitor, "NVIDIA_MIG_MONITOR_DEVICES"),
+    ] {
+        if wanted && !container.privileged {
+            return Err(Error::Unprivileged { what: name });
+        }
+    }
+    Ok(request)
+}
+
 /// Refuses to run when this process already shares the container's mount
 /// namespace: that is the `createContainer` stage, where an image's
 /// environment (`LD_PRELOAD`) reached NVIDIA's privileged hook (CVE-2025-23266).
@@ -169,6 +229,92 @@ mod tests {
         let err = refuse_inside_container(Path::new(PROC), std::process::id()).unwrap_err();
         assert!(matches!(err, Error::InsideContainer { .. }), "{err}");
         assert!(err.to_string().contains("createContainer"));
+    }
+
+    fn container(env: &[&str], privileged: bool, device_mounts: &[&str]) -> Container {
+        Container {
+            rootfs: "/r".into(),
+            env: env.iter().map(|e| e.to_string()).collect(),
+            user_namespace: false,
+            privileged,
+            device_mounts: device_mounts.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn volume_mounts_win_over_the_variable_only_when_accepted() {
+        let c = container(
+            &["NVIDIA_VISIBLE_DEVICES=all"],
+            false,
+            &["1", "GPU-abcdef01-2345-6789-abcd-ef0123456789"],
+        );
+        let req = effective_request(&Config::default(), &c).unwrap();
+        assert_eq!(req.devices, DeviceSelection::All);
+        let config = Config {
+            accept_volume_mounts: true,
+            ..Config::default()
+        };
+        let req = effective_request(&config, &c).unwrap();
+        assert_eq!(
+            req.devices,
+            DeviceSelection::parse(Some("1,GPU-abcdef01-2345-6789-abcd-ef0123456789")).unwrap()
+        );
+    }
+
+    #[test]
+    fn unprivileged_env_is_ignored_when_configured() {
+        let config = Config {
+            accept_env_when_unprivileged: false,
+            ..Config::default()
+        };
+        let c = container(&["NVIDIA_VISIBLE_DEVICES=all"], false, &[]);
+        assert_eq!(
+            effective_request(&config, &c).unwrap().devices,
+            DeviceSelection::Void
+        );
+        let c = container(&["NVIDIA_VISIBLE_DEVICES=all"], true, &[]);
+        assert_eq!(
+            effective_request(&config, &c).unwrap().devices,
+            DeviceSelection::All
+        );
+    }
+
+    #[test]
+    fn unsupported_capabilities_are_dropped() {
+        let config = Config {
+            supported_capabilities: "utility,compute".into(),
+            ..Config::default()
+        };
+        let c = container(
+            &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"],
+            false,
+            &[],
+        );
+        assert_eq!(
+            effective_request(&config, &c)
+                .unwrap()
+                .capabilities
+                .to_string(),
+            "compute,utility"
+        );
+    }
+
+    #[test]
+    fn mig_management_needs_a_privileged_container() {
+        let env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"];
+        let err = effective_request(&Config::default(), &container(&env, false, &[])).unwrap_err();
+        assert!(
+            err.to_string().contains("NVIDIA_MIG_CONFIG_DEVICES")
+                && err.to_string().contains("CAP_SYS_ADMIN"),
+            "{err}"
+        );
+        assert!(
+            effective_request(&Config::default(), &container(&env, true, &[]))
+                .unwrap()
+                .mig_config
+        );
+        let env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=all"];
+        assert!(effective_request(&Config::default(), &container(&env, false, &[])).is_err());
     }
 
     #[test]

@@ -19,7 +19,14 @@ pub struct Container {
     pub env: Vec<String>,
     /// Whether it has its own user namespace, where mknod and cgroup writes fail.
     pub user_namespace: bool,
+    /// Whether it is privileged: `CAP_SYS_ADMIN` in its bounding set.
+    pub privileged: bool,
+    /// Devices requested by `/dev/null` mounts at `/var/run/nvidia-container-devices/<device>`.
+    pub device_mounts: Vec<String>,
 }
+
+/// Where the Kubernetes device plugin's "volume-mounts" strategy puts its requests.
+const DEVICE_MOUNT_DIR: &str = "/var/run/nvidia-container-devices";
 
 /// Loads `<bundle>/config.json`.
 pub fn load(bundle: &Path) -> Result<Container> {
@@ -52,10 +59,27 @@ pub fn load(bundle: &Path) -> Result<Container> {
         .as_ref()
         .and_then(|l| l.namespaces().as_ref())
         .is_some_and(|ns| ns.iter().any(|n| n.typ() == LinuxNamespaceType::User));
+    let privileged = spec
+        .process()
+        .as_ref()
+        .and_then(|p| p.capabilities().as_ref())
+        .and_then(|c| c.bounding().as_ref())
+        .is_some_and(|bounding| bounding.contains(&oci_spec::runtime::Capability::SysAdmin));
+    let device_mounts = spec
+        .mounts()
+        .iter()
+        .flatten()
+        .filter(|m| m.source().as_deref() == Some(Path::new("/dev/null")))
+        .filter_map(|m| m.destination().strip_prefix(DEVICE_MOUNT_DIR).ok())
+        .filter_map(|device| device.to_str().map(str::to_string))
+        .filter(|device| !device.is_empty() && !device.contains('/'))
+        .collect();
     Ok(Container {
         rootfs: bundle.join(root.path()),
         env,
         user_namespace,
+        privileged,
+        device_mounts,
     })
 }
 
@@ -93,6 +117,26 @@ mod tests {
         assert_eq!(c.rootfs, dir.path().join("rootfs"));
         assert_eq!(c.env, ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0"]);
         assert!(c.user_namespace);
+        assert!(!c.privileged);
+        assert!(c.device_mounts.is_empty());
+    }
+
+    #[test]
+    fn reads_privilege_and_device_mounts() {
+        let dir = bundle(
+            r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},
+               "process":{"cwd":"/","args":["sh"],"user":{"uid":0,"gid":0},"capabilities":{"bounding":["CAP_CHOWN","CAP_SYS_ADMIN"]}},
+               "mounts":[{"destination":"/var/run/nvidia-container-devices/GPU-abcdef01-2345-6789-abcd-ef0123456789","source":"/dev/null","type":"bind"},
+                         {"destination":"/var/run/nvidia-container-devices/3","source":"/dev/null"},
+                         {"destination":"/var/run/nvidia-container-devices/4","source":"/etc/passwd"},
+                         {"destination":"/var/run/other/5","source":"/dev/null"}]}"#,
+        );
+        let c = load(dir.path()).unwrap();
+        assert!(c.privileged);
+        assert_eq!(
+            c.device_mounts,
+            ["GPU-abcdef01-2345-6789-abcd-ef0123456789", "3"]
+        );
     }
 
     #[test]

@@ -5,11 +5,10 @@
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
-
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use std::time::Duration;
 
 use super::{Error, Result};
+use crate::bounded;
 
 /// Most bytes of state accepted; real states are a few hundred bytes.
 pub const MAX_STATE: usize = 1024 * 1024;
@@ -27,42 +26,15 @@ pub struct ContainerState {
     pub bundle: PathBuf,
 }
 
-/// Reads all of `input` (until EOF) within `limit` bytes and `timeout`.
-pub fn read_bounded(
-    mut input: impl Read + AsFd,
-    limit: usize,
-    timeout: Duration,
-) -> Result<Vec<u8>> {
-    let deadline = Instant::now() + timeout;
-    let mut data = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let millis = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-        let mut fds = [PollFd::new(input.as_fd(), PollFlags::POLLIN)];
-        let ready =
-            poll(&mut fds, PollTimeout::from(millis)).map_err(|e| Error::Stdin(e.into()))?;
-        if ready == 0 {
-            if Instant::now() >= deadline {
-                return Err(Error::StdinTimeout {
-                    seconds: timeout.as_secs(),
-                });
-            }
-            continue;
-        }
-        let n = match input.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::Stdin(e)),
-        };
-        if n == 0 {
-            return Ok(data);
-        }
-        if data.len() + n > limit {
-            return Err(Error::StdinTooLarge { limit });
-        }
-        data.extend_from_slice(&chunk[..n]);
-    }
+/// Reads the state from `input`, within [`MAX_STATE`] bytes and [`STATE_TIMEOUT`].
+pub fn read(input: impl Read + AsFd) -> Result<Vec<u8>> {
+    bounded::read_to_end(input, MAX_STATE, STATE_TIMEOUT).map_err(|e| match e {
+        bounded::Error::Io(e) => Error::Stdin(e),
+        bounded::Error::TooLarge { limit } => Error::StdinTooLarge { limit },
+        bounded::Error::Timeout { timeout } => Error::StdinTimeout {
+            seconds: timeout.as_secs(),
+        },
+    })
 }
 
 /// Parses the state JSON; `pid` and `bundle` must be present.
@@ -129,35 +101,5 @@ mod tests {
             let err = parse(input).unwrap_err().to_string();
             assert!(err.contains(needle), "{input:?}: {err}");
         }
-    }
-
-    #[test]
-    fn reads_until_eof() {
-        let (reader, mut writer) = std::io::pipe().unwrap();
-        std::io::Write::write_all(&mut writer, b"{\"pid\":1}").unwrap();
-        drop(writer);
-        assert_eq!(
-            read_bounded(reader, 100, Duration::from_secs(1)).unwrap(),
-            b"{\"pid\":1}"
-        );
-    }
-
-    #[test]
-    fn refuses_more_than_the_limit() {
-        let (reader, mut writer) = std::io::pipe().unwrap();
-        let handle = std::thread::spawn(move || {
-            let _ = std::io::Write::write_all(&mut writer, &[b' '; 4096]);
-        });
-        let err = read_bounded(reader, 1000, Duration::from_secs(5)).unwrap_err();
-        assert!(matches!(err, Error::StdinTooLarge { limit: 1000 }), "{err}");
-        handle.join().unwrap();
-    }
-
-    #[test]
-    fn gives_up_when_the_writer_stalls() {
-        let (reader, writer) = std::io::pipe().unwrap();
-        let err = read_bounded(reader, 1000, Duration::from_millis(100)).unwrap_err();
-        assert!(matches!(err, Error::StdinTimeout { .. }), "{err}");
-        drop(writer);
     }
 }

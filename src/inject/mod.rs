@@ -484,8 +484,28 @@ fn update_loader(root: &Root, dirs: &mut Dirs<'_>, plan: &Plan) -> Result<()> {
     write_replacing(dirs.place(&conf)?, &conf_file(&plan.loader_dirs))
 }
 
+/// Opens (creating as needed) the directories of `rel` below `dir`, one
+/// component at a time and never through a symlink; `None` when `rel` is empty.
+fn nested_dir(dir: BorrowedFd<'_>, rel: &Path, base: &Path) -> Result<Option<OwnedFd>> {
+    let mut walked = base.to_path_buf();
+    let mut current: Option<OwnedFd> = None;
+    for component in rel.components() {
+        let Component::Normal(name) = component else {
+            return Err(Error::Exists {
+                path: base.join(rel),
+                found: "path with . or ..",
+                expected: "plain path",
+            });
+        };
+        walked.push(name);
+        let parent = current.as_ref().map_or(dir, |d| d.as_fd());
+        current = Some(subdir(parent, name, &walked)?);
+    }
+    Ok(current)
+}
+
 /// Opens directory `name` in `dir`, creating it if missing, never through a symlink.
-fn subdir(dir: BorrowedFd<'_>, name: &str, path: &Path) -> Result<OwnedFd> {
+fn subdir(dir: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<OwnedFd> {
     match mkdirat(dir, name, Mode::from_bits_truncate(0o755)) {
         Ok(()) | Err(Errno::EEXIST) => {}
         Err(errno) => return Err(errno_err(path, errno)),
@@ -529,12 +549,15 @@ fn mask_proc(sys: &impl Sys, root: &Root, path: &Path, sources: &Sources) -> Res
         Mode::empty(),
     )
     .map_err(|errno| errno_err(path, errno))?;
-    for (name, data) in &sources.proc_files {
-        let file_path = path.join(name);
+    for (rel, data) in &sources.proc_files {
+        let file_path = path.join(rel);
+        let (parent, name) = split(rel)?;
+        let dir = nested_dir(tmpfs_dir.as_fd(), parent, path)?;
+        let dir = dir.as_ref().map_or(tmpfs_dir.as_fd(), |d| d.as_fd());
         write_replacing(
             Place {
-                dir: tmpfs_dir.as_fd(),
-                name: OsStr::new(name),
+                dir,
+                name,
                 path: &file_path,
             },
             data,
@@ -542,7 +565,7 @@ fn mask_proc(sys: &impl Sys, root: &Root, path: &Path, sources: &Sources) -> Res
     }
     if !sources.proc_gpus.is_empty() {
         let gpus_path = path.join("gpus");
-        let gpus = subdir(tmpfs_dir.as_fd(), "gpus", &gpus_path)?;
+        let gpus = subdir(tmpfs_dir.as_fd(), OsStr::new("gpus"), &gpus_path)?;
         for (bus, source) in &sources.proc_gpus {
             let target = gpus_path.join(bus);
             let place = Place {

@@ -41,8 +41,8 @@ pub struct Sources {
     pub mounts: Vec<Source>,
     /// Host device nodes, in plan order, when nodes are bind-mounted (user namespaces).
     pub devices: Vec<Source>,
-    /// Contents for the masked `/proc/driver/nvidia`, by file name.
-    pub proc_files: Vec<(String, Vec<u8>)>,
+    /// Contents for the masked `/proc/driver/nvidia`, by path below it.
+    pub proc_files: Vec<(PathBuf, Vec<u8>)>,
     /// The selected GPUs' procfs directories, by bus id.
     pub proc_gpus: Vec<(String, Source)>,
 }
@@ -214,11 +214,11 @@ impl Sources {
         if let Some(mask) = &plan.proc_mask {
             for (name, path) in &mask.files {
                 match read_proc_file(path)? {
-                    Some(data) if name == "params" => {
+                    Some(data) if name.as_os_str() == "params" => {
                         proc_files.push((name.clone(), mask_params(&data)))
                     }
                     Some(data) => proc_files.push((name.clone(), data)),
-                    None if name == "registry" => {}
+                    None if name.as_os_str() == "registry" => {}
                     None => {
                         return Err(Error::Source {
                             path: path.clone(),

@@ -139,7 +139,7 @@ impl World {
                 path: "/proc/driver/nvidia".into(),
                 files: ["params", "version", "registry"]
                     .iter()
-                    .map(|n| (n.to_string(), host.join("proc").join(n)))
+                    .map(|n| (PathBuf::from(n), host.join("proc").join(n)))
                     .collect(),
                 gpus: vec![("0000:3b:00.0".into(), host.join("proc/gpus/0000:3b:00.0"))],
             }),

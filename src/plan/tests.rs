@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::driver::catalog::IpcKind;
-use crate::driver::{HostFile, Ipc};
+use crate::driver::{Gpu, HostFile, Ipc};
 use crate::request::Capabilities;
 
 fn node(role: NodeRole, name: &str, major: u32, minor: u32, state: NodeState) -> Node {
@@ -121,14 +121,18 @@ fn inventory() -> Inventory {
         configs: Vec::new(),
         scope: Capabilities::all(),
         proc_dir: "/sim/proc/driver/nvidia".into(),
+        mig: None,
+        nvml: None,
+        mig_config: None,
+        mig_monitor: None,
     }
 }
 
 fn request(devices: &str, caps: &str) -> Request {
-    Request {
-        devices: DeviceSelection::parse(Some(devices)).unwrap(),
-        capabilities: Capabilities::parse(caps).unwrap(),
-    }
+    Request::new(
+        DeviceSelection::parse(Some(devices)).unwrap(),
+        Capabilities::parse(caps).unwrap(),
+    )
 }
 
 fn plan(devices: &str, caps: &str) -> Result<Plan> {
@@ -144,10 +148,7 @@ fn device_paths(plan: &Plan) -> Vec<String> {
 
 #[test]
 fn void_request_gets_nothing() {
-    let req = Request {
-        devices: DeviceSelection::Void,
-        capabilities: Capabilities::all(),
-    };
+    let req = Request::new(DeviceSelection::Void, Capabilities::all());
     assert_eq!(
         Plan::build(&inventory(), &req, ImageLayout::Debian).unwrap(),
         Plan::default()
@@ -381,7 +382,11 @@ fn proc_mask_holds_driver_files_and_selected_gpus_only() {
     let plan = plan("2", "utility").unwrap();
     let mask = plan.proc_mask.unwrap();
     assert_eq!(mask.path, Path::new("/proc/driver/nvidia"));
-    let names: Vec<&str> = mask.files.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = mask
+        .files
+        .iter()
+        .map(|(n, _)| n.to_str().unwrap())
+        .collect();
     assert_eq!(names, ["params", "version", "registry"]);
     assert_eq!(mask.files[0].1, Path::new("/sim/proc/driver/nvidia/params"));
     assert_eq!(

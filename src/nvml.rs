@@ -1,0 +1,139 @@
+//! NVML, used only where `/proc` cannot answer: MIG devices and their
+//! instance ids, and a GPU's brand and compute capability when a requirement
+//! asks for them. A request for whole GPUs never gets here: that is the
+//! hook's speed advantage over NVIDIA's, which initialises NVML on every
+//! container start.
+//!
+//! NVML is loaded from the discovered driver library path (a containerized
+//! driver lives under its own root), in a forked child with a time bound
+//! ([`crate::child`]), so neither its threads nor a hang reach the hook.
+
+use std::path::Path;
+use std::time::Duration;
+
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+use serde::{Deserialize, Serialize};
+
+use crate::child;
+
+/// How long NVML may take; `nvmlInit` alone can take seconds without persistence mode.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One MIG device as NVML reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigInfo {
+    /// Its index on the parent GPU, as `<gpu>:<mig>` counts.
+    pub index: u32,
+    /// `MIG-…`.
+    pub uuid: String,
+    /// GPU instance id.
+    pub gpu_instance: u32,
+    /// Compute instance id.
+    pub compute_instance: u32,
+}
+
+/// One GPU as NVML reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// `GPU-…`, to match it with the GPU from `/proc`.
+    pub uuid: String,
+    /// Brand, lower case as requirements spell it: `tesla`, `geforce`, `nvidia`…
+    pub brand: String,
+    /// Compute capability, e.g. `9.0`.
+    pub compute_capability: String,
+    /// Whether MIG mode is on.
+    pub mig_enabled: bool,
+    /// Its MIG devices, in index order.
+    pub migs: Vec<MigInfo>,
+}
+
+/// Everything asked of NVML in one query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// GPUs in NVML order.
+    pub gpus: Vec<GpuInfo>,
+}
+
+/// Queries NVML from `lib` (the driver's `libnvidia-ml.so.*`) in a child process.
+pub fn query(lib: &Path, timeout: Duration) -> Result<Report, child::Error> {
+    let lib = lib.to_path_buf();
+    child::query("NVML", timeout, move || {
+        query_here(&lib).map_err(|e| describe(&e))
+    })
+}
+
+/// A clear, short message for an NVML error.
+fn describe(error: &NvmlError) -> String {
+    match error {
+        NvmlError::DriverNotLoaded => "driver not loaded".into(),
+        NvmlError::LibloadingError(e) => format!("cannot load libnvidia-ml: {e}"),
+        NvmlError::NoPermission => "no permission to use the GPUs".into(),
+        other => other.to_string(),
+    }
+}
+
+/// The query itself; runs in the child.
+fn query_here(lib: &Path) -> Result<Report, NvmlError> {
+    let nvml = Nvml::builder().lib_path(lib.as_os_str()).init()?;
+    let mut gpus = Vec::new();
+    for index in 0..nvml.device_count()? {
+        let device = nvml.device_by_index(index)?;
+        let cc = device.cuda_compute_capability()?;
+        let mig_enabled = device
+            .mig_mode()
+            .map(|mode| mode.current == 1)
+            .or_else(|e| match e {
+                NvmlError::NotSupported => Ok(false),
+                e => Err(e),
+            })?;
+        let mut migs = Vec::new();
+        if mig_enabled {
+            for mig_index in 0..device.mig_device_count()? {
+                let mig = match device.mig_device_by_index(mig_index) {
+                    Ok(mig) => mig,
+                    // Slots without an instance are absent, not errors.
+                    Err(NvmlError::NotFound) => continue,
+                    Err(e) => return Err(e),
+                };
+                let (gpu_instance, compute_instance) = instance_ids(&nvml, &mig)?;
+                migs.push(MigInfo {
+                    index: mig_index,
+                    uuid: mig.uuid()?,
+                    gpu_instance,
+                    compute_instance,
+                });
+            }
+        }
+        gpus.push(GpuInfo {
+            uuid: device.uuid()?,
+            brand: format!("{:?}", device.brand()?).to_ascii_lowercase(),
+            compute_capability: format!("{}.{}", cc.major, cc.minor),
+            mig_enabled,
+            migs,
+        });
+    }
+    Ok(Report { gpus })
+}
+
+/// The GPU and compute instance ids of a MIG device, which nvml-wrapper does not wrap.
+fn instance_ids(nvml: &Nvml, mig: &nvml_wrapper::Device<'_>) -> Result<(u32, u32), NvmlError> {
+    let lib = nvml.lib();
+    let gi = lib
+        .nvmlDeviceGetGpuInstanceId
+        .as_ref()
+        .map_err(|_| NvmlError::FailedToLoadSymbol("nvmlDeviceGetGpuInstanceId".into()))?;
+    let ci = lib
+        .nvmlDeviceGetComputeInstanceId
+        .as_ref()
+        .map_err(|_| NvmlError::FailedToLoadSymbol("nvmlDeviceGetComputeInstanceId".into()))?;
+    let (mut gpu_instance, mut compute_instance) = (0, 0);
+    // SAFETY: both symbols come from the loaded NVML with their C signatures;
+    // the handle is a live MIG device of this NVML instance, and the out
+    // pointers are valid for the calls.
+    unsafe {
+        nvml_wrapper::error::nvml_try(gi(mig.handle(), &mut gpu_instance))?;
+        nvml_wrapper::error::nvml_try(ci(mig.handle(), &mut compute_instance))?;
+    }
+    Ok((gpu_instance, compute_instance))
+}

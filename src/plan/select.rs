@@ -1,0 +1,118 @@
+//! Matches a device selection against the host's GPUs and MIG devices.
+
+use super::{Error, Result};
+use crate::driver::{Gpu, Inventory, MigDevice};
+use crate::request::{DeviceId, DeviceSelection};
+
+/// One selected device.
+#[derive(Debug, Clone, Copy)]
+pub enum Selected<'a> {
+    /// A whole GPU.
+    Gpu(&'a Gpu),
+    /// A MIG device and its parent GPU.
+    Mig {
+        /// The GPU it lives on.
+        parent: &'a Gpu,
+        /// The MIG device.
+        mig: &'a MigDevice,
+    },
+}
+
+impl<'a> Selected<'a> {
+    /// The GPU whose node the device needs.
+    pub fn gpu(&self) -> &'a Gpu {
+        match self {
+            Selected::Gpu(gpu) => gpu,
+            Selected::Mig { parent, .. } => parent,
+        }
+    }
+}
+
+/// The devices a selection names, each once, in the order asked.
+pub fn select<'a>(
+    inventory: &'a Inventory,
+    selection: &DeviceSelection,
+) -> Result<Vec<Selected<'a>>> {
+    let ids = match selection {
+        DeviceSelection::Void | DeviceSelection::None => return Ok(Vec::new()),
+        DeviceSelection::All => return Ok(inventory.gpus.iter().map(Selected::Gpu).collect()),
+        DeviceSelection::List(ids) => ids,
+    };
+    let mut selected: Vec<Selected<'a>> = Vec::new();
+    for id in ids {
+        let found = if id.is_mig() {
+            find_mig(inventory, id)?
+        } else {
+            find_gpu(&inventory.gpus, id).map(Selected::Gpu)
+        };
+        let device = found.ok_or_else(|| Error::UnknownDevice {
+            item: id.to_string(),
+            available: describe(inventory),
+        })?;
+        let duplicate = selected.iter().any(|s| match (s, &device) {
+            (Selected::Gpu(a), Selected::Gpu(b)) => a.index == b.index,
+            (Selected::Mig { mig: a, .. }, Selected::Mig { mig: b, .. }) => a.uuid == b.uuid,
+            _ => false,
+        });
+        if !duplicate {
+            selected.push(device);
+        }
+    }
+    Ok(selected)
+}
+
+fn find_gpu<'a>(gpus: &'a [Gpu], id: &DeviceId) -> Option<&'a Gpu> {
+    gpus.iter().find(|g| match id {
+        DeviceId::Index(i) => g.index == *i,
+        DeviceId::Uuid(u) => g.uuid == *u,
+        DeviceId::Bus(b) => g.bus == *b,
+        DeviceId::Mig(_) | DeviceId::MigIndex { .. } => false,
+    })
+}
+
+fn find_mig<'a>(inventory: &'a Inventory, id: &DeviceId) -> Result<Option<Selected<'a>>> {
+    let migs = inventory.mig.as_deref().ok_or_else(|| Error::NeedsNvml {
+        item: id.to_string(),
+    })?;
+    let parent_of = |mig: &MigDevice| inventory.gpus.iter().find(|g| g.index == mig.parent);
+    let mig = migs.iter().find(|mig| match id {
+        DeviceId::MigIndex { gpu, mig: index } => mig.parent == *gpu && mig.index == *index,
+        DeviceId::Mig(uuid) => match uuid.strip_prefix("MIG-GPU-") {
+            // The older form: parent UUID, GPU instance, compute instance.
+            Some(old) => parent_of(mig).is_some_and(|parent| {
+                format!(
+                    "{}/{}/{}",
+                    parent.uuid, mig.gpu_instance, mig.compute_instance
+                ) == format!("GPU-{old}")
+            }),
+            None => mig.uuid == *uuid,
+        },
+        _ => false,
+    });
+    Ok(mig.and_then(|mig| {
+        Some(Selected::Mig {
+            parent: parent_of(mig)?,
+            mig,
+        })
+    }))
+}
+
+/// The host's devices, for an error about one that does not exist.
+fn describe(inventory: &Inventory) -> String {
+    if inventory.gpus.is_empty() {
+        return "no GPUs".into();
+    }
+    let mut items: Vec<String> = inventory
+        .gpus
+        .iter()
+        .map(|g| format!("{} ({}, {})", g.index, g.uuid, g.bus))
+        .collect();
+    items.extend(
+        inventory
+            .mig
+            .iter()
+            .flatten()
+            .map(|m| format!("{}:{} ({})", m.parent, m.index, m.uuid)),
+    );
+    items.join(", ")
+}
