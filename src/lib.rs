@@ -12,6 +12,7 @@ pub mod config;
 pub mod driver;
 pub mod elf;
 pub mod hook;
+pub mod image;
 pub mod inject;
 pub mod ldcache;
 pub mod logging;

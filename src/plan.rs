@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use crate::driver::{catalog, CapFile, Inventory, Library, Node, NodeRole, NodeState};
 use crate::elf::Arch;
+use crate::image::{Compat, Image};
 use crate::ldcache;
 use crate::request::{Capability, DeviceSelection, Request};
 
@@ -247,7 +248,8 @@ pub struct Plan {
 
 impl Plan {
     /// Plans what a container with `request` receives on the inventoried host.
-    pub fn build(inventory: &Inventory, request: &Request, layout: ImageLayout) -> Result<Plan> {
+    pub fn build(inventory: &Inventory, request: &Request, image: &Image) -> Result<Plan> {
+        let layout = image.layout;
         if request.devices == DeviceSelection::Void {
             return Ok(Plan::default());
         }
@@ -362,6 +364,9 @@ impl Plan {
                 plan.loader_dirs.push(dir.to_path_buf());
             }
         }
+        if let Some(compat) = &image.compat {
+            plan.prefer_compat(inventory, caps, compat);
+        }
         for file in &inventory.firmware {
             plan.mount(MountKind::Firmware, &file.path, file.destination.clone());
         }
@@ -384,6 +389,38 @@ impl Plan {
             plan.mount(kind, &ipc.path, ipc.destination.clone());
         }
         Ok(plan)
+    }
+
+    /// Puts the image's newer CUDA forward-compatibility libraries ahead of
+    /// the host's in the loader cache and configuration. They stay the
+    /// image's files: only their paths are written, nothing is mounted.
+    fn prefer_compat(
+        &mut self,
+        inventory: &Inventory,
+        caps: &crate::request::Capabilities,
+        compat: &Compat,
+    ) {
+        let host = Arch::host();
+        let entries: Vec<LoaderEntry> = inventory
+            .libraries
+            .iter()
+            .filter(|l| l.arch == host.name && caps.contains(l.capability))
+            .filter_map(|lib| {
+                let file = format!("{}.{}", lib.prefix, compat.driver_version);
+                compat.files.contains(&file).then(|| LoaderEntry {
+                    soname: lib.soname.clone(),
+                    path: compat.dir.join(&file),
+                    arch: host.name,
+                    flags: ldcache::FLAG_ELF_LIBC6 | host.cache_flags,
+                })
+            })
+            .collect();
+        if entries.is_empty() {
+            return;
+        }
+        // The cache is sorted stably: among equal names, ours listed first win.
+        self.loader_entries.splice(0..0, entries);
+        self.loader_dirs.insert(0, compat.dir.clone());
     }
 
     fn mount(&mut self, kind: MountKind, source: &Path, destination: PathBuf) {

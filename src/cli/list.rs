@@ -32,7 +32,7 @@ pub fn run(
             missing.prefix
         );
     }
-    let plan = Plan::build(&inventory, &request, layout)?;
+    let plan = Plan::build(&inventory, &request, &layout.into())?;
     if json {
         serde_json::to_writer_pretty(&mut *out, &plan)?;
         writeln!(out)?;

@@ -13,6 +13,9 @@ use serde::Serialize;
 
 use super::{Error, Result};
 
+/// How long loading libcuda and asking its version may take.
+pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A CUDA driver API version as `cuDriverGetVersion` reports it: 12020 is 12.2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct CudaVersion(pub i32);

@@ -159,8 +159,8 @@ impl Inventory {
         })
     }
 
-    /// The CUDA version the driver supports, asked of its own libcuda. Loads
-    /// driver code: call it only when the answer is needed.
+    /// The CUDA version the driver supports, asked of its own libcuda in a
+    /// child process. Loads driver code: call it only when the answer is needed.
     pub fn cuda_version(&self) -> Result<CudaVersion> {
         let host = Arch::host();
         let libcuda = self
@@ -171,7 +171,12 @@ impl Inventory {
                 prefix: "libcuda.so",
                 version: self.driver_version.clone(),
             })?;
-        cuda::query(&libcuda.path)
+        let path = libcuda.path.clone();
+        // In a child: libcuda is driver code, and the hook must stay single-threaded.
+        let version = child::query("libcuda", cuda::TIMEOUT, move || {
+            cuda::query(&path).map(|v| v.0).map_err(|e| e.to_string())
+        })?;
+        Ok(CudaVersion(version))
     }
 
     /// Asks NVML, in a child process with a time bound, for MIG devices and

@@ -18,15 +18,16 @@ use std::time::Instant;
 use nix::sys::stat::{umask, Mode};
 use thiserror::Error;
 
-pub use spec::{image_layout, Container};
+pub use spec::Container;
 pub use state::{parse as parse_state, ContainerState, MAX_STATE, STATE_TIMEOUT};
 
 use crate::config::Config;
 use crate::driver::Inventory;
+use crate::image::Image;
 use crate::inject::{self, LinuxSys, NodeMode, Sources, Sys};
 use crate::plan::Plan;
 use crate::request::{Capability, DeviceSelection, Request};
-use crate::{cgroup, driver, plan, request};
+use crate::{cgroup, driver, image, plan, request};
 
 /// Why the hook refused or failed; `main` prints it on one line.
 #[derive(Debug, Error)]
@@ -57,6 +58,8 @@ pub enum Error {
     Driver(#[from] driver::Error),
     #[error(transparent)]
     Plan(#[from] plan::Error),
+    #[error(transparent)]
+    Image(#[from] image::Error),
     #[error(transparent)]
     Cgroup(#[from] cgroup::Error),
     #[error(transparent)]
@@ -105,8 +108,12 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     if nvml {
         inventory.load_nvml()?;
     }
-    let layout = spec::image_layout(&container.rootfs)?;
-    let plan = Plan::build(&inventory, &request, layout)?;
+    let image = Image::inspect(
+        &container.rootfs,
+        &inventory.driver_version,
+        config.cuda_compat.mode,
+    )?;
+    let plan = Plan::build(&inventory, &request, &image)?;
     let planned = Instant::now();
 
     let nodes = if container.user_namespace {

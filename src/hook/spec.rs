@@ -5,10 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
-use pathrs::Root;
 
 use super::{Error, Result};
-use crate::plan::ImageLayout;
 
 /// The container as its bundle describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,18 +81,6 @@ pub fn load(bundle: &Path) -> Result<Container> {
     })
 }
 
-/// Debian-family images keep libraries in the multiarch directory; others in `/usr/lib64`.
-pub fn image_layout(rootfs: &Path) -> Result<ImageLayout> {
-    let root = Root::open(rootfs).map_err(|source| Error::Rootfs {
-        path: rootfs.to_path_buf(),
-        reason: source.to_string(),
-    })?;
-    Ok(match root.resolve("/etc/debian_version") {
-        Ok(_) => ImageLayout::Debian,
-        Err(_) => ImageLayout::Rpm,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use std::fs;
@@ -162,19 +148,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("/nonexistent/bundle/config.json"), "{err}");
-    }
-
-    #[test]
-    fn detects_layout_inside_the_rootfs() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(image_layout(dir.path()).unwrap(), ImageLayout::Rpm);
-        fs::create_dir(dir.path().join("etc")).unwrap();
-        // A link out of the rootfs does not count, even if the host has the file.
-        std::os::unix::fs::symlink("/etc/debian_version", dir.path().join("etc/debian_version"))
-            .unwrap();
-        assert_eq!(image_layout(dir.path()).unwrap(), ImageLayout::Rpm);
-        fs::remove_file(dir.path().join("etc/debian_version")).unwrap();
-        fs::write(dir.path().join("etc/debian_version"), "12\n").unwrap();
-        assert_eq!(image_layout(dir.path()).unwrap(), ImageLayout::Debian);
     }
 }

@@ -127,6 +127,27 @@ mod tests {
     }
 
     #[test]
+    fn first_of_our_entries_for_a_name_stays_first() {
+        let mut ours = ours();
+        ours.insert(
+            0,
+            LoaderEntry {
+                soname: "libcuda.so.1".into(),
+                path: PathBuf::from("/usr/local/cuda/compat/libcuda.so.550.54.15"),
+                arch: "x86_64",
+                flags: X86,
+            },
+        );
+        let merged = LdCache::parse(&merged_cache(None, &ours).unwrap()).unwrap();
+        let paths: Vec<&str> = merged.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths[0], "/usr/local/cuda/compat/libcuda.so.550.54.15",
+            "glibc takes the first match"
+        );
+        assert_eq!(paths[1], "/usr/lib/x86_64-linux-gnu/libcuda.so.1");
+    }
+
+    #[test]
     fn image_without_cache_gets_ours_only() {
         let merged = LdCache::parse(&merged_cache(None, &ours()).unwrap()).unwrap();
         assert_eq!(merged.entries.len(), 2);

@@ -3,6 +3,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::driver::catalog::IpcKind;
 use crate::driver::{Gpu, HostFile, Ipc};
+use crate::image::Image;
 use crate::request::Capabilities;
 
 fn node(role: NodeRole, name: &str, major: u32, minor: u32, state: NodeState) -> Node {
@@ -136,7 +137,11 @@ fn request(devices: &str, caps: &str) -> Request {
 }
 
 fn plan(devices: &str, caps: &str) -> Result<Plan> {
-    Plan::build(&inventory(), &request(devices, caps), ImageLayout::Debian)
+    Plan::build(
+        &inventory(),
+        &request(devices, caps),
+        &ImageLayout::Debian.into(),
+    )
 }
 
 fn device_paths(plan: &Plan) -> Vec<String> {
@@ -150,7 +155,7 @@ fn device_paths(plan: &Plan) -> Vec<String> {
 fn void_request_gets_nothing() {
     let req = Request::new(DeviceSelection::Void, Capabilities::all());
     assert_eq!(
-        Plan::build(&inventory(), &req, ImageLayout::Debian).unwrap(),
+        Plan::build(&inventory(), &req, &ImageLayout::Debian.into()).unwrap(),
         Plan::default()
     );
 }
@@ -230,7 +235,7 @@ fn missing_node_is_an_error_naming_it() {
 fn wrong_gpu_node_is_an_error() {
     let mut inv = inventory();
     inv.nodes[4].state = NodeState::Wrong("is character device 1:3, expected 195:2".into());
-    let err = Plan::build(&inv, &request("0", "utility"), ImageLayout::Debian).unwrap_err();
+    let err = Plan::build(&inv, &request("0", "utility"), &ImageLayout::Debian.into()).unwrap_err();
     assert!(err.to_string().contains("1:3"), "{err}");
 }
 
@@ -239,7 +244,12 @@ fn missing_core_library_is_an_error_for_its_capability_only() {
     let mut inv = inventory();
     inv.libraries
         .retain(|l| l.prefix != "libcuda.so" || l.arch != "x86_64");
-    let err = Plan::build(&inv, &request("all", "compute"), ImageLayout::Debian).unwrap_err();
+    let err = Plan::build(
+        &inv,
+        &request("all", "compute"),
+        &ImageLayout::Debian.into(),
+    )
+    .unwrap_err();
     assert!(
         matches!(
             err,
@@ -250,7 +260,12 @@ fn missing_core_library_is_an_error_for_its_capability_only() {
         ),
         "{err}"
     );
-    Plan::build(&inv, &request("all", "utility"), ImageLayout::Debian).unwrap();
+    Plan::build(
+        &inv,
+        &request("all", "utility"),
+        &ImageLayout::Debian.into(),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -300,7 +315,7 @@ fn rpm_layout_uses_lib64() {
     let plan = Plan::build(
         &inventory(),
         &request("0", "compute,compat32"),
-        ImageLayout::Rpm,
+        &ImageLayout::Rpm.into(),
     )
     .unwrap();
     let dests: Vec<_> = plan
@@ -396,4 +411,40 @@ fn proc_mask_holds_driver_files_and_selected_gpus_only() {
             PathBuf::from("/sim/proc/driver/nvidia/gpus/0000:db:00.0")
         )]
     );
+}
+
+#[test]
+fn newer_compat_libraries_come_first_in_the_loader_cache() {
+    let image = Image {
+        layout: ImageLayout::Debian,
+        compat: Some(crate::image::Compat {
+            dir: "/usr/local/cuda/compat".into(),
+            driver_version: "550.54.15".into(),
+            cuda: crate::driver::CudaVersion(12040),
+            files: vec!["libcuda.so.550.54.15".into()],
+        }),
+    };
+    let plan = Plan::build(&inventory(), &request("0", "compute,utility"), &image).unwrap();
+    let entries: Vec<(&str, String)> = plan
+        .loader_entries
+        .iter()
+        .map(|e| (e.soname.as_str(), e.path.display().to_string()))
+        .collect();
+    assert_eq!(
+        entries[0],
+        (
+            "libcuda.so.1",
+            "/usr/local/cuda/compat/libcuda.so.550.54.15".to_string()
+        )
+    );
+    assert!(entries[1..].contains(&(
+        "libcuda.so.1",
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1".to_string()
+    )));
+    assert_eq!(plan.loader_dirs[0], Path::new("/usr/local/cuda/compat"));
+    // The image's file is never mounted.
+    assert!(!plan
+        .mounts
+        .iter()
+        .any(|m| m.source.starts_with("/usr/local/cuda")));
 }
