@@ -157,7 +157,7 @@ fn benches(c: &mut Criterion) {
                 Plan::build(
                     black_box(&inventory),
                     black_box(&request),
-                    ImageLayout::Debian,
+                    &ImageLayout::Debian.into(),
                 )
                 .unwrap()
             })
