@@ -19,3 +19,4 @@ pub mod logging;
 pub mod nvml;
 pub mod plan;
 pub mod request;
+pub mod require;

@@ -1,0 +1,201 @@
+//! Which variables make rules: the prefix, JETPACK, repeats, the legacy rule, the off switch.
+
+use super::*;
+
+#[test]
+fn all_rules_must_hold() {
+    let two = |cuda: &str, arch: &str| {
+        env(&[
+            "PATH=/usr/bin",
+            &format!("NVIDIA_REQUIRE_CUDA={cuda}"),
+            &format!("NVIDIA_REQUIRE_ARCH={arch}"),
+        ])
+    };
+    let check = |env: Vec<String>| Requirements::from_env(&env).unwrap().check(&host_535());
+    assert!(check(two("cuda>=12.0", "arch>=8.0")).is_ok());
+    let err = check(two("cuda>=12.0", "arch>=9.0")).unwrap_err();
+    assert!(err.to_string().starts_with("NVIDIA_REQUIRE_ARCH "), "{err}");
+    let err = check(two("cuda>=12.4", "arch>=9.0")).unwrap_err();
+    assert!(err.to_string().starts_with("NVIDIA_REQUIRE_CUDA "), "{err}");
+}
+
+#[test]
+fn the_last_value_of_a_repeated_variable_wins() {
+    let entries = env(&[
+        "NVIDIA_REQUIRE_CUDA=cuda>=13.0",
+        "NVIDIA_REQUIRE_CUDA=cuda>=12.0",
+    ]);
+    let requirements = Requirements::from_env(&entries).unwrap();
+    assert!(requirements.check(&host_535()).is_ok());
+    assert_eq!(requirements.rules.len(), 1);
+}
+
+#[test]
+fn only_nvidia_require_variables_are_rules() {
+    let entries = env(&[
+        "NVIDIA_REQUIRE_JETPACK=csv-mounts=all",
+        "NVIDIA_REQUIRE_JETPACK_HOST_MOUNTS=/usr/lib/aarch64-linux-gnu/tegra garbage",
+        "NVIDIA_REQUIREMENT=cuda>=99",
+        "nvidia_require_cuda=cuda>=99",
+        "XNVIDIA_REQUIRE_CUDA=cuda>=99",
+        "NVIDIA_REQUIRE_NO_EQUALS_SIGN",
+        "NVIDIA_VISIBLE_DEVICES=all",
+    ]);
+    let requirements = Requirements::from_env(&entries).unwrap();
+    assert!(requirements.is_empty(), "{requirements:?}");
+}
+
+#[test]
+fn any_nvidia_require_suffix_is_a_rule() {
+    for name in [
+        "NVIDIA_REQUIRE_CUDA",
+        "NVIDIA_REQUIRE_DRIVER",
+        "NVIDIA_REQUIRE_X",
+        "NVIDIA_REQUIRE_",
+    ] {
+        let entries = env(&[&format!("{name}=cuda>=13")]);
+        let err = Requirements::from_env(&entries)
+            .unwrap()
+            .check(&host_535())
+            .unwrap_err();
+        match err {
+            Error::Unsatisfied(u) => assert_eq!(u.variable(), name),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn empty_rules_always_hold() {
+    for value in ["", " ", "\t", ",", " , ,, "] {
+        let entries = env(&[&format!("NVIDIA_REQUIRE_CUDA={value}")]);
+        let requirements = Requirements::from_env(&entries).unwrap();
+        assert!(requirements.is_empty(), "{value:?}");
+        assert!(requirements.check(&host_535()).is_ok());
+    }
+    assert!(Requirements::from_env(&[]).unwrap().is_empty());
+}
+
+#[test]
+fn legacy_image_requires_its_cuda_major_minor() {
+    let cases = [
+        ("CUDA_VERSION=12.6.1", "cuda>=12.6"),
+        ("CUDA_VERSION=12.6", "cuda>=12.6"),
+        ("CUDA_VERSION=12", "cuda>=12.0"),
+        ("CUDA_VERSION=v11.8.0", "cuda>=11.8"),
+        ("CUDA_VERSION=12.6.1-rc1", "cuda>=12.6"),
+        ("CUDA_VERSION=12.10.0", "cuda>=12.10"),
+    ];
+    for (entry, rule) in cases {
+        let requirements = Requirements::from_env(&env(&[entry])).unwrap();
+        let expected = Rule::legacy(entry.trim_start_matches("CUDA_VERSION="))
+            .unwrap()
+            .unwrap();
+        assert_eq!(requirements.rules, vec![expected.clone()], "{entry}");
+        assert_eq!(expected.groups, parse(rule).rules[0].groups, "{entry}");
+        assert_eq!(
+            requirements.needs(),
+            Needs {
+                cuda: true,
+                ..Needs::default()
+            }
+        );
+    }
+    let legacy = Requirements::from_env(&env(&["CUDA_VERSION=12.6.1"])).unwrap();
+    assert!(legacy.check(&with_cuda(12020)).is_err());
+    assert!(legacy.check(&with_cuda(12060)).is_ok());
+    assert!(legacy.check(&with_cuda(12080)).is_ok());
+}
+
+#[test]
+fn nvidia_require_cuda_replaces_the_legacy_rule_unless_empty() {
+    let own = env(&["CUDA_VERSION=12.6.1", "NVIDIA_REQUIRE_CUDA=cuda>=11.0"]);
+    assert!(Requirements::from_env(&own)
+        .unwrap()
+        .check(&host_535())
+        .is_ok());
+    // NVIDIA's hook counts an empty NVIDIA_REQUIRE_CUDA as unset.
+    let empty = env(&["CUDA_VERSION=12.6.1", "NVIDIA_REQUIRE_CUDA="]);
+    assert!(Requirements::from_env(&empty)
+        .unwrap()
+        .check(&host_535())
+        .is_err());
+    // ...and an empty CUDA_VERSION too.
+    let no_version = env(&["CUDA_VERSION="]);
+    assert!(Requirements::from_env(&no_version).unwrap().is_empty());
+}
+
+#[test]
+fn malformed_legacy_cuda_version_is_an_error_naming_it() {
+    for value in [
+        "abc",
+        "12.x",
+        ".6",
+        "12..6",
+        "-1",
+        "v",
+        "99999999999.0",
+        "１２.0",
+    ] {
+        let err = Requirements::from_env(&env(&[&format!("CUDA_VERSION={value}")])).unwrap_err();
+        assert_eq!(
+            err,
+            Error::BadLegacyCudaVersion {
+                value: value.into()
+            }
+        );
+        assert!(err.to_string().contains("CUDA_VERSION"), "{err}");
+    }
+}
+
+#[test]
+fn true_disable_require_skips_every_check() {
+    for value in [
+        "1", "true", "TRUE", "True", "t", "T", "yes", "YES", "y", "on", "On", " true ",
+    ] {
+        let entries = env(&[
+            &format!("NVIDIA_DISABLE_REQUIRE={value}"),
+            "NVIDIA_REQUIRE_CUDA=cuda>=99",
+            "NVIDIA_REQUIRE_BAD=not a rule",
+            "CUDA_VERSION=garbage",
+        ]);
+        let requirements = Requirements::from_env(&entries).unwrap();
+        assert!(requirements.is_empty(), "{value:?}");
+    }
+}
+
+#[test]
+fn other_disable_require_values_keep_the_checks() {
+    for value in ["0", "false", "no", "off", "", "maybe", "2", "truee"] {
+        let entries = env(&[
+            &format!("NVIDIA_DISABLE_REQUIRE={value}"),
+            "NVIDIA_REQUIRE_CUDA=cuda>=99",
+        ]);
+        let requirements = Requirements::from_env(&entries).unwrap();
+        assert!(requirements.check(&host_535()).is_err(), "{value:?}");
+    }
+}
+
+#[test]
+fn huge_values_are_refused_before_parsing() {
+    let rule = format!("NVIDIA_REQUIRE_CUDA={}", "cuda>=1 ".repeat(600));
+    let err = Requirements::from_env(&env(&[&rule])).unwrap_err();
+    assert_eq!(
+        err,
+        Error::TooLong {
+            var: "NVIDIA_REQUIRE_CUDA".into(),
+            len: 4800
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "NVIDIA_REQUIRE_CUDA is 4800 bytes long; at most 4096 are accepted"
+    );
+    let at_limit = format!("NVIDIA_REQUIRE_CUDA={}", "cuda>=1 ".repeat(512));
+    assert!(Requirements::from_env(&env(&[&at_limit])).is_ok());
+    let long_version = format!("CUDA_VERSION=12.{}", "0".repeat(5000));
+    assert!(matches!(
+        Requirements::from_env(&env(&[&long_version])),
+        Err(Error::TooLong { .. })
+    ));
+}
