@@ -89,7 +89,11 @@ static void report_node(const char *path)
 	printf("node %s %c %s mode=%04o", path, type_letter(st.st_mode), numbers,
 	       (unsigned)(st.st_mode & 07777));
 	if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
-		int fd = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
+		/* Read-only nodes (the MIG caps, 0444) are opened read-only, as
+		 * CUDA does: the permission check then passes and the device
+		 * cgroup alone decides, which is what ENXIO/EPERM report. */
+		int access = (st.st_mode & 0222) ? O_RDWR : O_RDONLY;
+		int fd = open(path, access | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
 		if (fd >= 0) {
 			printf(" open=ok");
 			close(fd);

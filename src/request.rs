@@ -400,8 +400,9 @@ impl Request {
     /// `NVIDIA_REQUIRE_CUDA`) gets every GPU when `NVIDIA_VISIBLE_DEVICES` is
     /// unset, and every capability when `NVIDIA_DRIVER_CAPABILITIES` is unset.
     pub fn from_env(env: &[String]) -> Result<Request> {
-        let legacy =
-            env_var(env, "CUDA_VERSION").is_some() && env_var(env, "NVIDIA_REQUIRE_CUDA").is_none();
+        // As NVIDIA: an empty variable counts as unset here.
+        let set = |name| env_var(env, name).is_some_and(|v| !v.is_empty());
+        let legacy = set("CUDA_VERSION") && !set("NVIDIA_REQUIRE_CUDA");
         let devices = match env_var(env, "NVIDIA_VISIBLE_DEVICES") {
             None if legacy => DeviceSelection::All,
             value => DeviceSelection::parse(value)?,
@@ -645,6 +646,14 @@ mod tests {
         let req = Request::from_env(&env(&["CUDA_VERSION=11.8.0"])).unwrap();
         assert_eq!(req.devices, DeviceSelection::All);
         assert_eq!(req.capabilities, Capabilities::all());
+        // An empty requirement is no requirement, as NVIDIA reads it.
+        let req =
+            Request::from_env(&env(&["CUDA_VERSION=11.8.0", "NVIDIA_REQUIRE_CUDA="])).unwrap();
+        assert_eq!(req.devices, DeviceSelection::All);
+        assert_eq!(
+            Request::from_env(&env(&["CUDA_VERSION="])).unwrap().devices,
+            DeviceSelection::Void
+        );
         // Not legacy once it states its requirement.
         let req = Request::from_env(&env(&[
             "CUDA_VERSION=12.2.0",

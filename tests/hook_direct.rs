@@ -171,6 +171,48 @@ fn masks_proc_driver_nvidia_with_only_the_selected_gpu() {
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn mig_device_gets_its_access_files_in_the_masked_proc() {
+    let sim = SimHost::shared_mig(2);
+    let mig = &sim.host["mig"][1];
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(
+        dir.path(),
+        &[&format!(
+            "NVIDIA_VISIBLE_DEVICES={}",
+            mig["uuid"].as_str().unwrap()
+        )],
+    );
+    let container = Namespaced::start();
+    let out = hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle));
+    assert!(
+        out.status.success(),
+        "hook failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let masked = bundle.join("rootfs/proc/driver/nvidia");
+    let gi = format!("capabilities/gpu{}/mig/gi{}", mig["gpu_minor"], mig["gi"]);
+    let seen = container.exec(&format!(
+        "cd {}; find capabilities -type f | sort; cat {gi}/access {gi}/ci{}/access",
+        masked.display(),
+        mig["ci"]
+    ));
+    let expected_files = format!("{gi}/access\n{gi}/ci{}/access\n", mig["ci"]);
+    assert!(
+        seen.starts_with(&expected_files),
+        "only this MIG device's files: {seen}"
+    );
+    assert!(
+        seen.contains(&format!("DeviceFileMinor: {}", mig["gi_access_minor"])),
+        "{seen}"
+    );
+    assert!(
+        seen.contains(&format!("DeviceFileMinor: {}", mig["ci_access_minor"])),
+        "{seen}"
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn bind_mounts_are_read_only_and_exactly_the_host_files() {
     let sim = SimHost::shared("synthetic", 2, "new");
     let dir = tempfile::tempdir().unwrap();

@@ -78,6 +78,7 @@ fn run_with_decoys(
             hook,
             decoy_minors,
             reuse_rootfs: false,
+            prepare: None,
         },
     )
 }
@@ -519,6 +520,7 @@ fn restart_on_same_rootfs(runtime: Runtime) {
                 hook: Hook::Prestart,
                 decoy_minors: &[],
                 reuse_rootfs: attempt > 0,
+                prepare: None,
             },
         );
         assert_gpus_injected(&run, &host, &[gpu]);

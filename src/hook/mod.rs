@@ -22,12 +22,14 @@ pub use spec::Container;
 pub use state::{parse as parse_state, ContainerState, MAX_STATE, STATE_TIMEOUT};
 
 use crate::config::Config;
+use crate::driver::Gpu;
 use crate::driver::Inventory;
 use crate::image::Image;
 use crate::inject::{self, LinuxSys, NodeMode, Sources, Sys};
 use crate::plan::Plan;
 use crate::request::{Capability, DeviceSelection, Request};
-use crate::{cgroup, driver, image, plan, request};
+use crate::require::{DeviceFacts, Facts, Requirements};
+use crate::{cgroup, driver, image, plan, request, require};
 
 /// Why the hook refused or failed; `main` prints it on one line.
 #[derive(Debug, Error)]
@@ -60,6 +62,8 @@ pub enum Error {
     Plan(#[from] plan::Error),
     #[error(transparent)]
     Image(#[from] image::Error),
+    #[error(transparent)]
+    Require(#[from] require::Error),
     #[error(transparent)]
     Cgroup(#[from] cgroup::Error),
     #[error(transparent)]
@@ -97,7 +101,14 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         return Ok(());
     }
     let started = Instant::now();
-    let nvml = request.needs_nvml();
+    let requirements = if config.disable_require {
+        Requirements::default()
+    } else {
+        Requirements::from_env(&container.env)?
+    };
+    let needs = requirements.needs();
+    // NVML only for MIG devices, or for brand and arch requirements.
+    let nvml = request.needs_nvml() || needs.arch || needs.brand;
     // NVML is found as a utility library, whatever the container asked for.
     let scope = if nvml {
         request.capabilities.with(Capability::Utility)
@@ -114,6 +125,9 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         config.cuda_compat.mode,
     )?;
     let plan = Plan::build(&inventory, &request, &image)?;
+    if !requirements.is_empty() {
+        check_requirements(&requirements, &inventory, &request, &image, needs.cuda)?;
+    }
     let planned = Instant::now();
 
     let nodes = if container.user_namespace {
@@ -152,6 +166,55 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         summary.loader_entries,
         request.capabilities
     );
+    Ok(())
+}
+
+/// Checks the container's requirements on every GPU it gets (a MIG
+/// device's parent), before anything is changed: a refusal here replaces
+/// "CUDA driver version is insufficient" at run time.
+fn check_requirements(
+    requirements: &Requirements,
+    inventory: &Inventory,
+    request: &Request,
+    image: &Image,
+    need_cuda: bool,
+) -> Result<()> {
+    let cuda = if need_cuda {
+        Some(inventory.cuda_version()?)
+    } else {
+        None
+    };
+    let mut facts = Facts {
+        driver: inventory.driver_version.clone(),
+        cuda,
+        compat_cuda: image.compat.as_ref().map(|c| c.cuda),
+        device: None,
+    };
+    let mut gpus: Vec<&Gpu> = Vec::new();
+    for device in plan::select(inventory, &request.devices)? {
+        if !gpus.iter().any(|g| g.index == device.gpu().index) {
+            gpus.push(device.gpu());
+        }
+    }
+    if gpus.is_empty() {
+        return Ok(requirements.check(&facts)?);
+    }
+    for gpu in gpus {
+        let nvml = inventory.nvml.as_ref().and_then(|r| {
+            r.gpus
+                .iter()
+                .find(|g| g.uuid.eq_ignore_ascii_case(&gpu.uuid))
+        });
+        facts.device = Some(DeviceFacts {
+            name: format!("GPU {} ({})", gpu.index, gpu.uuid),
+            arch: nvml.and_then(|g| {
+                let (major, minor) = g.compute_capability.split_once('.')?;
+                Some((major.parse().ok()?, minor.parse().ok()?))
+            }),
+            brand: nvml.map(|g| g.brand.clone()),
+        });
+        requirements.check(&facts)?;
+    }
     Ok(())
 }
 

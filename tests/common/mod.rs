@@ -52,6 +52,17 @@ fn fixture_root() -> PathBuf {
 impl SimHost {
     /// Builds a fixture named `name` afresh, for tests that modify it.
     pub fn fresh(name: &str, flavour: &str, gpus: u32, cache_format: &str) -> SimHost {
+        SimHost::fresh_with(name, flavour, gpus, cache_format, &[])
+    }
+
+    /// Builds a fixture afresh with extra `simhost` arguments (`--mig`).
+    pub fn fresh_with(
+        name: &str,
+        flavour: &str,
+        gpus: u32,
+        cache_format: &str,
+        extra: &[&str],
+    ) -> SimHost {
         require_root();
         let dir = fixture_root().join(name);
         let status = Command::new(repo().join("integration/simhost"))
@@ -63,6 +74,7 @@ impl SimHost {
                 "--cache-format",
                 cache_format,
             ])
+            .args(extra)
             .arg("--out")
             .arg(&dir)
             .status()
@@ -92,6 +104,27 @@ impl SimHost {
         built
             .entry(name.clone())
             .or_insert_with(|| SimHost::fresh(&name, flavour, gpus, cache_format))
+            .clone()
+    }
+
+    /// A MIG-flavoured synthetic host (GPU 0 and 1 in MIG mode, mock NVML), shared.
+    pub fn shared_mig(gpus: u32) -> SimHost {
+        static BUILT: OnceLock<Mutex<HashMap<u32, SimHost>>> = OnceLock::new();
+        let mut built = BUILT
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        built
+            .entry(gpus)
+            .or_insert_with(|| {
+                SimHost::fresh_with(
+                    &format!("shared-mig-{gpus}"),
+                    "synthetic",
+                    gpus,
+                    "new",
+                    &["--mig"],
+                )
+            })
             .clone()
     }
 

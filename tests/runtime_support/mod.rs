@@ -233,6 +233,8 @@ pub struct Scenario<'a> {
     /// Run on the rootfs an earlier run of the same name left, as a
     /// restarted container does, instead of a fresh copy of the template.
     pub reuse_rootfs: bool,
+    /// Changes the fresh rootfs before the run (an image with extra files).
+    pub prepare: Option<&'a dyn Fn(&Path)>,
 }
 
 /// A run's outcome: exit, output, the checker's report, the hook's log.
@@ -394,6 +396,9 @@ impl Bundle {
                 .status()
                 .expect("run cp");
             assert!(status.success(), "cp -a of the template rootfs failed");
+            if let Some(prepare) = scenario.prepare {
+                prepare(&bundle.rootfs());
+            }
         }
         std::fs::create_dir_all(bundle.dir.join("out")).expect("create the bundle's out/");
         std::fs::create_dir_all(bundle.state_root()).expect("create the runtime state root");

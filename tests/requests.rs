@@ -1,0 +1,297 @@
+//! The request side through a real runtime (runc on cgroup v1): MIG devices
+//! on the MIG-flavoured simulated host with its mock NVML, NVIDIA_REQUIRE_*
+//! refusals and passes, and CUDA forward-compatibility libraries.
+
+mod common;
+mod runtime_support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use common::SimHost;
+use runtime_support::{run, serial, Hook, Run, Runtime, Scenario};
+use serde_json::Value;
+
+fn run_on(
+    host: &SimHost,
+    name: &str,
+    env: &[(&str, &str)],
+    prepare: Option<&dyn Fn(&Path)>,
+) -> Run {
+    let serial = serial();
+    run(
+        &serial,
+        &Scenario {
+            name,
+            runtime: Runtime::RuncV1,
+            host,
+            env,
+            hook: Hook::Prestart,
+            decoy_minors: &[],
+            reuse_rootfs: false,
+            prepare,
+        },
+    )
+}
+
+/// The nvidia nodes the container has, and what opening each gave.
+/// A device node: path, numbers, what opening it gave.
+type NodeFact = (String, Option<(u32, u32)>, String);
+
+fn nodes(run: &Run) -> BTreeSet<NodeFact> {
+    run.report
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.kind == 'c')
+        .map(|(path, n)| (path.clone(), n.numbers, n.open.clone().unwrap_or_default()))
+        .collect()
+}
+
+fn expected_mig_nodes(host: &SimHost, mig: &Value) -> BTreeSet<NodeFact> {
+    let uvm = host.host["uvm_major"].as_u64().unwrap() as u32;
+    let caps = host.host["caps_major"].as_u64().unwrap() as u32;
+    let gpu_minor = mig["gpu_minor"].as_u64().unwrap() as u32;
+    let gi = mig["gi_access_minor"].as_u64().unwrap() as u32;
+    let ci = mig["ci_access_minor"].as_u64().unwrap() as u32;
+    [
+        ("/dev/nvidiactl".to_string(), (195, 255)),
+        ("/dev/nvidia-uvm".to_string(), (uvm, 0)),
+        ("/dev/nvidia-uvm-tools".to_string(), (uvm, 1)),
+        (format!("/dev/nvidia{gpu_minor}"), (195, gpu_minor)),
+        (format!("/dev/nvidia-caps/nvidia-cap{gi}"), (caps, gi)),
+        (format!("/dev/nvidia-caps/nvidia-cap{ci}"), (caps, ci)),
+    ]
+    .into_iter()
+    .map(|(path, numbers)| (path, Some(numbers), "ENXIO".to_string()))
+    .collect()
+}
+
+fn failure_text(run: &Run) -> String {
+    format!(
+        "{}\n{}",
+        run.stderr,
+        run.hook_log.clone().unwrap_or_default()
+    )
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn mig_device_by_uuid_brings_its_caps_nodes_and_nothing_else() {
+    let host = SimHost::shared_mig(4);
+    let mig = &host.host["mig"][0];
+    let uuid = mig["uuid"].as_str().unwrap();
+    let run = run_on(&host, "mig-uuid", &[("NVIDIA_VISIBLE_DEVICES", uuid)], None);
+    run.assert_completed();
+    assert_eq!(
+        nodes(&run),
+        expected_mig_nodes(&host, mig),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn mig_device_by_position() {
+    let host = SimHost::shared_mig(4);
+    let mig = host.host["mig"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["gpu"] == 1 && m["mig_index"] == 1)
+        .expect("GPU 1 has a second MIG device");
+    let run = run_on(
+        &host,
+        "mig-position",
+        &[("NVIDIA_VISIBLE_DEVICES", "1:1")],
+        None,
+    );
+    run.assert_completed();
+    assert_eq!(
+        nodes(&run),
+        expected_mig_nodes(&host, mig),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn whole_gpu_requests_never_load_nvml() {
+    let host = SimHost::fresh_with("nvml-broken", "synthetic", 2, "new", &["--mig"]);
+    // An NVML that fails to initialise: a whole-GPU request must not notice.
+    let conf = host.host["nvml"]["conf"].as_str().unwrap();
+    let mut text = std::fs::read_to_string(conf).unwrap();
+    text.push_str("init error=9\n");
+    std::fs::write(conf, text).unwrap();
+
+    let gpu = &host.host["gpus"][0];
+    for (name, device) in [
+        ("nvml-index", "0".to_string()),
+        ("nvml-uuid", gpu["uuid"].as_str().unwrap().to_string()),
+        ("nvml-bus", gpu["bus"].as_str().unwrap().to_string()),
+    ] {
+        run_on(&host, name, &[("NVIDIA_VISIBLE_DEVICES", &device)], None).assert_completed();
+    }
+    let run = run_on(
+        &host,
+        "nvml-mig",
+        &[("NVIDIA_VISIBLE_DEVICES", "0:0")],
+        None,
+    );
+    assert!(!run.succeeded(), "{}", run.describe());
+    assert!(
+        failure_text(&run).contains("NVML: driver not loaded"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn requirement_above_the_driver_refuses_with_the_remedies() {
+    let host = SimHost::shared("real", 4, "new");
+    let run = run_on(
+        &host,
+        "require-cuda-12-4",
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "0"),
+            ("NVIDIA_REQUIRE_CUDA", "cuda>=12.4"),
+        ],
+        None,
+    );
+    assert!(!run.succeeded(), "{}", run.describe());
+    let text = failure_text(&run);
+    for needle in ["cuda>=12.4", "535.261.03", "12.2"] {
+        assert!(text.contains(needle), "{needle} missing:{}", run.describe());
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn requirements_that_hold_start_the_container() {
+    let host = SimHost::shared("real", 4, "new");
+    for (name, env) in [
+        (
+            "require-or-group",
+            vec![("NVIDIA_REQUIRE_CUDA", "cuda>=12.4 driver>=535")],
+        ),
+        (
+            "require-disabled",
+            vec![
+                ("NVIDIA_REQUIRE_CUDA", "cuda>=12.4"),
+                ("NVIDIA_DISABLE_REQUIRE", "true"),
+            ],
+        ),
+        (
+            "require-driver-and",
+            vec![("NVIDIA_REQUIRE_DRIVER", "driver>=535.100,driver<536")],
+        ),
+    ] {
+        let mut env = env;
+        env.push(("NVIDIA_VISIBLE_DEVICES", "0"));
+        run_on(&host, name, &env, None).assert_completed();
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn legacy_cuda_image_newer_than_the_driver_refuses() {
+    let host = SimHost::shared("real", 4, "new");
+    let run = run_on(&host, "legacy-cuda", &[("CUDA_VERSION", "12.6.1")], None);
+    assert!(!run.succeeded(), "{}", run.describe());
+    assert!(
+        failure_text(&run).contains("cuda>=12.6"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn brand_and_arch_come_from_nvml() {
+    let host = SimHost::shared_mig(4);
+    let brand = host.host["gpus"][2]["brand"].as_str().unwrap().to_string();
+    let cc = host.host["gpus"][2]["cc"].as_str().unwrap().to_string();
+    let ok = format!("brand={brand},arch>={cc}");
+    run_on(
+        &host,
+        "brand-ok",
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "2"),
+            ("NVIDIA_REQUIRE_BRAND", &ok),
+        ],
+        None,
+    )
+    .assert_completed();
+    let run = run_on(
+        &host,
+        "brand-refused",
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "2"),
+            ("NVIDIA_REQUIRE_BRAND", "brand=geforce"),
+        ],
+        None,
+    );
+    assert!(!run.succeeded(), "{}", run.describe());
+    assert!(
+        failure_text(&run).contains("brand=geforce"),
+        "{}",
+        run.describe()
+    );
+}
+
+/// Builds, inside an image, a compat `libcuda.so.550.54.15` whose
+/// `cuDriverGetVersion` says 12.4, as NVIDIA's compat package would.
+fn add_compat_libcuda(rootfs: &Path) {
+    let dir = rootfs.join("usr/local/cuda/compat");
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join("compat.c");
+    std::fs::write(
+        &source,
+        "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }\n",
+    )
+    .unwrap();
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(dir.join("libcuda.so.550.54.15"))
+        .arg(&source)
+        .status()
+        .expect("run cc");
+    assert!(status.success());
+    std::fs::remove_file(source).unwrap();
+    std::os::unix::fs::symlink("libcuda.so.550.54.15", dir.join("libcuda.so.1")).unwrap();
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn newer_compat_libraries_are_preferred_and_satisfy_cuda_requirements() {
+    let host = SimHost::shared("real", 4, "new");
+    let run = run_on(
+        &host,
+        "compat",
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "0"),
+            ("NVIDIA_REQUIRE_CUDA", "cuda>=12.4"),
+        ],
+        Some(&add_compat_libcuda),
+    );
+    run.assert_completed();
+    let cuda = run.report.cuda.as_ref().expect("cuda line");
+    assert_eq!(cuda.field("version"), Some("12040"), "{}", run.describe());
+    assert!(
+        cuda.path.starts_with("/usr/local/cuda/compat/"),
+        "{}",
+        run.describe()
+    );
+    // The image's file was used in place, never mounted.
+    assert!(
+        !run.report
+            .mounts
+            .iter()
+            .any(|m| m.contains("/usr/local/cuda")),
+        "{}",
+        run.describe()
+    );
+}
