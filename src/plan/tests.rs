@@ -448,3 +448,47 @@ fn newer_compat_libraries_come_first_in_the_loader_cache() {
         .iter()
         .any(|m| m.source.starts_with("/usr/local/cuda")));
 }
+
+#[test]
+fn mig_config_and_monitor_bring_their_capability_nodes_and_files() {
+    let mut inv = inventory();
+    let cap = |name: &str, minor: u32| crate::driver::CapFile {
+        path: format!("/sim/proc/driver/nvidia/capabilities/mig/{name}").into(),
+        rel: format!("capabilities/mig/{name}").into(),
+        minor,
+    };
+    inv.mig_config = Some(cap("config", 1));
+    inv.mig_monitor = Some(cap("monitor", 2));
+    for minor in [1, 2] {
+        inv.nodes.push(node(
+            NodeRole::Capability,
+            &format!("nvidia-caps/nvidia-cap{minor}"),
+            510,
+            minor,
+            ok(),
+        ));
+    }
+    let mut req = request("0", "utility");
+    req.mig_config = true;
+    let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into()).unwrap();
+    assert!(device_paths(&plan).contains(&"/dev/nvidia-caps/nvidia-cap1".to_string()));
+    assert!(!device_paths(&plan).contains(&"/dev/nvidia-caps/nvidia-cap2".to_string()));
+    let files: Vec<&Path> = plan
+        .proc_mask
+        .as_ref()
+        .unwrap()
+        .files
+        .iter()
+        .map(|(rel, _)| rel.as_path())
+        .collect();
+    assert!(files.contains(&Path::new("capabilities/mig/config")));
+    req.mig_monitor = true;
+    let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into()).unwrap();
+    assert!(device_paths(&plan).contains(&"/dev/nvidia-caps/nvidia-cap2".to_string()));
+    // A driver without MIG capabilities cannot grant them.
+    inv.mig_config = None;
+    assert_eq!(
+        Plan::build(&inv, &req, &ImageLayout::Debian.into()).unwrap_err(),
+        Error::NoMigCapabilities
+    );
+}
