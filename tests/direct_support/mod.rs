@@ -1,0 +1,116 @@
+//! Running the hook binary directly, without a runtime: a process of our
+//! own in a private mount namespace stands in for a container's init, and a
+//! plain directory is its rootfs.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const HOOK: &str = env!("CARGO_BIN_EXE_oci-nvidia-hook");
+
+/// Runs `oci-nvidia-hook --config CONFIG ARGS` with `stdin`, and a cleared environment.
+pub fn hook_with_stdin(config: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(HOOK)
+        .env_clear()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run oci-nvidia-hook");
+    let mut input = child.stdin.take().unwrap();
+    // The hook may stop reading early (too large): ignore a broken pipe.
+    let _ = input.write_all(stdin);
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+pub fn state(pid: u32, bundle: &Path) -> Vec<u8> {
+    format!(
+        r#"{{"ociVersion":"1.0.2","id":"direct","status":"creating","pid":{pid},"bundle":"{}"}}"#,
+        bundle.display()
+    )
+    .into_bytes()
+}
+
+/// A process in its own private mount namespace, standing in for a container's init.
+pub struct Namespaced {
+    child: Child,
+    cgroup: Option<PathBuf>,
+}
+
+impl Namespaced {
+    pub fn start() -> Namespaced {
+        let child = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sleep", "120"])
+            .spawn()
+            .expect("run unshare (util-linux)");
+        let pid = child.id();
+        let ours = fs::read_link("/proc/self/ns/mnt").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|ns| ns == ours) {
+            assert!(
+                Instant::now() < deadline,
+                "unshare did not enter a new mount namespace"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Give it a devices cgroup of its own, so the hook's grants touch nothing shared.
+        let devices = Path::new("/sys/fs/cgroup/devices");
+        let cgroup = devices.is_dir().then(|| {
+            let dir = devices.join(format!("oci-nvidia-hook-test-{pid}"));
+            fs::create_dir(&dir).unwrap();
+            fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+            dir
+        });
+        Namespaced { child, cgroup }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Runs `cmd` inside the process's mount namespace.
+    pub fn exec(&self, cmd: &str) -> String {
+        let out = Command::new("nsenter")
+            .args(["-t", &self.pid().to_string(), "-m", "--", "sh", "-c", cmd])
+            .output()
+            .expect("run nsenter");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+}
+
+impl Drop for Namespaced {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(dir) = &self.cgroup {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// A bundle whose rootfs is a plain directory, with a `/proc/driver/nvidia` to mask.
+pub fn bundle(dir: &Path, env: &[&str]) -> PathBuf {
+    let bundle = dir.join("bundle");
+    for sub in ["rootfs/etc", "rootfs/dev", "rootfs/proc/driver/nvidia"] {
+        fs::create_dir_all(bundle.join(sub)).unwrap();
+    }
+    fs::write(bundle.join("rootfs/etc/debian_version"), "12.11\n").unwrap();
+    let env: Vec<String> = env.iter().map(|e| format!("\"{e}\"")).collect();
+    fs::write(
+        bundle.join("config.json"),
+        format!(
+            r#"{{"ociVersion":"1.0.2","root":{{"path":"rootfs"}},"process":{{"cwd":"/","args":["sh"],"user":{{"uid":0,"gid":0}},"env":[{}]}},"linux":{{"namespaces":[{{"type":"mount"}}]}}}}"#,
+            env.join(",")
+        ),
+    )
+    .unwrap();
+    bundle
+}
