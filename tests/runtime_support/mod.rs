@@ -364,6 +364,163 @@ pub fn run(_serial: &Serial, scenario: &Scenario) -> Run {
     run
 }
 
+// ---------------------------------------------------------------- many runs of prepared bundles
+
+/// Changes to a bundle beyond [`Scenario`], for tests that start many
+/// containers at once or restart one many times (tests/load.rs). The
+/// default changes nothing. Only for runtimes that take `config.json`
+/// (runc, crun), not podman.
+#[derive(Debug, Clone, Default)]
+pub struct BundleExtras {
+    /// The container's `process.args` instead of `sh -c CONTAINER_SCRIPT`.
+    pub args: Option<Vec<String>>,
+    /// Extra read-write bind mounts: (host directory, container path).
+    pub binds: Vec<(PathBuf, String)>,
+    /// The hook logs to this file (appending, possibly shared with other
+    /// containers) instead of the bundle's own `hook.log`.
+    pub hook_log: Option<PathBuf>,
+    /// The hook's `[log] level` instead of `debug`.
+    pub log_level: Option<&'static str>,
+}
+
+/// A bundle made but not run: the test starts [`Prepared::command`] itself,
+/// many at once or many times, and may turn an outcome into a [`Run`] with
+/// [`Prepared::finish`]. Dropping it removes the container and its
+/// cgroups, as [`run`] does, even when the test failed.
+pub struct Prepared {
+    pub runtime: Runtime,
+    pub name: String,
+    /// The container id [`Prepared::command`] uses; unique to this test process.
+    pub id: String,
+    pub bundle: PathBuf,
+    pub rootfs: PathBuf,
+    /// The runtime's `--root`.
+    pub state_root: PathBuf,
+    /// Where the hook logs.
+    pub hook_log: PathBuf,
+    scenario_args: Vec<String>,
+    _guard: Cleanup,
+}
+
+/// Makes the bundle of `scenario` (with `extras`) without running it.
+pub fn prepare(_serial: &Serial, scenario: &Scenario, extras: &BundleExtras) -> Prepared {
+    for tool in scenario.runtime.tools() {
+        require_tool(tool);
+    }
+    assert!(
+        !scenario.runtime.is_podman(),
+        "prepared bundles are for runtimes that take config.json, not podman"
+    );
+    let bundle = Bundle::create_with(scenario, extras);
+    let id = format!("onh-{}-{}", scenario.name, std::process::id());
+    let scenario_args = bundle.runtime_argv(scenario, &id);
+    let guard = Cleanup {
+        runtime: scenario.runtime,
+        id: id.clone(),
+        state_root: bundle.state_root(),
+        hooks_dir: bundle.hooks_dir(),
+    };
+    Prepared {
+        runtime: scenario.runtime,
+        name: scenario.name.to_string(),
+        hook_log: extras.hook_log.clone().unwrap_or_else(|| bundle.hook_log()),
+        rootfs: bundle.rootfs(),
+        state_root: bundle.state_root(),
+        bundle: bundle.dir,
+        id,
+        scenario_args,
+        _guard: guard,
+    }
+}
+
+impl Prepared {
+    /// The runtime's `run` of this bundle as [`Prepared::id`], inside the
+    /// mount namespace the runtime needs. Not yet spawned.
+    pub fn command(&self) -> Command {
+        self.runtime.in_namespace(self.scenario_args.clone())
+    }
+
+    /// The same bundle run as container `id` (a restart under a new id);
+    /// `id` must start with [`Prepared::id`] so that leftovers are found.
+    pub fn command_for(&self, id: &str) -> Command {
+        assert!(id.starts_with(&self.id), "{id} must start with {}", self.id);
+        let mut argv = self.scenario_args.clone();
+        *argv.last_mut().expect("the id is the last argument") = id.to_string();
+        self.runtime.in_namespace(argv)
+    }
+
+    /// Removes container `id` (one started by [`Prepared::command_for`])
+    /// and its leftover cgroups; harmless when it is already gone.
+    pub fn delete(&self, id: &str) {
+        drop(Cleanup {
+            runtime: self.runtime,
+            id: id.to_string(),
+            state_root: self.state_root.clone(),
+            hooks_dir: self.bundle.join("hooks.d"),
+        });
+    }
+
+    /// Turns the outcome of [`Prepared::command`] into a [`Run`], as [`run`]
+    /// does, and checks that no mount leaked under the bundle.
+    pub fn finish(&self, finished: Finished, elapsed: Duration) -> Run {
+        let report = CheckerReport::parse(&finished.stdout, &finished.stderr);
+        let copied = self.bundle.join("out/ld.so.cache");
+        let ld_cache = copied.exists().then(|| ldconfig_print(&copied));
+        let run = Run {
+            runtime: self.runtime,
+            name: self.name.clone(),
+            status: finished.status,
+            stdout: finished.stdout,
+            stderr: finished.stderr,
+            elapsed,
+            report,
+            hook_log: std::fs::read_to_string(&self.hook_log).ok(),
+            bundle: self.bundle.clone(),
+            rootfs: self.rootfs.clone(),
+            ld_cache,
+        };
+        assert!(
+            !finished.timed_out,
+            "the runtime was killed after {elapsed:?}:{}",
+            run.describe()
+        );
+        assert_no_mounts_under(&run.bundle);
+        run
+    }
+}
+
+/// Every directory named `<prefix>…` in any cgroup hierarchy under
+/// /sys/fs/cgroup (v1 controllers and the v2 `unified` mount), down to the
+/// depth [`remove_leftover_cgroups`] covers: what containers whose ids
+/// start with `prefix` left behind.
+pub fn cgroup_dirs_named(prefix: &str) -> Vec<PathBuf> {
+    fn visit(dir: &Path, prefix: &str, depth: u32, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let path = entry.path();
+            if entry.file_name().to_string_lossy().starts_with(prefix) {
+                out.push(path);
+            } else if depth > 0 {
+                visit(&path, prefix, depth - 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    visit(Path::new("/sys/fs/cgroup"), prefix, 4, &mut out);
+    out.sort();
+    out
+}
+
+/// The root of this binary's scratch space (bundles live in `bundles/`).
+pub fn scratch_dir() -> PathBuf {
+    work_root()
+}
+
 // ---------------------------------------------------------------- bundles
 
 /// A bundle directory: `rootfs/`, `config.json`, the hook's config and log,
@@ -376,6 +533,11 @@ struct Bundle {
 
 impl Bundle {
     fn create(scenario: &Scenario) -> Bundle {
+        Bundle::create_with(scenario, &BundleExtras::default())
+    }
+
+    /// [`Bundle::create`] with the changes `extras` asks for.
+    fn create_with(scenario: &Scenario, extras: &BundleExtras) -> Bundle {
         let dir = work_root().join("bundles").join(scenario.name);
         let bundle = Bundle { dir };
         if scenario.reuse_rootfs && bundle.rootfs().is_dir() {
@@ -402,11 +564,11 @@ impl Bundle {
         }
         std::fs::create_dir_all(bundle.dir.join("out")).expect("create the bundle's out/");
         std::fs::create_dir_all(bundle.state_root()).expect("create the runtime state root");
-        bundle.write_hook_config(scenario.host);
+        bundle.write_hook_config_with(scenario.host, extras);
         if scenario.runtime.is_podman() {
             bundle.write_hooks_dir(scenario.hook);
         } else {
-            let config = bundle.config_json(scenario);
+            let config = bundle.config_json_with(scenario, extras);
             std::fs::write(
                 bundle.dir.join("config.json"),
                 serde_json::to_vec_pretty(&config).unwrap(),
@@ -435,11 +597,13 @@ impl Bundle {
     /// The simulated host's config plus a debug log file in the bundle:
     /// runtimes swallow a successful hook's stderr (and crun even a failing
     /// one's), so the log file is the only way to see what the hook did.
-    fn write_hook_config(&self, host: &SimHost) {
+    fn write_hook_config_with(&self, host: &SimHost, extras: &BundleExtras) {
         let base = std::fs::read_to_string(&host.config).expect("read the simhost config");
+        let log = extras.hook_log.clone().unwrap_or_else(|| self.hook_log());
         let config = format!(
-            "{base}\n[log]\nlevel = \"debug\"\nfile = {}\n",
-            toml_string(&path_str(&self.hook_log()))
+            "{base}\n[log]\nlevel = {}\nfile = {}\n",
+            toml_string(extras.log_level.unwrap_or("debug")),
+            toml_string(&path_str(&log))
         );
         std::fs::write(self.hook_config(), config).expect("write the hook config");
     }
@@ -477,7 +641,7 @@ impl Bundle {
     /// `runc spec --rootless=false`'s defaults, written out, with what the
     /// tests need: no terminal, a writable rootfs (as Docker and podman
     /// give), the checker script, the NVIDIA_* env, /out and the hook.
-    fn config_json(&self, scenario: &Scenario) -> Value {
+    fn config_json_with(&self, scenario: &Scenario, extras: &BundleExtras) -> Value {
         let mut env = vec![
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
             "TERM=xterm".to_string(),
@@ -546,6 +710,17 @@ impl Bundle {
                 })
                 .collect();
             config["linux"]["devices"] = json!(decoys);
+        }
+        if let Some(args) = &extras.args {
+            config["process"]["args"] = json!(args);
+        }
+        for (source, destination) in &extras.binds {
+            config["mounts"]
+                .as_array_mut()
+                .expect("mounts is an array")
+                .push(json!({"destination": destination, "type": "bind",
+                             "source": path_str(source),
+                             "options": ["rbind", "rw", "nosuid", "nodev"]}));
         }
         if scenario.hook == Hook::Prestart {
             config["hooks"] = json!({
