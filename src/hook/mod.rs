@@ -130,22 +130,46 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     }
     let planned = Instant::now();
 
-    let nodes = if container.user_namespace {
+    // A `user` namespace in config.json, or the one the runtime itself runs
+    // in (rootless Podman's config.json has none). Its /dev cannot hold
+    // usable device nodes, so the host's are bound; the device cgroup is
+    // still granted unless the hook runs unprivileged too (rootless), where
+    // it cannot be written and the runtime made none.
+    let userns = inject::userns::detect(proc, state.pid)?;
+    let nodes = if container.user_namespace || userns.is_some() {
+        NodeMode::Bind
+    } else {
+        NodeMode::Mknod
+    };
+    if userns.is_some_and(|ns| ns.rootless) {
         log::info!(
             "container {}: user namespace: skipping the device cgroup, bind-mounting device nodes",
             state.id
         );
-        NodeMode::Bind
     } else {
+        if nodes == NodeMode::Bind {
+            log::info!(
+                "container {}: user namespace: bind-mounting device nodes",
+                state.id
+            );
+        }
         for outcome in cgroup::allow(proc, state.pid, &plan.cgroup_rules)? {
             log::debug!("container {}: device cgroup: {outcome:?}", state.id);
         }
-        NodeMode::Mknod
-    };
+    }
     let granted = Instant::now();
     let sys = LinuxSys;
     let sources = Sources::open(&sys, &plan, nodes == NodeMode::Bind)?;
     let opened = Instant::now();
+    // Files made in the container belong to its root, not to host root
+    // (which its user namespace cannot represent: see `inject::userns`).
+    if let Some((uid, gid)) = userns.and_then(|ns| ns.root) {
+        log::debug!(
+            "container {}: creating files as its root: uid {uid}, gid {gid} of the hook's user namespace",
+            state.id
+        );
+        inject::userns::act_as(uid, gid)?;
+    }
     sys.enter_mount_namespace(proc, state.pid)?;
     let summary = inject::apply(&sys, &plan, &sources, &container.rootfs, nodes)?;
     log::debug!(

@@ -10,6 +10,7 @@
 mod loader;
 mod sources;
 mod sys;
+pub mod userns;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -99,6 +100,12 @@ pub enum Error {
         path: PathBuf,
         expected: &'static str,
         found: &'static str,
+    },
+    #[error("cannot act as the container's root (uid {uid}, gid {gid}): {source}")]
+    Identity {
+        uid: u32,
+        gid: u32,
+        source: io::Error,
     },
 }
 

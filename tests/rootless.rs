@@ -1,0 +1,847 @@
+//! User namespaces, end to end: GPU containers whose root is not host root,
+//! with `oci-nvidia-hook prestart` as their hook, on the simulated 4-GPU
+//! host of tests/runtimes.rs (NVIDIA's real 535 user-space files).
+//!
+//! Two shapes, which the hook tells apart (src/inject/userns.rs):
+//!
+//! - **A root runtime with a user namespace** (`config.json` with a `user`
+//!   namespace and uid/gid mappings; root Podman's `--uidmap`; Kubernetes
+//!   user namespaces). The container's /dev is a tmpfs of its user
+//!   namespace, where no device node can be opened, so the hook bind-mounts
+//!   the host's nodes instead of mknod. The hook itself is host root, so it
+//!   still grants the nodes in the device cgroup the runtime made (without
+//!   that rule they open with EPERM, and CUDA fails). Files it creates in
+//!   the container belong to the container's root (host id
+//!   [`CONTAINER_ROOT`] here), not to host root, which the container's user
+//!   namespace cannot represent.
+//! - **Rootless Podman**, run here as `nobody`: Podman, the runtime and the
+//!   hook all run in the user's own user namespace, and `config.json` has no
+//!   `user` namespace at all. No device cgroup exists (cgroup v1, no
+//!   privileges) and none can be written: the hook says so in one info line,
+//!   bind-mounts the nodes and injects the libraries as usual.
+//!
+//! In every case the container must see the GPU's nodes (a MIG device's
+//! capability nodes too) bind-mounted with the right numbers, open them with
+//! ENXIO (allowed; no driver answers), find the libraries through its own
+//! loader cache, and, on the real host, load libcuda (`cuDriverGetVersion`
+//! = 12020) and run nvidia-smi to its "no driver" failure. The hook's files
+//! in the rootfs must belong to the container's root.
+//!
+//! The rootless runs need the hook binary and the simulated host (both under
+//! the target directory) readable by `nobody`; a probe says so loudly first.
+//!
+//! Run as root: `make test`, or
+//! `cargo test --features _test_as_root --test rootless -- --nocapture`.
+//! Needs runc, crun, podman, unshare, umount, mount, setpriv and the user
+//! `nobody`; any missing one fails the test, naming it.
+
+mod common;
+mod runtime_support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{ldconfig_print, SimHost};
+use runtime_support::{
+    assert_no_mounts_under, cuda_version, gpus, prepare, require_tool, run_bounded, serial,
+    template_rootfs, uvm_major, BundleExtras, CheckerReport, Gpu, Hook, Run, Runtime, Scenario,
+    Serial, CONTAINER_SCRIPT, NVIDIA_MAJOR, RUN_LIMIT,
+};
+use serde_json::{json, Value};
+
+/// The host uid and gid of the container's root in the root-run user
+/// namespace scenarios (container ids 0..65536 → host 200000..265536);
+/// apart from the 100000 range `useradd` gives the first regular user.
+const CONTAINER_ROOT: u32 = 200_000;
+const ID_COUNT: u32 = 65_536;
+
+/// The unprivileged user rootless Podman runs as: it exists everywhere and
+/// needs no /etc/subuid entry (Podman then maps it alone, as the
+/// container's root).
+const ROOTLESS_USER: &str = "nobody";
+
+/// The image's library directory: the template has /etc/debian_version.
+const LIB_DIR: &str = "/usr/lib/x86_64-linux-gnu";
+
+/// nvidia-smi's message and exit code when it found libnvidia-ml but no
+/// kernel driver.
+const SMI_NO_DRIVER: &str = "couldn't communicate with the NVIDIA driver";
+const SMI_NO_DRIVER_EXIT: i32 = 9;
+
+/// The hook's info lines (src/hook/mod.rs).
+const SKIP_LINE: &str = "user namespace: skipping the device cgroup, bind-mounting device nodes";
+const BIND_LINE: &str = "user namespace: bind-mounting device nodes";
+
+fn host() -> SimHost {
+    let host = SimHost::shared("real", 4, "new");
+    // The template image is built once per test binary with the driver root
+    // of the first host asking: let that be the real one, whose nvidia-smi
+    // and libcuda need their system libraries copied in.
+    template_rootfs(&host);
+    host
+}
+
+/// The MIG-flavoured host (mock NVML, stand-in libraries) and its first
+/// MIG device (GPU 0's), with the image built for the real host.
+fn mig_host() -> (SimHost, Value) {
+    host();
+    let host = SimHost::shared_mig(4);
+    let mig = host.host["mig"][0].clone();
+    assert!(
+        mig.is_object(),
+        "the MIG host lists no MIG device: {}",
+        host.host
+    );
+    (host, mig)
+}
+
+/// GPU index 1 (its minor is not 1) and, as a decoy, GPU index 0.
+fn gpu_and_decoy(host: &SimHost) -> (Gpu, Gpu) {
+    let gpus = gpus(host);
+    let pick = |index| {
+        gpus.iter()
+            .find(|g| g.index == index)
+            .unwrap_or_else(|| panic!("no GPU index {index} on the simulated host"))
+            .clone()
+    };
+    (pick(1), pick(0))
+}
+
+// ---------------------------------------------------------------- ownership
+
+/// `chown -hR uid:gid dir`, never following a symlink (the image's links
+/// point at host paths such as /bin/busybox).
+fn chown_tree(dir: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))
+        .unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
+    let meta = std::fs::symlink_metadata(dir).unwrap();
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            chown_tree(&entry.unwrap().path(), uid, gid);
+        }
+    }
+}
+
+/// The owner (uid, gid) of `path` itself, not of what a link points to.
+fn owner(path: &Path) -> (u32, u32) {
+    let meta =
+        std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("lstat {}: {e}", path.display()));
+    (meta.uid(), meta.gid())
+}
+
+/// The files the hook creates in the rootfs (the loader cache, its
+/// ld.so.conf.d entry, a SONAME link and a mount target) belong to the
+/// container's root, host ids `root`.
+fn assert_created_by(run: &Run, root: (u32, u32)) {
+    let ctx = run.describe();
+    for rel in [
+        "etc/ld.so.cache",
+        "etc/ld.so.conf.d/000-oci-nvidia-hook.conf",
+        "usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "usr/bin/nvidia-smi",
+    ] {
+        assert_eq!(
+            owner(&run.rootfs.join(rel)),
+            root,
+            "/{rel} should belong to the container's root:{ctx}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- assertions
+
+/// How the device cgroup was handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cgroup {
+    /// A root runtime's container: the hook granted its nodes.
+    Granted,
+    /// Rootless: there is none to write, and the hook says so.
+    Skipped,
+}
+
+/// A device node the container must get: its path and numbers.
+type NodeSpec = (String, (u32, u32));
+
+/// What a run must show.
+struct Expect {
+    /// Exactly these nodes, bind-mounted, opening with ENXIO.
+    nodes: Vec<NodeSpec>,
+    /// A GPU node the runtime bound without a cgroup rule: EPERM.
+    decoy: Option<u32>,
+    cgroup: Cgroup,
+    /// The host has NVIDIA's real libraries (not the MIG host's stand-ins):
+    /// libcuda answers and nvidia-smi runs to its "no driver" failure.
+    real_libraries: bool,
+}
+
+/// A whole GPU's nodes: nvidiactl, the UVM nodes and `/dev/nvidia<minor>`.
+fn gpu_node_specs(host: &SimHost, gpu_minor: u32) -> Vec<NodeSpec> {
+    let uvm = uvm_major(host);
+    vec![
+        ("/dev/nvidiactl".into(), (NVIDIA_MAJOR, 255)),
+        ("/dev/nvidia-uvm".into(), (uvm, 0)),
+        ("/dev/nvidia-uvm-tools".into(), (uvm, 1)),
+        (format!("/dev/nvidia{gpu_minor}"), (NVIDIA_MAJOR, gpu_minor)),
+    ]
+}
+
+/// A MIG device's nodes: its parent GPU's, and its GPU and compute
+/// instances' access capabilities under /dev/nvidia-caps.
+fn mig_node_specs(host: &SimHost, mig: &Value) -> Vec<NodeSpec> {
+    let id = |key: &str| mig[key].as_u64().unwrap_or_else(|| panic!("mig {key}")) as u32;
+    let caps = host.host["caps_major"].as_u64().expect("caps_major") as u32;
+    let mut nodes = gpu_node_specs(host, id("gpu_minor"));
+    for minor in [id("gi_access_minor"), id("ci_access_minor")] {
+        nodes.push((format!("/dev/nvidia-caps/nvidia-cap{minor}"), (caps, minor)));
+    }
+    nodes
+}
+
+/// The container got exactly the expected nodes as bind-mounted host nodes
+/// that open with ENXIO (and the decoy, denied), the libraries through its
+/// own loader cache, and, on the real host, a libcuda that answers and a
+/// working nvidia-smi; the hook's log says what it did about the user
+/// namespace and the cgroup, once.
+fn assert_injected(run: &Run, host: &SimHost, expect: &Expect) {
+    run.assert_completed();
+    let report = &run.report;
+    let ctx = run.describe();
+    for (path, numbers) in &expect.nodes {
+        let node = report
+            .nodes
+            .get(path)
+            .unwrap_or_else(|| panic!("{path} is missing in the container:{ctx}"));
+        assert_eq!(node.kind, 'c', "{path} is not a char device:{ctx}");
+        assert_eq!(node.numbers, Some(*numbers), "{path} numbers:{ctx}");
+        assert_eq!(
+            node.open.as_deref(),
+            Some("ENXIO"),
+            "{path} should open with ENXIO (allowed, no driver), got {:?}:{ctx}",
+            node.open
+        );
+        // Bound, not made: a mount of its own, usable (not nodev).
+        let mount = report
+            .mounts
+            .iter()
+            .find(|m| m.starts_with(&format!("{path} ")))
+            .unwrap_or_else(|| panic!("{path} is not a bind mount:{ctx}"));
+        assert!(
+            !mount.contains("nodev"),
+            "{path} is mounted nodev: {mount}{ctx}"
+        );
+    }
+    let decoy = expect.decoy.map(|minor| format!("/dev/nvidia{minor}"));
+    for (path, node) in &report.nodes {
+        if node.kind != 'c' || expect.nodes.iter().any(|(p, _)| p == path) {
+            continue;
+        }
+        assert_eq!(Some(path), decoy.as_ref(), "{path} was not requested:{ctx}");
+        assert_eq!(
+            node.open.as_deref(),
+            Some("EPERM"),
+            "the decoy {path} has no cgroup rule and must be denied:{ctx}"
+        );
+    }
+    if let Some(decoy) = &decoy {
+        assert!(
+            report.nodes.contains_key(decoy),
+            "the runtime's decoy {decoy} is missing:{ctx}"
+        );
+    }
+    assert_eq!(report.devnull.as_deref(), Some("ok"), "/dev/null:{ctx}");
+
+    let libcuda = format!(
+        "{LIB_DIR}/libcuda.so.{}",
+        runtime_support::driver_version(host)
+    );
+    let file = report
+        .files
+        .get(&libcuda)
+        .unwrap_or_else(|| panic!("{libcuda} is missing:{ctx}"));
+    assert!(
+        file.read_only && file.nosuid && file.nodev,
+        "{libcuda} must be mounted ro,nosuid,nodev: {file:?}{ctx}"
+    );
+    assert_eq!(
+        report.ldcache.get("libcuda.so.1").map(String::as_str),
+        Some("yes"),
+        "the container's ld.so.cache lacks libcuda.so.1:{ctx}"
+    );
+    let cache = run
+        .ld_cache
+        .as_ref()
+        .unwrap_or_else(|| panic!("the checker left no copy of the cache:{ctx}"));
+    assert!(
+        cache
+            .iter()
+            .any(|e| e.soname == "libc.so.6" && e.path.starts_with("/lib/x86_64-linux-gnu/")),
+        "the image's own libc.so.6 entry was lost from its cache: {cache:#?}{ctx}"
+    );
+    if expect.real_libraries {
+        let cuda = report.cuda.as_ref().expect("a cuda line");
+        assert!(cuda.loaded, "dlopen(libcuda.so.1) failed: {cuda:?}{ctx}");
+        assert_eq!(
+            cuda.field("version"),
+            Some(cuda_version(host).to_string().as_str()),
+            "cuDriverGetVersion:{ctx}"
+        );
+        let nvml = report.nvml.as_ref().expect("an nvml line");
+        assert!(
+            nvml.loaded,
+            "dlopen(libnvidia-ml.so.1) failed: {nvml:?}{ctx}"
+        );
+        assert!(
+            report.smi_output.contains(SMI_NO_DRIVER),
+            "nvidia-smi did not reach the driver check:{ctx}"
+        );
+        assert_eq!(
+            report.smi_exit,
+            Some(SMI_NO_DRIVER_EXIT),
+            "nvidia-smi exit:{ctx}"
+        );
+    }
+
+    let log = run
+        .hook_log
+        .as_deref()
+        .unwrap_or_else(|| panic!("the hook wrote no log:{ctx}"));
+    let count = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
+    let (line, absent) = match expect.cgroup {
+        Cgroup::Skipped => (SKIP_LINE, BIND_LINE),
+        Cgroup::Granted => (BIND_LINE, SKIP_LINE),
+    };
+    assert_eq!(count(line), 1, "the hook should log {line:?} once:{ctx}");
+    assert_eq!(count(absent), 0, "the hook logged {absent:?}:{ctx}");
+    let granted = count("device cgroup: V");
+    match expect.cgroup {
+        Cgroup::Granted => assert_eq!(granted, 1, "no device cgroup was granted:{ctx}"),
+        Cgroup::Skipped => assert_eq!(granted, 0, "a device cgroup was written:{ctx}"),
+    }
+    let summary = format!("injected {} device nodes", expect.nodes.len());
+    assert!(
+        log.lines()
+            .any(|l| l.contains("info:") && l.contains(&summary)),
+        "no summary line {summary:?}:{ctx}"
+    );
+}
+
+// ---------------------------------------------------------------- root runtimes, user namespace
+
+/// Turns a prepared bundle's container into one with a user namespace: the
+/// mappings, the rootfs and /out owned by the container's root, and a decoy
+/// GPU node bind-mounted by the runtime (no mknod in a user namespace)
+/// without a device-cgroup rule.
+fn into_user_namespace(bundle: &Path, rootfs: &Path, decoy: &Path) {
+    let path = bundle.join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let linux = &mut config["linux"];
+    linux["namespaces"]
+        .as_array_mut()
+        .expect("namespaces")
+        .push(json!({"type": "user"}));
+    let map = json!([{"containerID": 0, "hostID": CONTAINER_ROOT, "size": ID_COUNT}]);
+    linux["uidMappings"] = map.clone();
+    linux["gidMappings"] = map;
+    let decoy_name = decoy.file_name().unwrap().to_str().unwrap();
+    config["mounts"].as_array_mut().expect("mounts").push(
+        json!({"destination": format!("/dev/{decoy_name}"), "type": "bind",
+                     "source": decoy, "options": ["bind", "nosuid", "noexec"]}),
+    );
+    std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    chown_tree(rootfs, CONTAINER_ROOT, CONTAINER_ROOT);
+    chown_tree(&bundle.join("out"), CONTAINER_ROOT, CONTAINER_ROOT);
+}
+
+/// A root runtime's run of a bundle turned into a user namespace's
+/// (`config.json` with mappings), `restarts` more runs on the same rootfs.
+fn user_namespace(
+    runtime: Runtime,
+    host: &SimHost,
+    name: &str,
+    env: &[(&str, &str)],
+    expect: &Expect,
+    restarts: u32,
+) {
+    let serial = serial();
+    let name = format!("userns-{name}-{}", runtime.name());
+    let prepared = prepare(
+        &serial,
+        &Scenario {
+            name: &name,
+            runtime,
+            host,
+            env,
+            hook: Hook::Prestart,
+            decoy_minors: &[],
+            reuse_rootfs: false,
+            prepare: None,
+        },
+        &BundleExtras::default(),
+    );
+    let decoy = expect.decoy.expect("a decoy GPU node");
+    let decoy_node =
+        PathBuf::from(common::s(&host.host, "/dev_root")).join(format!("dev/nvidia{decoy}"));
+    into_user_namespace(&prepared.bundle, &prepared.rootfs, &decoy_node);
+
+    for attempt in 0..=restarts {
+        let id = format!("{}-{attempt}", prepared.id);
+        let _ = std::fs::remove_file(&prepared.hook_log);
+        let started = Instant::now();
+        let finished = run_bounded(prepared.command_for(&id), RUN_LIMIT);
+        prepared.delete(&id);
+        let run = prepared.finish(finished, started.elapsed());
+        eprintln!(
+            "{name} run {attempt}: container run took {} ms",
+            run.elapsed.as_millis()
+        );
+        assert_injected(&run, host, expect);
+        assert_created_by(&run, (CONTAINER_ROOT, CONTAINER_ROOT));
+    }
+}
+
+/// `NVIDIA_VISIBLE_DEVICES=1` (GPU index 1, whose minor is 2) with GPU
+/// index 0's node as the decoy.
+fn gpu_in_user_namespace(runtime: Runtime, restarts: u32) {
+    let host = host();
+    let (gpu, decoy) = gpu_and_decoy(&host);
+    let expect = Expect {
+        nodes: gpu_node_specs(&host, gpu.minor),
+        decoy: Some(decoy.minor),
+        cgroup: Cgroup::Granted,
+        real_libraries: true,
+    };
+    let env = [("NVIDIA_VISIBLE_DEVICES", "1")];
+    user_namespace(runtime, &host, "gpu", &env, &expect, restarts);
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn user_namespace_runc_v1() {
+    // Twice: the second run finds the first one's targets, links and cache.
+    gpu_in_user_namespace(Runtime::RuncV1, 1);
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn user_namespace_runc_v2() {
+    gpu_in_user_namespace(Runtime::RuncV2, 0);
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn user_namespace_crun_v1() {
+    gpu_in_user_namespace(Runtime::CrunV1, 0);
+}
+
+/// A MIG device by UUID: its access-capability nodes are bound under
+/// /dev/nvidia-caps too (a directory the hook creates in the container's
+/// /dev as its root), and NVML (the mock) runs in the hook's child.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn user_namespace_mig_runc_v1() {
+    let (host, mig) = mig_host();
+    let gpu_minor = mig["gpu_minor"].as_u64().unwrap() as u32;
+    let decoy = gpus(&host)
+        .iter()
+        .map(|g| g.minor)
+        .find(|m| *m != gpu_minor)
+        .expect("another GPU");
+    let expect = Expect {
+        nodes: mig_node_specs(&host, &mig),
+        decoy: Some(decoy),
+        cgroup: Cgroup::Granted,
+        real_libraries: false,
+    };
+    let env = [("NVIDIA_VISIBLE_DEVICES", mig["uuid"].as_str().unwrap())];
+    user_namespace(Runtime::RuncV1, &host, "mig", &env, &expect, 0);
+}
+
+// ---------------------------------------------------------------- podman
+
+/// How Podman runs.
+struct Podman<'a> {
+    name: &'a str,
+    /// `runc`, or `crun` (then in the pure cgroup v1 namespace crun needs).
+    oci: &'a str,
+    /// Rootless as this (uid, gid), or `None`: as root with `--uidmap`
+    /// giving the container a user namespace ([`CONTAINER_ROOT`]).
+    rootless: Option<(u32, u32)>,
+    /// The container's NVIDIA_* variables.
+    env: &'a [(&'a str, &'a str)],
+}
+
+/// `nobody`'s uid and gid, loudly.
+fn rootless_user() -> (u32, u32) {
+    let user = nix::unistd::User::from_name(ROOTLESS_USER)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("no user `{ROOTLESS_USER}` to run rootless Podman as"));
+    (user.uid.as_raw(), user.gid.as_raw())
+}
+
+/// Where Podman's bundles live: apart from tests/runtimes.rs's.
+fn podman_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("rootless")
+        .join(name)
+}
+
+/// The rootless Podman's XDG_RUNTIME_DIR: short, because with a long one
+/// (say, under the target directory) conmon's exit and attach paths
+/// overflow and every run waits out Podman's 20 s conmon timeout. Named by
+/// the test alone, so that the next run removes what a failed one left
+/// (conmon's own cleanup may still be writing there after a failed start).
+fn podman_runtime_dir(name: &str) -> PathBuf {
+    PathBuf::from(format!("/tmp/onh-{name}"))
+}
+
+/// A Podman command line: rootless ones run as the user, with a clean
+/// environment, a HOME in `dir` and an XDG_RUNTIME_DIR of their own (so
+/// Podman's storage and its pause process are this test's alone), through
+/// `setpriv` so that a private mount namespace can be made as root first.
+fn podman_command(spec: &Podman, dir: &Path, args: &[String]) -> Command {
+    let mut argv: Vec<String> = Vec::new();
+    if let Some((uid, gid)) = spec.rootless {
+        argv.extend([
+            "setpriv".into(),
+            format!("--reuid={uid}"),
+            format!("--regid={gid}"),
+            "--clear-groups".into(),
+            "env".into(),
+            "-i".into(),
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            format!("HOME={}", dir.join("home").display()),
+            format!(
+                "XDG_RUNTIME_DIR={}",
+                podman_runtime_dir(spec.name).display()
+            ),
+        ]);
+    }
+    argv.extend(
+        [
+            "podman",
+            "--runtime",
+            spec.oci,
+            "--cgroup-manager=cgroupfs",
+            "--events-backend=file",
+            "--hooks-dir",
+        ]
+        .map(String::from),
+    );
+    argv.push(dir.join("hooks.d").display().to_string());
+    argv.extend(args.iter().cloned());
+    let mut cmd = if spec.oci == "crun" {
+        // crun refuses the hybrid hierarchy (TESTBED.md): pure v1.
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg("umount /sys/fs/cgroup/unified && exec \"$@\"")
+            .arg("sh")
+            .args(&argv);
+        cmd
+    } else {
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        cmd
+    };
+    cmd.current_dir("/");
+    cmd
+}
+
+/// Removes the container, then ends the rootless Podman's pause process
+/// (it holds the user namespace; its pid file is in this run's
+/// XDG_RUNTIME_DIR, so it is this test's own) and removes that directory,
+/// even when the test failed.
+struct PodmanCleanup<'a> {
+    spec: &'a Podman<'a>,
+    dir: PathBuf,
+    id: String,
+}
+
+impl Drop for PodmanCleanup<'_> {
+    fn drop(&mut self) {
+        let args = ["rm", "-f", "--ignore", &self.id].map(String::from);
+        let mut cmd = podman_command(self.spec, &self.dir, &args);
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        let _ = run_bounded(cmd, Duration::from_secs(30));
+        let Some((uid, _)) = self.spec.rootless else {
+            return;
+        };
+        let runtime_dir = podman_runtime_dir(self.spec.name);
+        let pid = std::fs::read_to_string(runtime_dir.join("libpod/tmp/pause.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        // Only a live process of the rootless user (not a recycled pid).
+        let ours = |pid: i32| {
+            std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid)
+                && std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.contains("catatonit") || c.contains("podman"))
+        };
+        if let Some(pid) = pid.filter(|pid| ours(*pid)) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if runtime_dir.exists() {
+            assert_no_mounts_under(&runtime_dir);
+            let _ = std::fs::remove_dir_all(&runtime_dir);
+        }
+        // Podman's per-user scratch directory, when it is empty (rmdir).
+        let scratch = PathBuf::from(format!("/tmp/containers-user-{uid}"));
+        let _ = std::fs::remove_dir(scratch.join("containers"));
+        let _ = std::fs::remove_dir(scratch);
+    }
+}
+
+/// Runs `/checker` and nvidia-smi in a Podman container through the hook
+/// (the project's hooks.d file, with the binary and its config rewritten).
+fn run_podman(_serial: &Serial, host: &SimHost, spec: &Podman) -> Run {
+    require_tool("podman");
+    require_tool(spec.oci);
+    require_tool("setpriv");
+    if spec.oci == "crun" {
+        require_tool("unshare");
+        require_tool("umount");
+    }
+    let dir = podman_dir(spec.name);
+    if dir.exists() {
+        assert_no_mounts_under(&dir);
+        std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("remove {}: {e}", dir.display()));
+    }
+    for sub in ["out", "hooks.d", "home"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    let rootfs = dir.join("rootfs");
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(template_rootfs(host))
+        .arg(&rootfs)
+        .status()
+        .expect("run cp");
+    assert!(status.success(), "cp -a of the template rootfs failed");
+
+    let hook_log = dir.join("hook.log");
+    let hook_config = dir.join("hook-config.toml");
+    let base = std::fs::read_to_string(&host.config).expect("read the simhost config");
+    std::fs::write(
+        &hook_config,
+        format!(
+            "{base}\n[log]\nlevel = \"debug\"\nfile = {:?}\n",
+            hook_log.display().to_string()
+        ),
+    )
+    .unwrap();
+    let hook_binary = env!("CARGO_BIN_EXE_oci-nvidia-hook");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks.d/oci-nvidia-hook.json");
+    let mut hooks_file: Value = serde_json::from_slice(&std::fs::read(&shipped).unwrap()).unwrap();
+    hooks_file["hook"]["path"] = json!(hook_binary);
+    hooks_file["hook"]["args"] = json!([
+        "oci-nvidia-hook",
+        "--config",
+        hook_config.display().to_string(),
+        "prestart"
+    ]);
+    std::fs::write(
+        dir.join("hooks.d/oci-nvidia-hook.json"),
+        serde_json::to_vec_pretty(&hooks_file).unwrap(),
+    )
+    .unwrap();
+
+    let id = format!("onh-{}-{}", spec.name, std::process::id());
+    let mut args: Vec<String> = [
+        "run",
+        "--rm",
+        "--name",
+        &id,
+        "--ulimit",
+        "nofile=20000:20000",
+        "--ulimit",
+        "nproc=1000:1000",
+        "--network=none",
+    ]
+    .map(String::from)
+    .to_vec();
+    for (key, value) in spec.env {
+        args.push("--env".into());
+        args.push(format!("{key}={value}"));
+    }
+    args.push("--volume".into());
+    args.push(format!("{}:/out", dir.join("out").display()));
+    match spec.rootless {
+        Some((uid, gid)) => {
+            // The whole run directory is the user's: Podman's storage, the
+            // image, the hook's log. The hook (run as the user) must reach
+            // its binary and the simulated host: check that first, loudly.
+            chown_tree(&dir, uid, gid);
+            let runtime_dir = podman_runtime_dir(spec.name);
+            if runtime_dir.exists() {
+                assert_no_mounts_under(&runtime_dir);
+                std::fs::remove_dir_all(&runtime_dir).unwrap();
+            }
+            std::fs::create_dir(&runtime_dir)
+                .unwrap_or_else(|e| panic!("create {}: {e}", runtime_dir.display()));
+            std::fs::set_permissions(&runtime_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+            chown_tree(&runtime_dir, uid, gid);
+            let mut probe = Command::new(hook_binary);
+            probe
+                .args(["--config", &hook_config.display().to_string(), "info"])
+                .env_clear()
+                .uid(uid)
+                .gid(gid);
+            let probed = run_bounded(probe, Duration::from_secs(30));
+            assert!(
+                probed.status.is_some_and(|s| s.success()),
+                "as {ROOTLESS_USER}, `{hook_binary} info` fails: the hook binary or the \
+                 simulated host under {} is not readable by unprivileged users:\n{}{}",
+                host.dir.display(),
+                probed.stdout,
+                probed.stderr
+            );
+        }
+        None => {
+            let map = format!("0:{CONTAINER_ROOT}:{ID_COUNT}");
+            args.extend(["--uidmap".into(), map.clone(), "--gidmap".into(), map]);
+            chown_tree(&rootfs, CONTAINER_ROOT, CONTAINER_ROOT);
+            chown_tree(&dir.join("out"), CONTAINER_ROOT, CONTAINER_ROOT);
+        }
+    }
+    args.extend(
+        [
+            "--rootfs",
+            &rootfs.display().to_string(),
+            "/bin/sh",
+            "-c",
+            CONTAINER_SCRIPT,
+        ]
+        .map(String::from),
+    );
+
+    let guard = PodmanCleanup {
+        spec,
+        dir: dir.clone(),
+        id,
+    };
+    let started = Instant::now();
+    let finished = run_bounded(podman_command(spec, &dir, &args), RUN_LIMIT);
+    let elapsed = started.elapsed();
+    drop(guard);
+
+    let copied = dir.join("out/ld.so.cache");
+    let run = Run {
+        runtime: if spec.oci == "crun" {
+            Runtime::PodmanCrunV1
+        } else {
+            Runtime::Podman
+        },
+        name: spec.name.to_string(),
+        status: finished.status,
+        report: CheckerReport::parse(&finished.stdout, &finished.stderr),
+        stdout: finished.stdout,
+        stderr: finished.stderr,
+        elapsed,
+        hook_log: std::fs::read_to_string(&hook_log).ok(),
+        bundle: dir.clone(),
+        rootfs,
+        ld_cache: copied.exists().then(|| ldconfig_print(&copied)),
+    };
+    eprintln!(
+        "{}: container run took {} ms",
+        run.name,
+        run.elapsed.as_millis()
+    );
+    assert!(
+        !finished.timed_out,
+        "podman was killed after {RUN_LIMIT:?}:{}",
+        run.describe()
+    );
+    assert_no_mounts_under(&dir);
+    run
+}
+
+fn rootless_podman(oci: &str) {
+    let serial = serial();
+    let host = host();
+    let (gpu, _) = gpu_and_decoy(&host);
+    let user = rootless_user();
+    let name = format!("rootless-podman-{oci}");
+    let spec = Podman {
+        name: &name,
+        oci,
+        rootless: Some(user),
+        env: &[("NVIDIA_VISIBLE_DEVICES", "1")],
+    };
+    let run = run_podman(&serial, &host, &spec);
+    let expect = Expect {
+        nodes: gpu_node_specs(&host, gpu.minor),
+        decoy: None,
+        cgroup: Cgroup::Skipped,
+        real_libraries: true,
+    };
+    assert_injected(&run, &host, &expect);
+    // Podman maps the user alone: the container's root is the user.
+    assert_created_by(&run, user);
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn rootless_podman_runc() {
+    rootless_podman("runc");
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn rootless_podman_crun_v1() {
+    rootless_podman("crun");
+}
+
+/// A MIG device, rootless: the hook runs NVML (the mock) unprivileged.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn rootless_podman_mig() {
+    let serial = serial();
+    let (host, mig) = mig_host();
+    let user = rootless_user();
+    let spec = Podman {
+        name: "rootless-podman-mig",
+        oci: "runc",
+        rootless: Some(user),
+        env: &[("NVIDIA_VISIBLE_DEVICES", mig["uuid"].as_str().unwrap())],
+    };
+    let run = run_podman(&serial, &host, &spec);
+    let expect = Expect {
+        nodes: mig_node_specs(&host, &mig),
+        decoy: None,
+        cgroup: Cgroup::Skipped,
+        real_libraries: false,
+    };
+    assert_injected(&run, &host, &expect);
+    assert_created_by(&run, user);
+}
+
+/// Root Podman with `--uidmap`: a user namespace the runtime was told about
+/// on the command line, the hook still host root.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn user_namespace_podman_uidmap() {
+    let serial = serial();
+    let host = host();
+    let (gpu, _) = gpu_and_decoy(&host);
+    let spec = Podman {
+        name: "userns-podman-uidmap",
+        oci: "runc",
+        rootless: None,
+        env: &[("NVIDIA_VISIBLE_DEVICES", "1")],
+    };
+    let run = run_podman(&serial, &host, &spec);
+    let expect = Expect {
+        nodes: gpu_node_specs(&host, gpu.minor),
+        decoy: None,
+        cgroup: Cgroup::Granted,
+        real_libraries: true,
+    };
+    assert_injected(&run, &host, &expect);
+    assert_created_by(&run, (CONTAINER_ROOT, CONTAINER_ROOT));
+}
