@@ -7,6 +7,7 @@
 //! killed when the time is up; the hook itself never loads them.
 
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use nix::libc;
@@ -59,6 +60,7 @@ where
     })? {
         ForkResult::Child => {
             drop(reader);
+            close_other_fds(writer.as_raw_fd());
             let answer = serde_json::to_vec(&query()).unwrap_or_default();
             let status = i32::from((&writer).write_all(&answer).is_err());
             // SAFETY: `_exit` ends the child without running the parent's
@@ -94,6 +96,20 @@ where
     }
 }
 
+/// Closes every descriptor but stdio and `keep`: driver code in the child
+/// gets none of the hook's (sources, log file, what the runtime passed).
+fn close_other_fds(keep: i32) {
+    let keep = keep as libc::c_uint;
+    // SAFETY: close_range only closes descriptors; the child owns its copies
+    // and uses none of them but `keep` and stdio from here on.
+    unsafe {
+        if keep > 3 {
+            libc::close_range(3, keep - 1, 0);
+        }
+        libc::close_range(keep + 1, libc::c_uint::MAX, 0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +140,18 @@ mod tests {
         assert!(matches!(err, Error::Timeout { .. }), "{err}");
         assert!(err.to_string().contains("200 ms"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_child_inherits_no_stray_descriptors() {
+        let stray = std::fs::File::open("/dev/null").unwrap();
+        let fd = stray.as_raw_fd();
+        let open: bool = query("fds", Duration::from_secs(5), move || {
+            Ok(std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists())
+        })
+        .unwrap();
+        assert!(!open, "descriptor {fd} reached the child");
+        drop(stray);
     }
 
     #[test]

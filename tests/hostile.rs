@@ -92,10 +92,11 @@ impl Case {
         symlink(target, path).unwrap();
     }
 
-    /// Runs the hook on this image; checks the canary and the host's mounts
-    /// are untouched, and that a failure is one clear line. Returns the run.
+    /// Runs the hook on this image; checks the canary, the host's mounts and
+    /// the driver tree are untouched, and that a failure is one clear line.
     fn run(&self, sim: &SimHost) -> Output {
         let before = snapshot(&self.canary());
+        let driver_before = snapshot(&sim.dir);
         let mounts_before = host_mounts();
         let container = Namespaced::start();
         let out = hook_with_stdin(
@@ -112,6 +113,11 @@ impl Case {
             host_mounts(),
             mounts_before,
             "the host's mount table changed"
+        );
+        assert_eq!(
+            snapshot(&sim.dir),
+            driver_before,
+            "the simulated driver tree changed"
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{stderr}");
