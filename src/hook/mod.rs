@@ -101,33 +101,7 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         return Ok(());
     }
     let started = Instant::now();
-    let requirements = if config.disable_require {
-        Requirements::default()
-    } else {
-        Requirements::from_env(&container.env)?
-    };
-    let needs = requirements.needs();
-    // NVML only for MIG devices, or for brand and arch requirements.
-    let nvml = request.needs_nvml() || needs.arch || needs.brand;
-    // NVML is found as a utility library, whatever the container asked for.
-    let scope = if nvml {
-        request.capabilities.with(Capability::Utility)
-    } else {
-        request.capabilities.clone()
-    };
-    let mut inventory = Inventory::discover(&config.driver, &scope)?;
-    if nvml {
-        inventory.load_nvml()?;
-    }
-    let image = Image::inspect(
-        &container.rootfs,
-        &inventory.driver_version,
-        config.cuda_compat.mode,
-    )?;
-    let plan = Plan::build(&inventory, &request, &image)?;
-    if !requirements.is_empty() {
-        check_requirements(&requirements, &inventory, &request, &image, needs.cuda)?;
-    }
+    let plan = plan_container(config, &container, &request)?;
     let planned = Instant::now();
 
     // A `user` namespace in config.json, or the one the runtime itself runs
@@ -191,6 +165,40 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         request.capabilities
     );
     Ok(())
+}
+
+/// Everything before the container is touched: requirements, discovery
+/// (NVML only when asked for), the image, and the plan, checked against
+/// the requirements so that a refusal leaves the container as it was.
+fn plan_container(config: &Config, container: &Container, request: &Request) -> Result<Plan> {
+    let requirements = if config.disable_require {
+        Requirements::default()
+    } else {
+        Requirements::from_env(&container.env)?
+    };
+    let needs = requirements.needs();
+    // NVML only for MIG devices, or for brand and arch requirements.
+    let nvml = request.needs_nvml() || needs.arch || needs.brand;
+    // NVML is found as a utility library, whatever the container asked for.
+    let scope = if nvml {
+        request.capabilities.with(Capability::Utility)
+    } else {
+        request.capabilities.clone()
+    };
+    let mut inventory = Inventory::discover(&config.driver, &scope)?;
+    if nvml {
+        inventory.load_nvml()?;
+    }
+    let image = Image::inspect(
+        &container.rootfs,
+        &inventory.driver_version,
+        config.cuda_compat.mode,
+    )?;
+    let plan = Plan::build(&inventory, request, &image)?;
+    if !requirements.is_empty() {
+        check_requirements(&requirements, &inventory, request, &image, needs.cuda)?;
+    }
+    Ok(plan)
 }
 
 /// Checks the container's requirements on every GPU it gets (a MIG
