@@ -202,7 +202,7 @@ impl Config {
                 path: path.to_path_buf(),
                 line,
                 column,
-                message: e.message().trim().to_string(),
+                message: e.message().trim().replace(['\n', '\r'], " "),
             }
         })?;
         config.validate(path)?;
@@ -320,6 +320,13 @@ file = "/var/log/oci-nvidia-hook.log"
     fn invalid_toml_names_the_line() {
         let err = parse("[log]\nlevel = \"info\"\nfile = \n").unwrap_err();
         assert!(matches!(err, Error::Parse { line: 3, .. }), "{err}");
+    }
+
+    #[test]
+    fn errors_stay_on_one_line() {
+        // An invalid value holding a newline must not break the one-line error.
+        let err = parse("[cuda-compat]\nmode = \"l\\nonfig\"\n").unwrap_err().to_string();
+        assert!(!err.contains('\n'), "{err}");
     }
 
     #[test]
