@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::oneline::escape_controls;
 use crate::request::Capabilities;
 
 /// Where the configuration lives when `--config` is not given.
@@ -202,7 +203,7 @@ impl Config {
                 path: path.to_path_buf(),
                 line,
                 column,
-                message: e.message().trim().replace(['\n', '\r'], " "),
+                message: escape_controls(e.message().trim()),
             }
         })?;
         config.validate(path)?;
@@ -325,7 +326,9 @@ file = "/var/log/oci-nvidia-hook.log"
     #[test]
     fn errors_stay_on_one_line() {
         // An invalid value holding a newline must not break the one-line error.
-        let err = parse("[cuda-compat]\nmode = \"l\\nonfig\"\n").unwrap_err().to_string();
+        let err = parse("[cuda-compat]\nmode = \"l\\nonfig\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains('\n'), "{err}");
     }
 

@@ -17,6 +17,7 @@ pub mod inject;
 pub mod ldcache;
 pub mod logging;
 pub mod nvml;
+pub mod oneline;
 pub mod plan;
 pub mod request;
 pub mod require;

@@ -150,5 +150,5 @@ pub fn one_line(error: &dyn std::error::Error) -> String {
         }
         source = e.source();
     }
-    text.replace('\n', " ")
+    crate::oneline::escape_controls(&text)
 }

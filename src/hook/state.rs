@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::{Error, Result};
 use crate::bounded;
+use crate::oneline::escape_controls;
 
 /// Most bytes of state accepted; real states are a few hundred bytes.
 pub const MAX_STATE: usize = 1024 * 1024;
@@ -44,8 +45,12 @@ pub fn parse(data: &[u8]) -> Result<ContainerState> {
             "stdin is empty: expected the OCI state JSON".into(),
         ));
     }
-    let state: oci_spec::runtime::State = serde_json::from_slice(data)
-        .map_err(|e| Error::State(format!("not valid OCI state JSON: {e}")))?;
+    let state: oci_spec::runtime::State = serde_json::from_slice(data).map_err(|e| {
+        Error::State(format!(
+            "not valid OCI state JSON: {}",
+            escape_controls(&e.to_string())
+        ))
+    })?;
     let pid = match state.pid() {
         Some(pid) if *pid > 0 => *pid as u32,
         Some(pid) => return Err(Error::State(format!("invalid pid {pid}"))),
@@ -97,6 +102,9 @@ mod tests {
             (br#"{"id":"x","pid":-3,"bundle":"/b"}"#, "invalid pid"),
             (br#"{"id":"x","pid":5}"#, "no bundle"),
             (br#"{"id":"x","pid":"5","bundle":"/b"}"#, "not valid"),
+            // Found by fuzzing: serde echoes the bad value, control characters and all.
+            (br#"{"status":"\n"}"#, "unknown variant `\\n`"),
+            (br#"{"status":"\r"}"#, "unknown variant `\\r`"),
         ] {
             let err = parse(input).unwrap_err().to_string();
             assert!(err.contains(needle), "{input:?}: {err}");
