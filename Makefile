@@ -6,7 +6,7 @@ CARGO  ?= cargo
 PREFIX ?= /usr/local
 BIN    := target/release/oci-nvidia-hook
 
-.PHONY: build test deps demo bench lint install
+.PHONY: build test deps demo bench lint install fuzz
 
 build:
 	$(CARGO) build --release --locked
@@ -27,6 +27,11 @@ bench: build deps
 	$(CARGO) bench --locked --bench inprocess
 	integration/bench-process $(BIN)
 	integration/bench-runc $(BIN)
+
+# Every fuzz target for FUZZ_SECONDS each (CI uses 15).
+FUZZ_SECONDS ?= 60
+fuzz:
+	fuzz/run-all $(FUZZ_SECONDS)
 
 lint:
 	$(CARGO) fmt --all -- --check
