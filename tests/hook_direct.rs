@@ -146,6 +146,7 @@ fn bad_input_is_one_clear_line_and_no_panic() {
     let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
     let container = Namespaced::start();
     let good = state(container.pid(), &bundle);
+    let chrooted = Chrooted::start(dir.path());
     let huge = vec![b' '; 20 * 1024 * 1024];
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("empty stdin", Vec::new(), "stdin is empty"),
@@ -171,6 +172,11 @@ fn bad_input_is_one_clear_line_and_no_panic() {
             "own mount namespace",
             state(std::process::id(), &bundle),
             "createContainer",
+        ),
+        (
+            "a process that pivoted",
+            state(chrooted.pid(), &bundle),
+            "not a container being created",
         ),
     ];
     for (what, input, needle) in cases {
@@ -248,4 +254,44 @@ fn other_stages_are_refused() {
         err.contains("\"createContainer\"") && err.contains("prestart or createRuntime"),
         "{err}"
     );
+}
+
+/// A process in its own mount namespace whose root is a directory of ours,
+/// like a container that has already pivoted.
+struct Chrooted(std::process::Child);
+
+impl Chrooted {
+    fn start(dir: &Path) -> Chrooted {
+        let root = dir.join("chroot");
+        fs::create_dir_all(&root).unwrap();
+        fs::copy("/bin/busybox", root.join("busybox"))
+            .expect("busybox-static (integration/install-deps)");
+        let child = std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "private", "chroot"])
+            .arg(&root)
+            .args(["/busybox", "sleep", "120"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r == Path::new("/")) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "chroot did not happen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Chrooted(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Chrooted {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

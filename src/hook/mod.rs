@@ -46,6 +46,8 @@ pub enum Error {
     DeadPid { pid: u32 },
     #[error("refusing to run inside the container's mount namespace (pid {pid}): run this hook at prestart or createRuntime, never createContainer")]
     InsideContainer { pid: u32 },
+    #[error("process {pid} is not a container being created: its root is not the runtime's, so it has already pivoted (a running container, or another process)")]
+    NotCreating { pid: u32 },
     #[error("cannot inspect {path}: {source}")]
     Inspect { path: PathBuf, source: io::Error },
     #[error("bad bundle config {path}: {reason}")]
@@ -295,28 +297,33 @@ fn effective_request(config: &Config, container: &Container) -> Result<Request> 
     Ok(request)
 }
 
-/// Refuses to run when this process already shares the container's mount
-/// namespace: that is the `createContainer` stage, where an image's
-/// environment (`LD_PRELOAD`) reached NVIDIA's privileged hook (CVE-2025-23266).
+/// Refuses a `pid` that cannot be a container being created.
+///
+/// When it shares this process's mount namespace, this is the
+/// `createContainer` stage, where an image's environment (`LD_PRELOAD`)
+/// reached NVIDIA's privileged hook (CVE-2025-23266). When its root is not
+/// this process's, it has already pivoted into a rootfs: a running
+/// container or some other process, never one at `prestart`/`createRuntime`,
+/// which run before `pivot_root`.
 fn refuse_inside_container(proc: &Path, pid: u32) -> Result<()> {
-    let theirs_path = proc.join(pid.to_string()).join("ns/mnt");
-    let theirs = match std::fs::metadata(&theirs_path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Error::DeadPid { pid }),
-        Err(source) => {
-            return Err(Error::Inspect {
-                path: theirs_path,
-                source,
-            })
-        }
+    let theirs = |what: &str| -> Result<std::fs::Metadata> {
+        let path = proc.join(pid.to_string()).join(what);
+        std::fs::metadata(&path).map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound => Error::DeadPid { pid },
+            _ => Error::Inspect { path, source },
+        })
     };
-    let ours_path = proc.join("self/ns/mnt");
-    let ours = std::fs::metadata(&ours_path).map_err(|source| Error::Inspect {
-        path: ours_path,
-        source,
-    })?;
-    if (ours.dev(), ours.ino()) == (theirs.dev(), theirs.ino()) {
+    let ours = |what: &str| -> Result<std::fs::Metadata> {
+        let path = proc.join("self").join(what);
+        std::fs::metadata(&path).map_err(|source| Error::Inspect { path, source })
+    };
+    let same =
+        |a: &std::fs::Metadata, b: &std::fs::Metadata| (a.dev(), a.ino()) == (b.dev(), b.ino());
+    if same(&theirs("ns/mnt")?, &ours("ns/mnt")?) {
         return Err(Error::InsideContainer { pid });
+    }
+    if !same(&theirs("root/")?, &ours("root/")?) {
+        return Err(Error::NotCreating { pid });
     }
     Ok(())
 }
