@@ -147,6 +147,7 @@ fn bad_input_is_one_clear_line_and_no_panic() {
     let container = Namespaced::start();
     let good = state(container.pid(), &bundle);
     let chrooted = Chrooted::start(dir.path());
+    let grandchild = Grandchild::start();
     let huge = vec![b' '; 20 * 1024 * 1024];
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("empty stdin", Vec::new(), "stdin is empty"),
@@ -177,6 +178,11 @@ fn bad_input_is_one_clear_line_and_no_panic() {
             "a process that pivoted",
             state(chrooted.pid(), &bundle),
             "not a container being created",
+        ),
+        (
+            "another runtime's process",
+            state(grandchild.pid(), &bundle),
+            "not the runtime running this hook",
         ),
     ];
     for (what, input, needle) in cases {
@@ -291,6 +297,55 @@ impl Chrooted {
 
 impl Drop for Chrooted {
     fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A process in its own mount namespace, not pivoted, but started by another
+/// process than the one running the hook: not the container being created.
+struct Grandchild(std::process::Child, u32);
+
+impl Grandchild {
+    fn start() -> Grandchild {
+        let mut shell = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "unshare -m --propagation private sleep 120 & echo $!; wait",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(shell.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let pid: u32 = line.trim().parse().unwrap();
+        let ours = fs::read_link("/proc/self/ns/mnt").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|ns| ns == ours) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "unshare did not happen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Grandchild(shell, pid)
+    }
+
+    fn pid(&self) -> u32 {
+        self.1
+    }
+}
+
+impl Drop for Grandchild {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.1 as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

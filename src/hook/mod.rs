@@ -48,6 +48,8 @@ pub enum Error {
     InsideContainer { pid: u32 },
     #[error("process {pid} is not a container being created: its root is not the runtime's, so it has already pivoted (a running container, or another process)")]
     NotCreating { pid: u32 },
+    #[error("process {pid} is not the container being created: its parent is {parent}, not the runtime running this hook ({runtime})")]
+    NotSibling { pid: u32, parent: u32, runtime: u32 },
     #[error("cannot inspect {path}: {source}")]
     Inspect { path: PathBuf, source: io::Error },
     #[error("bad bundle config {path}: {reason}")]
@@ -325,7 +327,40 @@ fn refuse_inside_container(proc: &Path, pid: u32) -> Result<()> {
     if !same(&theirs("root/")?, &ours("root/")?) {
         return Err(Error::NotCreating { pid });
     }
+    // runc, crun and the runtimes built like them run hooks from the very
+    // process that started the container's init: their parents match.
+    let stat_path = proc.join(pid.to_string()).join("stat");
+    let stat = std::fs::read_to_string(&stat_path).map_err(|source| match source.kind() {
+        io::ErrorKind::NotFound => Error::DeadPid { pid },
+        _ => Error::Inspect {
+            path: stat_path.clone(),
+            source,
+        },
+    })?;
+    let parent = parent_of(&stat).ok_or_else(|| Error::Inspect {
+        path: stat_path,
+        source: io::Error::other("no parent pid in it"),
+    })?;
+    let runtime = nix::unistd::getppid().as_raw() as u32;
+    if parent != runtime {
+        return Err(Error::NotSibling {
+            pid,
+            parent,
+            runtime,
+        });
+    }
     Ok(())
+}
+
+/// The parent pid in a `/proc/<pid>/stat` line; the command name before it
+/// may hold spaces and parentheses, so fields count from the last `)`.
+fn parent_of(stat: &str) -> Option<u32> {
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -424,6 +459,13 @@ mod tests {
         );
         let env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=all"];
         assert!(effective_request(&Config::default(), &container(&env, false, &[])).is_err());
+    }
+
+    #[test]
+    fn reads_the_parent_from_stat() {
+        assert_eq!(parent_of("42 (runc:[2:INIT]) S 41 42 1 0 -1"), Some(41));
+        assert_eq!(parent_of("7 (a) b) (c) R 3 7 7"), Some(3));
+        assert_eq!(parent_of("garbage"), None);
     }
 
     #[test]
