@@ -350,3 +350,44 @@ impl Drop for Grandchild {
         let _ = self.0.wait();
     }
 }
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn unwritable_device_cgroup_is_a_clear_error() {
+    let sim = SimHost::shared("synthetic", 2, "new");
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
+    let container = Namespaced::start();
+    assert!(
+        Path::new("/sys/fs/cgroup/devices").is_dir(),
+        "this test needs the v1 devices hierarchy"
+    );
+    // The hook runs where the devices hierarchy is mounted read-only.
+    let mut child = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("mount -o remount,bind,ro /sys/fs/cgroup/devices && exec \"$0\" \"$@\"")
+        .arg(direct_support::HOOK)
+        .arg("--config")
+        .arg(&sim.config)
+        .arg("prestart")
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        child.stdin.as_mut().unwrap(),
+        &state(container.pid(), &bundle),
+    )
+    .unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let err = failure(out, &["read-only devices cgroup"]);
+    assert!(
+        err.contains("devices.allow") && err.contains("oci-nvidia-hook-test-"),
+        "{err}"
+    );
+    // Nothing was injected: the cgroup step comes before the container is touched.
+    assert!(!bundle.join("rootfs/usr").exists());
+}
