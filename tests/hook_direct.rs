@@ -10,7 +10,7 @@ use std::fs;
 use std::path::Path;
 
 use common::{failure, SimHost};
-use direct_support::{bundle, hook_with_stdin, state, Namespaced};
+use direct_support::{bundle, hook_with_stdin, inject, state, Namespaced};
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
@@ -24,13 +24,7 @@ fn masks_proc_driver_nvidia_with_only_the_selected_gpu() {
             "NVIDIA_DRIVER_CAPABILITIES=utility",
         ],
     );
-    let container = Namespaced::start();
-    let out = hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle));
-    assert!(
-        out.status.success(),
-        "hook failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let container = inject(&sim.config, &bundle);
 
     let masked = bundle.join("rootfs/proc/driver/nvidia");
     let m = masked.display();
@@ -76,13 +70,7 @@ fn mig_device_gets_its_access_files_in_the_masked_proc() {
             mig["uuid"].as_str().unwrap()
         )],
     );
-    let container = Namespaced::start();
-    let out = hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle));
-    assert!(
-        out.status.success(),
-        "hook failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let container = inject(&sim.config, &bundle);
     let masked = bundle.join("rootfs/proc/driver/nvidia");
     let gi = format!("capabilities/gpu{}/mig/gi{}", mig["gpu_minor"], mig["gi"]);
     let seen = container.exec(&format!(
@@ -111,13 +99,7 @@ fn bind_mounts_are_read_only_and_exactly_the_host_files() {
     let sim = SimHost::shared("synthetic", 2, "new");
     let dir = tempfile::tempdir().unwrap();
     let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
-    let container = Namespaced::start();
-    let out = hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle));
-    assert!(
-        out.status.success(),
-        "hook failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let container = inject(&sim.config, &bundle);
     let lib = bundle.join("rootfs/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03");
     let host_lib = sim.host["libraries"]["libcuda.so.1"].as_str().unwrap();
     let seen = container.exec(&format!(

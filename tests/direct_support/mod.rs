@@ -114,3 +114,16 @@ pub fn bundle(dir: &Path, env: &[&str]) -> PathBuf {
     .unwrap();
     bundle
 }
+
+/// Starts a stand-in container, runs the hook on `bundle` for it and expects
+/// success; returns the container to look inside.
+pub fn inject(config: &Path, bundle: &Path) -> Namespaced {
+    let container = Namespaced::start();
+    let out = hook_with_stdin(config, &["prestart"], &state(container.pid(), bundle));
+    assert!(
+        out.status.success(),
+        "hook failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    container
+}
