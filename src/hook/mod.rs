@@ -48,7 +48,7 @@ pub enum Error {
     InsideContainer { pid: u32 },
     #[error("process {pid} is not a container being created: its root is not the runtime's, so it has already pivoted (a running container, or another process)")]
     NotCreating { pid: u32 },
-    #[error("process {pid} is not the container being created: its parent is {parent}, not the runtime running this hook ({runtime})")]
+    #[error("process {pid} is not the container being created: its parent {parent} is not the runtime running this hook ({runtime}) nor one of its ancestors")]
     NotSibling { pid: u32, parent: u32, runtime: u32 },
     #[error("cannot inspect {path}: {source}")]
     Inspect { path: PathBuf, source: io::Error },
@@ -328,29 +328,43 @@ fn refuse_inside_container(proc: &Path, pid: u32) -> Result<()> {
         return Err(Error::NotCreating { pid });
     }
     // runc, crun and the runtimes built like them run hooks from the very
-    // process that started the container's init: their parents match.
-    let stat_path = proc.join(pid.to_string()).join("stat");
-    let stat = std::fs::read_to_string(&stat_path).map_err(|source| match source.kind() {
-        io::ErrorKind::NotFound => Error::DeadPid { pid },
-        _ => Error::Inspect {
-            path: stat_path.clone(),
-            source,
-        },
-    })?;
-    let parent = parent_of(&stat).ok_or_else(|| Error::Inspect {
-        path: stat_path,
-        source: io::Error::other("no parent pid in it"),
-    })?;
+    // process that started the container's init, possibly through a wrapper
+    // (a shell, strace): the init's parent is one of the hook's ancestors.
+    let parent_pid = |p: u32| -> Result<u32> {
+        let path = proc.join(p.to_string()).join("stat");
+        let stat = std::fs::read_to_string(&path).map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound => Error::DeadPid { pid: p },
+            _ => Error::Inspect {
+                path: path.clone(),
+                source,
+            },
+        })?;
+        parent_of(&stat).ok_or_else(|| Error::Inspect {
+            path,
+            source: io::Error::other("no parent pid in it"),
+        })
+    };
+    let parent = parent_pid(pid)?;
     let runtime = nix::unistd::getppid().as_raw() as u32;
-    if parent != runtime {
-        return Err(Error::NotSibling {
-            pid,
-            parent,
-            runtime,
-        });
+    let mut ancestor = runtime;
+    for _ in 0..MAX_WRAPPERS {
+        if ancestor == parent {
+            return Ok(());
+        }
+        if ancestor <= 1 {
+            break;
+        }
+        ancestor = parent_pid(ancestor)?;
     }
-    Ok(())
+    Err(Error::NotSibling {
+        pid,
+        parent,
+        runtime,
+    })
 }
+
+/// How many wrapper processes may stand between the runtime and the hook.
+const MAX_WRAPPERS: usize = 8;
 
 /// The parent pid in a `/proc/<pid>/stat` line; the command name before it
 /// may hold spaces and parentheses, so fields count from the last `)`.
