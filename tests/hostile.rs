@@ -14,7 +14,7 @@ use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::SimHost;
+use common::{host_mounts, SimHost};
 use direct_support::{bundle, hook_with_stdin, state, Namespaced};
 
 /// What a directory tree holds: path → kind, size, mtime, contents hash.
@@ -109,11 +109,7 @@ impl Case {
             before,
             "the canary outside the rootfs changed"
         );
-        assert_eq!(
-            host_mounts(),
-            mounts_before,
-            "the host's mount table changed"
-        );
+        common::assert_mounts_unchanged(&mounts_before, "");
         assert_eq!(
             snapshot(&sim.dir),
             driver_before,
@@ -126,16 +122,6 @@ impl Case {
         }
         out
     }
-}
-
-fn host_mounts() -> Vec<String> {
-    let mut mounts: Vec<String> = fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .map(|l| l.split(' ').nth(4).unwrap_or("").to_string())
-        .collect();
-    mounts.sort();
-    mounts
 }
 
 /// The simulated host, and this binary's lock: the tests compare the host's

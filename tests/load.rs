@@ -926,18 +926,7 @@ fn assert_nothing_left(
     bpf_before: &BpfSnapshot,
     program_ids: &BTreeSet<u64>,
 ) {
-    let mounts_after = host_mounts();
-    if mounts_after != mounts_before {
-        let added: Vec<_> = mounts_after
-            .iter()
-            .filter(|m| !mounts_before.contains(m))
-            .collect();
-        let removed: Vec<_> = mounts_before
-            .iter()
-            .filter(|m| !mounts_after.contains(m))
-            .collect();
-        panic!("the host's mount table changed: added {added:#?}, removed {removed:#?}");
-    }
+    common::assert_mounts_unchanged(mounts_before, "");
 
     let cgroups = cgroup_dirs_named(prefix);
     assert!(cgroups.is_empty(), "cgroups left behind: {cgroups:#?}");

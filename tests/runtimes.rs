@@ -593,19 +593,7 @@ fn host_unchanged_after_runs() {
         }
     }
 
-    let mounts_after = host_mounts();
-    let gone: Vec<_> = mounts
-        .iter()
-        .filter(|m| !mounts_after.contains(m))
-        .collect();
-    let added: Vec<_> = mounts_after
-        .iter()
-        .filter(|m| !mounts.contains(m))
-        .collect();
-    assert!(
-        gone.is_empty() && added.is_empty(),
-        "the host's mount table changed: added {added:#?}, removed {gone:#?} (runs: {runs:#?})"
-    );
+    common::assert_mounts_unchanged(&mounts, &format!(" (runs: {runs:#?})"));
     let diff = listing_diff(&tree, &tree_listing(&host.dir));
     assert!(
         diff.is_empty(),

@@ -236,3 +236,33 @@ pub fn ldconfig_print(cache: &Path) -> Vec<CacheEntry> {
         })
         .collect()
 }
+
+/// The host's mount table as (mount point, fs type, source), sorted: what
+/// must be the same before and after containers ran.
+pub fn host_mounts() -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    let mut mounts: Vec<String> = text
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let point = *fields.get(4)?;
+            let dash = fields.iter().position(|f| *f == "-")?;
+            let fstype = fields.get(dash + 1)?;
+            let source = fields.get(dash + 2)?;
+            Some(format!("{point} {fstype} {source}"))
+        })
+        .collect();
+    mounts.sort();
+    mounts
+}
+
+/// Panics, listing what appeared and what disappeared, unless the host's
+/// mount table is `before` again; `context` says what ran in between.
+pub fn assert_mounts_unchanged(before: &[String], context: &str) {
+    let after = host_mounts();
+    if after != before {
+        let added: Vec<_> = after.iter().filter(|m| !before.contains(m)).collect();
+        let removed: Vec<_> = before.iter().filter(|m| !after.contains(m)).collect();
+        panic!("the host's mount table changed: added {added:#?}, removed {removed:#?}{context}");
+    }
+}

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+pub use crate::common::host_mounts;
 use crate::common::{ldconfig_print, require_root, CacheEntry, SimHost};
 
 /// How long one container run may take before it is killed: far above the
@@ -1156,25 +1157,6 @@ impl CheckerReport {
 // ---------------------------------------------------------------- ld.so.cache
 
 // ---------------------------------------------------------------- host state
-
-/// The host's mount table as (mount point, fs type, source), sorted: what
-/// must be the same before and after containers ran.
-pub fn host_mounts() -> Vec<String> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
-    let mut mounts: Vec<String> = text
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let point = *fields.get(4)?;
-            let dash = fields.iter().position(|f| *f == "-")?;
-            let fstype = fields.get(dash + 1)?;
-            let source = fields.get(dash + 2)?;
-            Some(format!("{point} {fstype} {source}"))
-        })
-        .collect();
-    mounts.sort();
-    mounts
-}
 
 /// Panics if anything is mounted under `dir` in the host's namespace: a hook
 /// that mounted there leaked out of the container's mount namespace, and
