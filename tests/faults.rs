@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use common::SimHost;
 use runtime_support::{
-    prepare, run_bounded, serial, BundleExtras, Hook, Runtime, Scenario, RUN_LIMIT,
+    host_mounts, prepare, run_bounded, serial, tree_listing, BundleExtras, Hook, Runtime, Scenario,
+    RUN_LIMIT,
 };
 use serde_json::Value;
 
@@ -90,10 +91,18 @@ fn refused_bpf_calls_stop_the_container_with_a_clear_error() {
     entry["args"] = Value::from(args);
     fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
 
+    let mounts_before = host_mounts();
+    let tree_before = tree_listing(&host.dir);
     let started = Instant::now();
     let run = prepared.finish(
         run_bounded(prepared.command(), RUN_LIMIT),
         started.elapsed(),
+    );
+    common::assert_mounts_unchanged(&mounts_before, "");
+    assert_eq!(
+        tree_listing(&host.dir),
+        tree_before,
+        "the simulated driver tree changed"
     );
     assert!(
         !run.succeeded(),
