@@ -67,13 +67,6 @@ pub struct Node {
     pub state: NodeState,
 }
 
-impl Node {
-    /// Whether the node exists with the right type and numbers.
-    pub fn is_ok(&self) -> bool {
-        matches!(self.state, NodeState::Ok { .. })
-    }
-}
-
 /// What stat told us about a path: enough to judge a node, and easy to fake in tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stat {
