@@ -21,7 +21,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, mkdirat, Mode, SFlag};
 use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
 use pathrs::error::ErrorKind;
@@ -38,6 +38,9 @@ use crate::plan::{MountKind, Plan};
 
 /// Largest image `ld.so.cache` we read; real ones are well under 1 MiB.
 const MAX_IMAGE_CACHE: u64 = 32 * 1024 * 1024;
+
+/// Largest `ld.so.conf.d` file of ours we read back; ours are a few lines.
+const MAX_CONF: u64 = 64 * 1024;
 
 /// Why injection failed; each error names the path inside the container or on the host.
 #[derive(Debug, Error)]
@@ -382,6 +385,9 @@ fn create_target(place: Place<'_>, target: Target) -> Result<()> {
 }
 
 /// Creates symlink `place` → `target`, replacing an image's file or link there.
+/// A symlink that already reads `target` (a reused rootfs) is kept: it is
+/// exactly what we would create, and creating an inode is the costliest step
+/// of injection on a disk filesystem.
 fn replace_with_symlink(place: Place<'_>, target: &Path) -> Result<()> {
     match symlinkat(target, place.dir, place.name) {
         Ok(()) => return Ok(()),
@@ -389,6 +395,11 @@ fn replace_with_symlink(place: Place<'_>, target: &Path) -> Result<()> {
         Err(errno) => return Err(errno_err(place.path, errno)),
     }
     match kind_at(place)? {
+        Some("symlink")
+            if readlinkat(place.dir, place.name).is_ok_and(|old| old == target.as_os_str()) =>
+        {
+            return Ok(())
+        }
         Some("symlink") | Some("regular file") | None => {}
         Some(found) => {
             return Err(Error::Exists {
@@ -486,9 +497,26 @@ fn update_loader(root: &Root, dirs: &mut Dirs<'_>, plan: &Plan) -> Result<()> {
             source,
         }
     })?;
-    write_replacing(dirs.place(cache_path)?, &merged)?;
+    write_unless_same(dirs.place(cache_path)?, image.as_deref(), &merged)?;
     let conf = Path::new("/etc/ld.so.conf.d").join(CONF_NAME);
-    write_replacing(dirs.place(&conf)?, &conf_file(&plan.loader_dirs))
+    // Whatever the image has there that is not a regular file is replaced.
+    let old_conf = read_image_file(root, &conf, MAX_CONF).ok().flatten();
+    write_unless_same(
+        dirs.place(&conf)?,
+        old_conf.as_deref(),
+        &conf_file(&plan.loader_dirs),
+    )
+}
+
+/// Writes `data` at `place` unless the regular file there (not a link to
+/// one) already holds it, as `old` (read through the same path) says. A
+/// reused rootfs already has our files: rewriting them would cost a new
+/// inode and, on ext4, a data flush for each container start.
+fn write_unless_same(place: Place<'_>, old: Option<&[u8]>, data: &[u8]) -> Result<()> {
+    if old == Some(data) && kind_at(place)? == Some("regular file") {
+        return Ok(());
+    }
+    write_replacing(place, data)
 }
 
 /// Opens (creating as needed) the directories of `rel` below `dir`, one

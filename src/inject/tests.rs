@@ -219,6 +219,63 @@ fn injects_nodes_mounts_links_and_loader_cache() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+/// Inode numbers of what injection writes into the rootfs.
+fn written_inodes(root: &Path) -> Vec<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let lib = root.join("usr/lib/x86_64-linux-gnu");
+    [
+        lib.join("libcuda.so.1"),
+        lib.join("libcuda.so"),
+        root.join("etc/ld.so.cache"),
+        root.join("etc/ld.so.conf.d").join(CONF_NAME),
+    ]
+    .iter()
+    .map(|p| fs::symlink_metadata(p).unwrap().ino())
+    .collect()
+}
+
+#[test]
+fn reused_rootfs_keeps_what_is_already_right() {
+    let world = World::new();
+    world.apply(&FakeSys::default()).unwrap();
+    let root = world.rootfs();
+    let first = written_inodes(&root);
+    let cache = fs::read(root.join("etc/ld.so.cache")).unwrap();
+    world.apply(&FakeSys::default()).unwrap();
+    assert_eq!(written_inodes(&root), first, "nothing recreated");
+    assert_eq!(fs::read(root.join("etc/ld.so.cache")).unwrap(), cache);
+}
+
+#[test]
+fn reused_rootfs_with_wrong_links_and_stale_files_is_rewritten() {
+    let world = World::new();
+    world.apply(&FakeSys::default()).unwrap();
+    let root = world.rootfs();
+    let lib = root.join("usr/lib/x86_64-linux-gnu");
+    let conf = root.join("etc/ld.so.conf.d").join(CONF_NAME);
+    fs::remove_file(lib.join("libcuda.so.1")).unwrap();
+    symlink("/etc/shadow", lib.join("libcuda.so.1")).unwrap();
+    fs::write(&conf, "/elsewhere\n").unwrap();
+    // The image's cache is a link to a file with exactly our content: the
+    // link is still replaced, never kept.
+    fs::rename(root.join("etc/ld.so.cache"), root.join("etc/cache.copy")).unwrap();
+    symlink("cache.copy", root.join("etc/ld.so.cache")).unwrap();
+    world.apply(&FakeSys::default()).unwrap();
+    assert_eq!(
+        fs::read_link(lib.join("libcuda.so.1")).unwrap(),
+        Path::new("libcuda.so.535.261.03")
+    );
+    assert!(fs::read_to_string(&conf)
+        .unwrap()
+        .contains("\n/usr/lib/x86_64-linux-gnu\n"));
+    let cache = fs::symlink_metadata(root.join("etc/ld.so.cache")).unwrap();
+    assert!(cache.is_file(), "{cache:?}");
+    assert_eq!(
+        fs::read(root.join("etc/ld.so.cache")).unwrap(),
+        fs::read(root.join("etc/cache.copy")).unwrap()
+    );
+}
+
 #[test]
 fn masks_proc_driver_nvidia_when_the_container_has_one() {
     let world = World::new();
