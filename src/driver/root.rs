@@ -7,10 +7,10 @@
 //! never returns a path outside the root.
 
 use std::cell::RefCell;
-use std::collections::{HashSet, VecDeque};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, Metadata};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use thiserror::Error;
@@ -56,7 +56,7 @@ pub struct DriverRoot {
     /// Host paths already seen to be real directories: discovery resolves
     /// dozens of paths through the same few directories, so each is
     /// `lstat`ed once.
-    known_dirs: RefCell<HashSet<PathBuf>>,
+    known_dirs: RefCell<Vec<PathBuf>>,
 }
 
 /// A path resolved inside the root: no symlink in any component.
@@ -75,7 +75,7 @@ impl DriverRoot {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         DriverRoot {
             root: root.into(),
-            known_dirs: RefCell::new(HashSet::new()),
+            known_dirs: RefCell::new(Vec::new()),
         }
     }
 
@@ -98,16 +98,16 @@ impl DriverRoot {
     /// Resolves `inner`, a path as seen from inside the root, following every
     /// symlink inside the root.
     pub fn resolve(&self, inner: &Path) -> Result<Resolved> {
-        let mut pending: VecDeque<OsString> = VecDeque::new();
-        push_front(&mut pending, inner);
+        // Components still to walk, the next one last.
+        let mut pending: Vec<OsString> = Vec::new();
+        push_pending(&mut pending, inner);
+        // Components walked, and the host path they make under the root.
         let mut done: Vec<OsString> = Vec::new();
+        let mut host = HostPath::new(&self.root);
         let mut links = 0;
-        // Whether `done` names a directory, and its metadata when we have it.
-        let root_meta =
-            fs::symlink_metadata(&self.root).map_err(|e| self.io(inner, &self.root, e))?;
-        let mut is_dir = root_meta.is_dir();
-        let mut last = Some(root_meta);
-        while let Some(name) = pending.pop_front() {
+        // Whether `host` is a directory, and its metadata when we have it.
+        let (mut is_dir, mut last) = self.root_metadata(inner)?;
+        while let Some(name) = pending.pop() {
             if name == ".." {
                 if done.pop().is_none() {
                     return Err(Error::Escapes {
@@ -116,6 +116,7 @@ impl DriverRoot {
                         via: inner_path(&done),
                     });
                 }
+                host.pop();
                 // The parent of anything is a directory.
                 (is_dir, last) = (true, None);
                 continue;
@@ -127,13 +128,13 @@ impl DriverRoot {
                     component: inner_path(&done),
                 });
             }
+            host.push(&name);
             done.push(name);
-            let host = self.host_of(&done);
-            if !pending.is_empty() && self.known_dirs.borrow().contains(&host) {
+            if !pending.is_empty() && self.is_known_dir(host.as_path()) {
                 (is_dir, last) = (true, None);
                 continue;
             }
-            let metadata = match fs::symlink_metadata(&host) {
+            let metadata = match fs::symlink_metadata(host.as_path()) {
                 Ok(m) => m,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     return Err(Error::NotFound {
@@ -141,7 +142,7 @@ impl DriverRoot {
                         path: inner.to_path_buf(),
                     })
                 }
-                Err(e) => return Err(self.io(inner, &host, e)),
+                Err(e) => return Err(self.io(inner, host.as_path(), e)),
             };
             if metadata.file_type().is_symlink() {
                 links += 1;
@@ -151,23 +152,26 @@ impl DriverRoot {
                         path: inner.to_path_buf(),
                     });
                 }
-                let target = fs::read_link(&host).map_err(|e| self.io(inner, &host, e))?;
+                let target =
+                    fs::read_link(host.as_path()).map_err(|e| self.io(inner, host.as_path(), e))?;
                 done.pop();
+                host.pop();
                 if target.is_absolute() {
                     done.clear();
+                    host.clear();
                 }
-                push_front(&mut pending, &target);
+                push_pending(&mut pending, &target);
                 // What remains of `done` held the link: a directory.
                 (is_dir, last) = (true, None);
                 continue;
             }
             is_dir = metadata.is_dir();
             if is_dir {
-                self.known_dirs.borrow_mut().insert(host);
+                self.known_dirs.borrow_mut().push(host.as_path().into());
             }
             last = Some(metadata);
         }
-        let host = self.host_of(&done);
+        let host = host.as_path().to_path_buf();
         let metadata = match last {
             Some(metadata) => metadata,
             None => fs::symlink_metadata(&host).map_err(|e| self.io(inner, &host, e))?,
@@ -179,10 +183,28 @@ impl DriverRoot {
         })
     }
 
-    fn host_of(&self, components: &[OsString]) -> PathBuf {
-        let mut host = self.root.clone();
-        host.extend(components);
-        host
+    /// Whether the root itself is a directory (`lstat`ed once per
+    /// `DriverRoot`), with its metadata when it was just read.
+    fn root_metadata(&self, inner: &Path) -> Result<(bool, Option<Metadata>)> {
+        if self.is_known_dir(&self.root) {
+            return Ok((true, None));
+        }
+        let metadata =
+            fs::symlink_metadata(&self.root).map_err(|e| self.io(inner, &self.root, e))?;
+        if metadata.is_dir() {
+            self.known_dirs.borrow_mut().push(self.root.clone());
+        }
+        Ok((metadata.is_dir(), Some(metadata)))
+    }
+
+    /// Whether `host` was already seen to be a real directory. A driver has a
+    /// dozen directories at most, so a byte comparison of each beats hashing.
+    fn is_known_dir(&self, host: &Path) -> bool {
+        let host = host.as_os_str().as_bytes();
+        self.known_dirs
+            .borrow()
+            .iter()
+            .any(|dir| dir.as_os_str().as_bytes() == host)
     }
 
     fn io(&self, path: &Path, at: &Path, source: io::Error) -> Error {
@@ -195,12 +217,63 @@ impl DriverRoot {
     }
 }
 
-/// Queues the components of `path` ahead of what is pending; `.` and `/` vanish.
-fn push_front(pending: &mut VecDeque<OsString>, path: &Path) {
+/// A host path under the root, grown and shrunk one component at a time
+/// during resolution without reparsing it (as `PathBuf::push` would).
+struct HostPath {
+    bytes: Vec<u8>,
+    /// Length of the root, without a trailing slash.
+    base: usize,
+    /// Length before each pushed component.
+    ends: Vec<usize>,
+}
+
+impl HostPath {
+    fn new(root: &Path) -> Self {
+        let bytes = root.as_os_str().as_bytes();
+        let base = bytes.len() - bytes.iter().rev().take_while(|&&b| b == b'/').count();
+        HostPath {
+            bytes: bytes[..base].to_vec(),
+            base,
+            ends: Vec::new(),
+        }
+    }
+
+    /// Appends `name`, a single component.
+    fn push(&mut self, name: &OsStr) {
+        self.ends.push(self.bytes.len());
+        self.bytes.push(b'/');
+        self.bytes.extend_from_slice(name.as_bytes());
+    }
+
+    /// Drops the last component pushed.
+    fn pop(&mut self) {
+        if let Some(end) = self.ends.pop() {
+            self.bytes.truncate(end);
+        }
+    }
+
+    /// Back to the root.
+    fn clear(&mut self) {
+        self.bytes.truncate(self.base);
+        self.ends.clear();
+    }
+
+    fn as_path(&self) -> &Path {
+        if self.bytes.is_empty() {
+            Path::new("/")
+        } else {
+            Path::new(OsStr::from_bytes(&self.bytes))
+        }
+    }
+}
+
+/// Queues the components of `path` ahead of what is pending (`pending` is a
+/// stack: the next component is last); `.` and `/` vanish.
+fn push_pending(pending: &mut Vec<OsString>, path: &Path) {
     for component in path.components().rev() {
         match component {
-            Component::Normal(name) => pending.push_front(name.to_os_string()),
-            Component::ParentDir => pending.push_front(OsString::from("..")),
+            Component::Normal(name) => pending.push(name.to_os_string()),
+            Component::ParentDir => pending.push(OsString::from("..")),
             Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
         }
     }
