@@ -236,14 +236,88 @@ fn block_reads_only_the_context_and_never_writes_r1_or_r10() {
     }
 }
 
+/// A host's worth of rules: 8 GPUs with scattered minors, nvidiactl and
+/// modeset, UVM, a read-only block device and a read-only char device.
+fn many() -> Vec<CgroupRule> {
+    let mut rules: Vec<CgroupRule> = [0, 1, 2, 3, 5, 6, 7, 9, 255, 254]
+        .into_iter()
+        .map(|minor| rule('c', 195, minor, "rw"))
+        .collect();
+    rules.extend([
+        rule('c', 508, 0, "rw"),
+        rule('c', 508, 1, "rw"),
+        rule('b', 195, 4, "r"),
+        rule('c', 195, 4, "r"),
+    ]);
+    rules
+}
+
+fn in_many(dev: u32, major: u32, minor: u32, access: u32) -> bool {
+    let rw = access & !(ACC_READ | ACC_WRITE) == 0;
+    let r = access & !ACC_READ == 0;
+    match (dev, major) {
+        (DEV_CHAR, 195) => match minor {
+            0..=3 | 5..=7 | 9 | 254 | 255 => rw,
+            4 => r,
+            _ => false,
+        },
+        (DEV_CHAR, 508) => minor <= 1 && rw,
+        (DEV_BLOCK, 195) => minor == 4 && r,
+        _ => false,
+    }
+}
+
 #[test]
-fn block_is_a_prologue_plus_six_instructions_per_distinct_rule() {
-    let mut rules = granted();
-    rules.push(rule('c', 195, 0, "rw"));
+fn ranges_of_minors_grant_exactly_their_members() {
+    let block = allow_block(&many()).unwrap();
+    let prog = prepend(&block, &runc_like());
 
-    let block = allow_block(&rules).unwrap();
+    for dev in TYPES {
+        for major in [1, 8, 10, 136, 194, 195, 196, 507, 508, 509] {
+            for minor in (0..=12).chain([200, 253, 254, 255, 256, 1_048_575]) {
+                for access in ACCESSES {
+                    let got = run(&prog, dev, major, minor, access);
+                    let want = in_many(dev, major, minor, access) || old(dev, major, minor, access);
+                    assert_eq!(
+                        got,
+                        u64::from(want),
+                        "type {dev} {major}:{minor} access {access:#b}"
+                    );
+                }
+            }
+        }
+    }
+}
 
-    assert_eq!(block.len(), 6 + 6 * 3);
+#[test]
+fn block_does_not_grow_with_consecutive_minors() {
+    let gpus = |n: u32| -> Vec<CgroupRule> {
+        let mut rules: Vec<CgroupRule> = (0..n).map(|m| rule('c', 195, m, "rw")).collect();
+        rules.extend([rule('c', 195, 255, "rw"), rule('c', 195, 254, "rw")]);
+        rules.extend([rule('c', 508, 0, "rw"), rule('c', 508, 1, "rw")]);
+        rules
+    };
+    let one = allow_block(&gpus(1)).unwrap().len();
+    let eight = allow_block(&gpus(8)).unwrap().len();
+    let sixteen = allow_block(&gpus(16)).unwrap().len();
+    // Prologue 6, type and access 2, major 195 with two runs 5, UVM 3, exit 3.
+    assert_eq!(eight, 19);
+    assert_eq!(sixteen, eight);
+    // One GPU: minor 0 is a single value, one test instead of two.
+    assert_eq!(one, eight - 1);
+    // Duplicates add nothing.
+    let mut twice = gpus(8);
+    twice.extend(gpus(8));
+    assert_eq!(allow_block(&twice).unwrap().len(), eight);
+}
+
+#[test]
+fn too_many_rules_are_refused_not_miscompiled() {
+    let rules: Vec<CgroupRule> = (0..=MAX_RULES as u32)
+        .map(|m| rule('c', 195, m * 2, "rw"))
+        .collect();
+    assert!(allow_block(&rules).is_err());
+    assert!(allow_block(&rules[..MAX_RULES]).is_ok());
 }
 
 #[test]
