@@ -6,7 +6,7 @@
 //! running kernel module's version, and checked to be an ELF shared object of
 //! the entry's architecture. Nothing outside the driver root is ever used.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -70,16 +70,22 @@ pub fn select(
         else {
             continue;
         };
-        let Some(path) = candidate(root, entry, &suffix, arch) else {
+        let Some(path) = candidate(root, entry, &suffix) else {
             continue;
         };
-        match found.iter_mut().find(|l| l.path == path) {
-            // ldconfig may list one file under several names; keep the versioned SONAME.
+        match found
+            .iter_mut()
+            .find(|l| l.path == path && l.arch == arch.name)
+        {
+            // ldconfig may list one file under several names (the SONAME, the
+            // development link): keep the versioned SONAME, and read the ELF
+            // header once.
             Some(known) => {
                 if is_better_soname(spec, &entry.soname, &known.soname) {
                     known.soname = entry.soname.clone();
                 }
             }
+            None if !elf_ok(entry, &path, arch) => {}
             None => found.push(Library {
                 capability: spec.capability,
                 prefix: spec.prefix,
@@ -106,8 +112,9 @@ pub fn select(
     (found, missing)
 }
 
-/// Resolves one cache entry and returns its real file if it is usable; says why not in the log.
-fn candidate(root: &DriverRoot, entry: &LdCacheEntry, suffix: &str, arch: Arch) -> Option<PathBuf> {
+/// Resolves one cache entry and returns its real file if it is of the running
+/// driver and a regular file; says why not in the log.
+fn candidate(root: &DriverRoot, entry: &LdCacheEntry, suffix: &str) -> Option<PathBuf> {
     let resolved = match root.resolve(entry.path.as_ref()) {
         Ok(r) => r,
         Err(root::Error::NotFound { .. }) => {
@@ -140,11 +147,18 @@ fn candidate(root: &DriverRoot, entry: &LdCacheEntry, suffix: &str, arch: Arch) 
         );
         return None;
     }
-    if let Err(e) = elf::check_file(&resolved.host, arch, elf::Kind::SharedObject) {
-        log::warn!("skipping {}: {e}", entry.path);
-        return None;
-    }
     Some(resolved.host)
+}
+
+/// Whether `path`, the real file of `entry`, is a shared object of `arch`; says why not in the log.
+fn elf_ok(entry: &LdCacheEntry, path: &Path, arch: Arch) -> bool {
+    match elf::check_file(path, arch, elf::Kind::SharedObject) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!("skipping {}: {e}", entry.path);
+            false
+        }
+    }
 }
 
 /// Whether `new` names the library better than `old`: a versioned SONAME
