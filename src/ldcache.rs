@@ -129,8 +129,16 @@ impl LdCache {
     /// Parses a whole cache file. A compat file yields its new-format block,
     /// the same entries glibc's loader reads.
     pub fn parse(data: &[u8]) -> Result<Self> {
+        Self::parse_where(data, |_| true)
+    }
+
+    /// Parses a cache file, keeping only the entries whose SONAME `keep`
+    /// accepts. A host cache lists thousands of libraries and discovery wants
+    /// a few dozen: the others are checked (in range, terminated) but never
+    /// copied or decoded.
+    pub fn parse_where(data: &[u8], keep: impl Fn(&[u8]) -> bool) -> Result<Self> {
         if data.starts_with(MAGIC_NEW) {
-            let entries = parse_new(data, 0)?;
+            let entries = parse_new(data, 0, &keep)?;
             return Ok(LdCache {
                 format: Format::New,
                 entries,
@@ -151,13 +159,13 @@ impl LdCache {
             })?;
         let new_start = align_up(entries_end, NEW_ALIGN);
         if data.len() >= new_start && data[new_start..].starts_with(MAGIC_NEW) {
-            let entries = parse_new(data, new_start)?;
+            let entries = parse_new(data, new_start, &keep)?;
             return Ok(LdCache {
                 format: Format::Compat,
                 entries,
             });
         }
-        let entries = parse_old(data, nlibs)?;
+        let entries = parse_old(data, nlibs, &keep)?;
         Ok(LdCache {
             format: Format::Old,
             entries,
@@ -279,8 +287,8 @@ fn read_u64(data: &[u8], offset: usize, what: &'static str) -> Result<u64> {
     Ok(u64::from_le_bytes(word))
 }
 
-/// Reads the NUL-terminated string at `base + rel`, for entry `index` at `offset`.
-fn read_str(data: &[u8], base: usize, rel: u32, index: usize, offset: usize) -> Result<String> {
+/// The NUL-terminated bytes at `base + rel`, for entry `index` at `offset`.
+fn read_bytes(data: &[u8], base: usize, rel: u32, index: usize, offset: usize) -> Result<&[u8]> {
     let string = base.saturating_add(rel as usize);
     let tail = data
         .get(string..)
@@ -298,10 +306,16 @@ fn read_str(data: &[u8], base: usize, rel: u32, index: usize, offset: usize) -> 
             offset,
             string,
         })?;
-    String::from_utf8(tail[..end].to_vec()).map_err(|_| Error::NotUtf8 {
+    Ok(&tail[..end])
+}
+
+/// Reads the NUL-terminated string at `base + rel`, for entry `index` at `offset`.
+fn read_str(data: &[u8], base: usize, rel: u32, index: usize, offset: usize) -> Result<String> {
+    let bytes = read_bytes(data, base, rel, index, offset)?;
+    String::from_utf8(bytes.to_vec()).map_err(|_| Error::NotUtf8 {
         index,
         offset,
-        string,
+        string: base.saturating_add(rel as usize),
     })
 }
 
@@ -326,7 +340,11 @@ fn check_table(
     Ok(())
 }
 
-fn parse_old(data: &[u8], nlibs: usize) -> Result<Vec<LdCacheEntry>> {
+fn parse_old(
+    data: &[u8],
+    nlibs: usize,
+    keep: &impl Fn(&[u8]) -> bool,
+) -> Result<Vec<LdCacheEntry>> {
     check_table(
         data,
         OLD_HEADER_LEN,
@@ -335,23 +353,30 @@ fn parse_old(data: &[u8], nlibs: usize) -> Result<Vec<LdCacheEntry>> {
         "old entry table",
     )?;
     let strings = OLD_HEADER_LEN + nlibs * OLD_ENTRY_LEN;
-    (0..nlibs)
-        .map(|index| {
-            let offset = OLD_HEADER_LEN + index * OLD_ENTRY_LEN;
-            let flags = read_u32(data, offset, "old entry")? as i32;
-            let key = read_u32(data, offset + 4, "old entry")?;
-            let value = read_u32(data, offset + 8, "old entry")?;
-            Ok(LdCacheEntry {
-                flags,
-                soname: read_str(data, strings, key, index, offset)?,
-                path: read_str(data, strings, value, index, offset)?,
-                hwcap: 0,
-            })
-        })
-        .collect()
+    let mut entries = Vec::new();
+    for index in 0..nlibs {
+        let offset = OLD_HEADER_LEN + index * OLD_ENTRY_LEN;
+        let flags = read_u32(data, offset, "old entry")? as i32;
+        let key = read_u32(data, offset + 4, "old entry")?;
+        let value = read_u32(data, offset + 8, "old entry")?;
+        if !keep(read_bytes(data, strings, key, index, offset)?) {
+            continue;
+        }
+        entries.push(LdCacheEntry {
+            flags,
+            soname: read_str(data, strings, key, index, offset)?,
+            path: read_str(data, strings, value, index, offset)?,
+            hwcap: 0,
+        });
+    }
+    Ok(entries)
 }
 
-fn parse_new(data: &[u8], header: usize) -> Result<Vec<LdCacheEntry>> {
+fn parse_new(
+    data: &[u8],
+    header: usize,
+    keep: &impl Fn(&[u8]) -> bool,
+) -> Result<Vec<LdCacheEntry>> {
     slice(data, header..header + NEW_HEADER_LEN, "new header")?;
     let nlibs = read_u32(data, header + 20, "new header")? as usize;
     let endian = data[header + 28];
@@ -363,21 +388,24 @@ fn parse_new(data: &[u8], header: usize) -> Result<Vec<LdCacheEntry>> {
     }
     let first = header + NEW_HEADER_LEN;
     check_table(data, first, nlibs, NEW_ENTRY_LEN, "new entry table")?;
-    (0..nlibs)
-        .map(|index| {
-            let offset = first + index * NEW_ENTRY_LEN;
-            let flags = read_u32(data, offset, "new entry")? as i32;
-            let key = read_u32(data, offset + 4, "new entry")?;
-            let value = read_u32(data, offset + 8, "new entry")?;
-            let hwcap = read_u64(data, offset + 16, "new entry")?;
-            Ok(LdCacheEntry {
-                flags,
-                soname: read_str(data, header, key, index, offset)?,
-                path: read_str(data, header, value, index, offset)?,
-                hwcap,
-            })
-        })
-        .collect()
+    let mut entries = Vec::new();
+    for index in 0..nlibs {
+        let offset = first + index * NEW_ENTRY_LEN;
+        let flags = read_u32(data, offset, "new entry")? as i32;
+        let key = read_u32(data, offset + 4, "new entry")?;
+        let value = read_u32(data, offset + 8, "new entry")?;
+        let hwcap = read_u64(data, offset + 16, "new entry")?;
+        if !keep(read_bytes(data, header, key, index, offset)?) {
+            continue;
+        }
+        entries.push(LdCacheEntry {
+            flags,
+            soname: read_str(data, header, key, index, offset)?,
+            path: read_str(data, header, value, index, offset)?,
+            hwcap,
+        });
+    }
+    Ok(entries)
 }
 
 #[cfg(test)]
@@ -518,6 +546,32 @@ mod tests {
         let cache = LdCache::parse(&Builder::new(ENTRIES).compat()).unwrap();
         assert_eq!(cache.format, Format::Compat);
         assert_eq!(cache.entries, expected());
+    }
+
+    #[test]
+    fn parse_where_keeps_only_accepted_entries_in_every_format() {
+        let builder = Builder::new(ENTRIES);
+        for data in [builder.new_block(), builder.old(), builder.compat()] {
+            let cache =
+                LdCache::parse_where(&data, |soname| soname.starts_with(b"libnvidia")).unwrap();
+            let want: Vec<_> = expected()
+                .into_iter()
+                .filter(|e| e.soname.starts_with("libnvidia"))
+                .collect();
+            assert_eq!(cache.entries, want);
+        }
+    }
+
+    #[test]
+    fn parse_where_still_refuses_a_broken_skipped_entry() {
+        let mut data = Builder::new(ENTRIES).new_block();
+        // Entry 0's key points past the end: skipped or not, it is an error.
+        let offset = NEW_HEADER_LEN;
+        data[offset + 4..offset + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            LdCache::parse_where(&data, |_| false),
+            Err(Error::StringOutOfRange { index: 0, .. })
+        ));
     }
 
     #[test]

@@ -69,9 +69,20 @@ pub const LIBRARIES: &[LibrarySpec] = &[
     lib(Ngx, "libnvidia-ngx.so"),
 ];
 
+/// A cheap first test of a SONAME against [`LIBRARIES`]: every prefix there
+/// starts with `libcuda` or contains `nv`. A host's ld.so.cache lists
+/// thousands of other libraries, and this rejects almost all of them without
+/// comparing each against every prefix.
+pub fn may_be_listed(soname: &[u8]) -> bool {
+    soname.starts_with(b"libcuda") || soname.windows(2).any(|w| w == b"nv")
+}
+
 /// The library spec whose prefix `soname` carries, if any. A prefix matches
 /// only whole: `libcuda.so` matches `libcuda.so.1`, not `libcudadebugger.so.1`.
 pub fn library_for(soname: &str) -> Option<&'static LibrarySpec> {
+    if !may_be_listed(soname.as_bytes()) {
+        return None;
+    }
     LIBRARIES.iter().find(|spec| {
         soname
             .strip_prefix(spec.prefix)
@@ -129,6 +140,15 @@ pub const IPCS: &[(Capability, &str, IpcKind)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_quick_test_passes_every_listed_prefix() {
+        for spec in LIBRARIES {
+            assert!(may_be_listed(spec.prefix.as_bytes()), "{}", spec.prefix);
+        }
+        assert!(!may_be_listed(b"libc.so.6"));
+        assert!(!may_be_listed(b"libGL.so.1"));
+    }
 
     #[test]
     fn prefixes_match_whole_names_only() {

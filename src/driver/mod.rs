@@ -233,7 +233,15 @@ fn read_cache(root: &DriverRoot) -> Result<LdCache> {
         path: path.clone(),
         source,
     })?;
-    LdCache::parse(&data).map_err(|source| Error::LdCache { path, source })
+    // Only NVIDIA's libraries matter here: the rest of a host cache (often
+    // thousands of entries) is checked but not copied.
+    let ours = |soname: &[u8]| {
+        std::str::from_utf8(soname)
+            .ok()
+            .and_then(catalog::library_for)
+            .is_some()
+    };
+    LdCache::parse_where(&data, ours).map_err(|source| Error::LdCache { path, source })
 }
 
 /// A MIG capability file if the driver has it (`None` on drivers without MIG).
