@@ -137,10 +137,7 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     }
     let granted = Instant::now();
     let sys = LinuxSys;
-    // The kernel shows the driver in every procfs or in none: when ours has
-    // no /proc/driver/nvidia, neither has the container's, and nothing is masked.
-    let mask_proc = proc.join("driver/nvidia").is_dir();
-    let sources = Sources::open(&sys, &plan, nodes == NodeMode::Bind, mask_proc)?;
+    let sources = Sources::open(&sys, &plan, nodes == NodeMode::Bind)?;
     let opened = Instant::now();
     // Files made in the container belong to its root, not to host root
     // (which its user namespace cannot represent: see `inject::userns`).

@@ -288,7 +288,7 @@ pub fn apply(
         summary.loader_entries = plan.loader_entries.len();
     }
 
-    if let Some(mask) = plan.proc_mask.as_ref().filter(|_| sources.masks_proc) {
+    if let Some(mask) = &plan.proc_mask {
         mask_proc(sys, &root, &mask.path, sources)?;
     }
     Ok(summary)

@@ -45,8 +45,6 @@ pub struct Sources {
     pub proc_files: Vec<(PathBuf, Vec<u8>)>,
     /// The selected GPUs' procfs directories, by bus id.
     pub proc_gpus: Vec<(String, Source)>,
-    /// Whether the two above were opened: `/proc/driver/nvidia` is masked.
-    pub masks_proc: bool,
 }
 
 /// Opens `path` as an `O_PATH` descriptor without following a final symlink.
@@ -184,17 +182,8 @@ pub fn mask_params(params: &[u8]) -> Vec<u8> {
 }
 
 impl Sources {
-    /// Opens the plan's sources; device nodes too when they will be
-    /// bind-mounted, and what masks `/proc/driver/nvidia` when `mask_proc`
-    /// says the container's procfs can show it. Each clone left unattached
-    /// costs an unmount when it is closed (about 30 µs here), so nothing is
-    /// cloned that cannot be used.
-    pub fn open(
-        sys: &impl Sys,
-        plan: &Plan,
-        bind_devices: bool,
-        mask_proc: bool,
-    ) -> Result<Sources> {
+    /// Opens the plan's sources; device nodes too when they will be bind-mounted.
+    pub fn open(sys: &impl Sys, plan: &Plan, bind_devices: bool) -> Result<Sources> {
         let mounts = plan
             .mounts
             .iter()
@@ -222,8 +211,7 @@ impl Sources {
         };
         let mut proc_files = Vec::new();
         let mut proc_gpus = Vec::new();
-        let mask = plan.proc_mask.as_ref().filter(|_| mask_proc);
-        if let Some(mask) = mask {
+        if let Some(mask) = &plan.proc_mask {
             for (name, path) in &mask.files {
                 match read_proc_file(path)? {
                     Some(data) if name.as_os_str() == "params" => {
@@ -249,7 +237,6 @@ impl Sources {
             devices,
             proc_files,
             proc_gpus,
-            masks_proc: mask.is_some(),
         })
     }
 }

@@ -20,7 +20,6 @@ struct FakeSys {
     binds: RefCell<Vec<(PathBuf, MountOptions)>>,
     tmpfs: RefCell<Vec<PathBuf>>,
     read_only: RefCell<Vec<PathBuf>>,
-    clones: RefCell<Vec<PathBuf>>,
 }
 
 impl Sys for FakeSys {
@@ -35,11 +34,10 @@ impl Sys for FakeSys {
     }
     fn clone_mount(
         &self,
-        path: &Path,
+        _path: &Path,
         source: BorrowedFd<'_>,
         _options: MountOptions,
     ) -> Result<Option<OwnedFd>> {
-        self.clones.borrow_mut().push(path.to_path_buf());
         Ok(Some(source.try_clone_to_owned().unwrap()))
     }
     fn bind_mount(&self, _source: &Source, place: Place<'_>, options: MountOptions) -> Result<()> {
@@ -154,7 +152,7 @@ impl World {
     }
 
     fn apply(&self, sys: &FakeSys) -> Result<Summary> {
-        let sources = Sources::open(sys, &self.plan, false, true)?;
+        let sources = Sources::open(sys, &self.plan, false)?;
         apply(sys, &self.plan, &sources, &self.rootfs(), NodeMode::Mknod)
     }
 }
@@ -276,25 +274,6 @@ fn reused_rootfs_with_wrong_links_and_stale_files_is_rewritten() {
         fs::read(root.join("etc/ld.so.cache")).unwrap(),
         fs::read(root.join("etc/cache.copy")).unwrap()
     );
-}
-
-#[test]
-fn nothing_is_cloned_or_masked_for_procfs_without_the_driver() {
-    let world = World::new();
-    fs::create_dir_all(world.rootfs().join("proc/driver/nvidia")).unwrap();
-    let sys = FakeSys::default();
-    let sources = Sources::open(&sys, &world.plan, false, false).unwrap();
-    assert!(sources.proc_gpus.is_empty() && sources.proc_files.is_empty());
-    assert_eq!(sys.clones.borrow().len(), world.plan.mounts.len());
-    apply(
-        &sys,
-        &world.plan,
-        &sources,
-        &world.rootfs(),
-        NodeMode::Mknod,
-    )
-    .unwrap();
-    assert!(sys.tmpfs.borrow().is_empty());
 }
 
 #[test]
@@ -466,7 +445,7 @@ fn corrupt_image_cache_is_an_error_naming_it() {
 fn source_of_the_wrong_kind_is_refused_before_entering() {
     let mut world = World::new();
     world.plan.mounts[0].source = world.dir.path().join("host");
-    let err = Sources::open(&FakeSys::default(), &world.plan, false, true).unwrap_err();
+    let err = Sources::open(&FakeSys::default(), &world.plan, false).unwrap_err();
     assert!(
         matches!(
             err,
@@ -481,7 +460,7 @@ fn source_of_the_wrong_kind_is_refused_before_entering() {
     symlink(&world.plan.mounts[1].source, &link).unwrap();
     world.plan.mounts[0].source = link;
     assert!(matches!(
-        Sources::open(&FakeSys::default(), &world.plan, false, true),
+        Sources::open(&FakeSys::default(), &world.plan, false),
         Err(Error::SourceKind {
             found: "symlink",
             ..
@@ -503,7 +482,7 @@ fn user_namespace_binds_host_nodes_instead_of_mknod() {
     world.plan.devices[0].major = 1;
     world.plan.devices[0].minor = 3;
     let sys = FakeSys::default();
-    let sources = Sources::open(&sys, &world.plan, true, true).unwrap();
+    let sources = Sources::open(&sys, &world.plan, true).unwrap();
     apply(&sys, &world.plan, &sources, &world.rootfs(), NodeMode::Bind).unwrap();
     assert!(sys.mknods.borrow().is_empty());
     assert_eq!(
@@ -522,6 +501,6 @@ fn user_namespace_binds_host_nodes_instead_of_mknod() {
 
     // A host node with other numbers than planned is refused before entering.
     world.plan.devices[0].minor = 5;
-    let err = Sources::open(&sys, &world.plan, true, true).unwrap_err();
+    let err = Sources::open(&sys, &world.plan, true).unwrap_err();
     assert!(matches!(err, Error::NodeMismatch { .. }), "{err}");
 }
