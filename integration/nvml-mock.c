@@ -14,7 +14,8 @@
  * read by the nvmlInit call that takes the reference count from 0 to 1. A
  * missing or invalid file makes that call fail with
  * NVML_ERROR_DRIVER_NOT_LOADED, like the real library on a host without the
- * kernel module; nvmlMockLastError() then says why.
+ * kernel module; nvmlMockLastError() then says why. Every load of the
+ * library appends its pid to "nvml-mock.loads" there, if that file exists.
  *
  * ---------------------------------------------------------------- conf format
  * One record a line; '#' starts a comment; tokens are separated by blanks;
@@ -64,6 +65,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -71,6 +73,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -412,6 +415,21 @@ static int conf_path(char *out, size_t size, int which) {
   if (!(slash = strrchr(buf, '/'))) return -1;
   *slash = 0;
   return snprintf(out, size, "%s/nvml-mock.conf", buf) >= (int)size ? -1 : 0;
+}
+
+/* Every load of this library, init or not, appends its pid to
+ * "nvml-mock.loads" beside it (its real directory) when that file exists:
+ * tests create it to check that the hook never loaded NVML at all. */
+__attribute__((constructor)) static void record_load(void) {
+  char path[PATH_MAX + 32], *slash;
+  if (conf_path(path, sizeof path, 0) != 0 || !(slash = strrchr(path, '/'))) return;
+  if (snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "nvml-mock.loads") >=
+      (int)(sizeof path - (size_t)(slash + 1 - path)))
+    return;
+  int fd = open(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  dprintf(fd, "%d\n", (int)getpid());
+  close(fd);
 }
 
 static void sleep_ms(unsigned ms) {

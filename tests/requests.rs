@@ -126,14 +126,24 @@ fn whole_gpu_requests_never_load_nvml() {
     text.push_str("init error=9\n");
     std::fs::write(conf, text).unwrap();
 
+    // The mock appends a line to this file on every load, init or not.
+    let loads = std::path::Path::new(conf).with_file_name("nvml-mock.loads");
+    std::fs::write(&loads, "").unwrap();
+
     let gpu = &host.host["gpus"][0];
     for (name, device) in [
         ("nvml-index", "0".to_string()),
         ("nvml-uuid", gpu["uuid"].as_str().unwrap().to_string()),
         ("nvml-bus", gpu["bus"].as_str().unwrap().to_string()),
+        ("nvml-all", "all".to_string()),
     ] {
         run_on(&host, name, &[("NVIDIA_VISIBLE_DEVICES", &device)], None).assert_completed();
     }
+    assert_eq!(
+        std::fs::read_to_string(&loads).unwrap(),
+        "",
+        "a whole-GPU request loaded libnvidia-ml"
+    );
     let run = run_on(
         &host,
         "nvml-mig",
@@ -145,6 +155,11 @@ fn whole_gpu_requests_never_load_nvml() {
         failure_text(&run).contains("NVML: driver not loaded"),
         "{}",
         run.describe()
+    );
+    // The check above can fail: a MIG request does load it.
+    assert!(
+        !std::fs::read_to_string(&loads).unwrap().is_empty(),
+        "the mock did not record the MIG request's load"
     );
 }
 
