@@ -6,7 +6,7 @@ CARGO  ?= cargo
 PREFIX ?= /usr/local
 BIN    := target/release/oci-nvidia-hook
 
-.PHONY: build test deps demo bench lint install fuzz
+.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss lint install fuzz
 
 build:
 	$(CARGO) build --release --locked
@@ -23,10 +23,27 @@ test: deps
 demo: build deps
 	integration/demo $(BIN)
 
-bench: build deps
+# Every benchmark, one after the other; each also runs alone (README,
+# "Benchmarks"). All but bench-inprocess need root: they build simulated
+# hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
+# BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS.
+bench: bench-inprocess bench-process bench-runc bench-rss
+
+# Criterion: ldcache parse/write, ELF checks, request parsing, plan building.
+bench-inprocess:
 	$(CARGO) bench --locked --bench inprocess
+
+# Whole `list` and `info` processes (hyperfine) on 1/8/16-GPU and real hosts.
+bench-process: build deps
 	integration/bench-process $(BIN)
+
+# What the hook adds to a runc container start, against a no-op hook.
+bench-runc: build deps
 	integration/bench-runc $(BIN)
+
+# Peak RSS of the hook in runc, and of `list` and `info`.
+bench-rss: build deps
+	integration/bench-rss $(BIN)
 
 # Every fuzz target for FUZZ_SECONDS each (CI uses 15).
 FUZZ_SECONDS ?= 60

@@ -1,11 +1,15 @@
-//! In-process benchmarks of the parts every hook run pays for: parsing the
-//! loader cache, checking ELF headers, parsing the request, building the plan.
+//! In-process benchmarks of the parts every hook run pays for: parsing and
+//! writing the loader cache (5,000 entries, a busy host's), checking ELF
+//! headers, parsing the request, and building the plan for 1, 8 and 16 GPUs.
+//! `make bench-inprocess` runs them; integration/bench-* time whole processes.
+//! Also the cgroup v2 device program's allow block for those plans.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use goblin::elf::header::{ELFCLASS64, EM_X86_64, ET_DYN};
+use oci_nvidia_hook::cgroup::program;
 use oci_nvidia_hook::driver::{Gpu, Inventory, Library, Node, NodeRole, NodeState};
 use oci_nvidia_hook::elf::{self, X86_64};
 use oci_nvidia_hook::ldcache::{Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
@@ -42,7 +46,7 @@ fn elf_header() -> Vec<u8> {
     h
 }
 
-/// An 8-GPU host's inventory with utility and compute libraries.
+/// A host's inventory with `gpus` GPUs and utility and compute libraries.
 fn inventory(gpus: u32) -> Inventory {
     let node = |role, path: String, major, minor| Node {
         role,
@@ -126,6 +130,9 @@ fn benches(c: &mut Criterion) {
             c.to_bytes()
         })
     });
+    c.bench_function("ldcache_write_5000_entries", |b| {
+        b.iter(|| black_box(&cache).to_bytes())
+    });
     let header = elf_header();
     c.bench_function("elf_check_header", |b| {
         b.iter(|| {
@@ -137,6 +144,12 @@ fn benches(c: &mut Criterion) {
             )
             .unwrap()
         })
+    });
+    // The same check on a real file: open, read 64 bytes, check. This
+    // benchmark's own executable is a position-independent ELF program.
+    let exe = std::env::current_exe().expect("path of the benchmark executable");
+    c.bench_function("elf_check_file", |b| {
+        b.iter(|| elf::check_file(black_box(&exe), X86_64, elf::Kind::Executable).unwrap())
     });
     c.bench_function("request_parse", |b| {
         b.iter(|| {
@@ -160,6 +173,12 @@ fn benches(c: &mut Criterion) {
                     &ImageLayout::Debian.into(),
                 )
                 .unwrap()
+            })
+        });
+        let plan = Plan::build(&inventory, &request, &ImageLayout::Debian.into()).unwrap();
+        c.bench_function(&format!("bpf_allow_block_{gpus}_gpus"), |b| {
+            b.iter(|| {
+                program::encode(&program::allow_block(black_box(&plan.cgroup_rules)).unwrap())
             })
         });
     }

@@ -17,7 +17,8 @@
 
 mod bpf_sys;
 mod discovery;
-mod program;
+/// The v2 device program as pure data; public for the benchmarks.
+pub mod program;
 mod v1;
 mod v2;
 
