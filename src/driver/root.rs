@@ -101,22 +101,20 @@ impl DriverRoot {
         // Components still to walk, the next one last.
         let mut pending: Vec<OsString> = Vec::new();
         push_pending(&mut pending, inner);
-        // Components walked, and the host path they make under the root.
-        let mut done: Vec<OsString> = Vec::new();
+        // The components walked, as a host path under the root.
         let mut host = HostPath::new(&self.root);
         let mut links = 0;
         // Whether `host` is a directory, and its metadata when we have it.
         let (mut is_dir, mut last) = self.root_metadata(inner)?;
         while let Some(name) = pending.pop() {
             if name == ".." {
-                if done.pop().is_none() {
+                if !host.pop() {
                     return Err(Error::Escapes {
                         root: self.root.clone(),
                         path: inner.to_path_buf(),
-                        via: inner_path(&done),
+                        via: host.inner(),
                     });
                 }
-                host.pop();
                 // The parent of anything is a directory.
                 (is_dir, last) = (true, None);
                 continue;
@@ -125,11 +123,10 @@ impl DriverRoot {
                 return Err(Error::NotADirectory {
                     root: self.root.clone(),
                     path: inner.to_path_buf(),
-                    component: inner_path(&done),
+                    component: host.inner(),
                 });
             }
             host.push(&name);
-            done.push(name);
             if !pending.is_empty() && self.is_known_dir(host.as_path()) {
                 (is_dir, last) = (true, None);
                 continue;
@@ -154,14 +151,12 @@ impl DriverRoot {
                 }
                 let target =
                     fs::read_link(host.as_path()).map_err(|e| self.io(inner, host.as_path(), e))?;
-                done.pop();
                 host.pop();
                 if target.is_absolute() {
-                    done.clear();
                     host.clear();
                 }
                 push_pending(&mut pending, &target);
-                // What remains of `done` held the link: a directory.
+                // What remains of `host` held the link: a directory.
                 (is_dir, last) = (true, None);
                 continue;
             }
@@ -171,14 +166,14 @@ impl DriverRoot {
             }
             last = Some(metadata);
         }
-        let host = host.as_path().to_path_buf();
+        let (resolved_inner, host) = (host.inner(), host.as_path().to_path_buf());
         let metadata = match last {
             Some(metadata) => metadata,
             None => fs::symlink_metadata(&host).map_err(|e| self.io(inner, &host, e))?,
         };
         Ok(Resolved {
             host,
-            inner: inner_path(&done),
+            inner: resolved_inner,
             metadata,
         })
     }
@@ -245,10 +240,14 @@ impl HostPath {
         self.bytes.extend_from_slice(name.as_bytes());
     }
 
-    /// Drops the last component pushed.
-    fn pop(&mut self) {
-        if let Some(end) = self.ends.pop() {
-            self.bytes.truncate(end);
+    /// Drops the last component pushed; false when there was none (at the root).
+    fn pop(&mut self) -> bool {
+        match self.ends.pop() {
+            Some(end) => {
+                self.bytes.truncate(end);
+                true
+            }
+            None => false,
         }
     }
 
@@ -256,6 +255,14 @@ impl HostPath {
     fn clear(&mut self) {
         self.bytes.truncate(self.base);
         self.ends.clear();
+    }
+
+    /// The path as seen from inside the root: what was pushed, from `/`.
+    fn inner(&self) -> PathBuf {
+        match &self.bytes[self.base..] {
+            [] => PathBuf::from("/"),
+            rest => PathBuf::from(OsStr::from_bytes(rest)),
+        }
     }
 
     fn as_path(&self) -> &Path {
@@ -277,12 +284,6 @@ fn push_pending(pending: &mut Vec<OsString>, path: &Path) {
             Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
         }
     }
-}
-
-fn inner_path(components: &[OsString]) -> PathBuf {
-    let mut inner = PathBuf::from("/");
-    inner.extend(components);
-    inner
 }
 
 #[cfg(test)]
