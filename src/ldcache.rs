@@ -311,7 +311,17 @@ fn read_bytes(data: &[u8], base: usize, rel: u32, index: usize, offset: usize) -
 
 /// Reads the NUL-terminated string at `base + rel`, for entry `index` at `offset`.
 fn read_str(data: &[u8], base: usize, rel: u32, index: usize, offset: usize) -> Result<String> {
-    let bytes = read_bytes(data, base, rel, index, offset)?;
+    to_string(
+        read_bytes(data, base, rel, index, offset)?,
+        base,
+        rel,
+        index,
+        offset,
+    )
+}
+
+/// `bytes`, read at `base + rel` for entry `index` at `offset`, as a String.
+fn to_string(bytes: &[u8], base: usize, rel: u32, index: usize, offset: usize) -> Result<String> {
     String::from_utf8(bytes.to_vec()).map_err(|_| Error::NotUtf8 {
         index,
         offset,
@@ -359,12 +369,13 @@ fn parse_old(
         let flags = read_u32(data, offset, "old entry")? as i32;
         let key = read_u32(data, offset + 4, "old entry")?;
         let value = read_u32(data, offset + 8, "old entry")?;
-        if !keep(read_bytes(data, strings, key, index, offset)?) {
+        let soname = read_bytes(data, strings, key, index, offset)?;
+        if !keep(soname) {
             continue;
         }
         entries.push(LdCacheEntry {
             flags,
-            soname: read_str(data, strings, key, index, offset)?,
+            soname: to_string(soname, strings, key, index, offset)?,
             path: read_str(data, strings, value, index, offset)?,
             hwcap: 0,
         });
@@ -395,12 +406,13 @@ fn parse_new(
         let key = read_u32(data, offset + 4, "new entry")?;
         let value = read_u32(data, offset + 8, "new entry")?;
         let hwcap = read_u64(data, offset + 16, "new entry")?;
-        if !keep(read_bytes(data, header, key, index, offset)?) {
+        let soname = read_bytes(data, header, key, index, offset)?;
+        if !keep(soname) {
             continue;
         }
         entries.push(LdCacheEntry {
             flags,
-            soname: read_str(data, header, key, index, offset)?,
+            soname: to_string(soname, header, key, index, offset)?,
             path: read_str(data, header, value, index, offset)?,
             hwcap,
         });
