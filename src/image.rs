@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use nix::dir::Dir;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
-use pathrs::flags::OpenFlags;
 use pathrs::Root;
 use serde::Serialize;
 use thiserror::Error;
@@ -25,6 +24,7 @@ use crate::config::CompatMode;
 use crate::driver::CudaVersion;
 use crate::elf::{self, Arch};
 use crate::plan::ImageLayout;
+use crate::reopen::{Expect, Reopener};
 
 /// Where CUDA images keep forward-compatibility libraries.
 pub const COMPAT_DIR: &str = "/usr/local/cuda/compat";
@@ -105,8 +105,8 @@ fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
         path: dir_path.to_path_buf(),
         reason,
     };
-    let dir_file = handle
-        .reopen(OpenFlags::O_RDONLY | OpenFlags::O_DIRECTORY | OpenFlags::O_CLOEXEC)
+    let dir_file = Reopener::open()
+        .and_then(|r| r.reopen(handle.as_fd(), dir_path, Expect::Directory))
         .map_err(|e| read_err(e.to_string()))?;
     let mut names: Vec<String> = Dir::from_fd(dir_file.into())
         .map_err(|e| read_err(e.to_string()))?

@@ -19,5 +19,6 @@ pub mod logging;
 pub mod nvml;
 pub mod oneline;
 pub mod plan;
+pub mod reopen;
 pub mod request;
 pub mod require;

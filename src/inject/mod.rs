@@ -25,7 +25,6 @@ use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, mkdirat, Mode, SFlag};
 use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
 use pathrs::error::ErrorKind;
-use pathrs::flags::OpenFlags;
 use pathrs::Root;
 use thiserror::Error;
 
@@ -35,6 +34,7 @@ pub use sys::{LinuxSys, Sys};
 
 use crate::ldcache;
 use crate::plan::{MountKind, Plan};
+use crate::reopen::{self, kind_name, Expect, Reopener};
 
 /// Largest image `ld.so.cache` we read; real ones are well under 1 MiB.
 const MAX_IMAGE_CACHE: u64 = 32 * 1024 * 1024;
@@ -104,6 +104,8 @@ pub enum Error {
         expected: &'static str,
         found: &'static str,
     },
+    #[error(transparent)]
+    Reopen(reopen::Error),
     #[error("cannot act as the container's root (uid {uid}, gid {gid}): {source}")]
     Identity {
         uid: u32,
@@ -284,7 +286,7 @@ pub fn apply(
     }
 
     if !plan.loader_entries.is_empty() {
-        update_loader(&root, &mut dirs, plan)?;
+        update_loader(&root, &sources.reopener, &mut dirs, plan)?;
         summary.loader_entries = plan.loader_entries.len();
     }
 
@@ -309,20 +311,6 @@ fn errno_err(path: &Path, errno: nix::Error) -> Error {
     Error::Write {
         path: path.to_path_buf(),
         source: errno.into(),
-    }
-}
-
-/// The type of a stat result, as messages name it.
-fn kind_name(mode: u32) -> &'static str {
-    match SFlag::from_bits_truncate(mode) & SFlag::S_IFMT {
-        SFlag::S_IFREG => "regular file",
-        SFlag::S_IFDIR => "directory",
-        SFlag::S_IFLNK => "symlink",
-        SFlag::S_IFCHR => "character device",
-        SFlag::S_IFBLK => "block device",
-        SFlag::S_IFIFO => "fifo",
-        SFlag::S_IFSOCK => "socket",
-        _ => "special file",
     }
 }
 
@@ -449,8 +437,13 @@ fn write_replacing(place: Place<'_>, data: &[u8]) -> Result<()> {
 }
 
 /// Reads a file of the image, following links only inside the rootfs; what
-/// they reach must be a regular file.
-fn read_image_file(root: &Root, path: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
+/// they reach must be a regular file, and only then is it opened.
+fn read_image_file(
+    root: &Root,
+    reopener: &Reopener,
+    path: &Path,
+    limit: u64,
+) -> Result<Option<Vec<u8>>> {
     let handle = match root.resolve(path) {
         Ok(h) => h,
         Err(e) if e.kind() == ErrorKind::OsError(Some(nix::libc::ENOENT)) => return Ok(None),
@@ -461,22 +454,19 @@ fn read_image_file(root: &Root, path: &Path, limit: u64) -> Result<Option<Vec<u8
             })
         }
     };
-    let stat = fstat(handle.as_fd()).map_err(|errno| Error::Stat {
-        path: path.to_path_buf(),
-        source: errno.into(),
-    })?;
-    if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-        return Err(Error::Exists {
-            path: path.to_path_buf(),
-            found: kind_name(stat.st_mode),
-            expected: "regular file",
-        });
-    }
-    let file = handle
-        .reopen(OpenFlags::O_RDONLY | OpenFlags::O_CLOEXEC)
-        .map_err(|source| Error::Resolve {
-            path: path.to_path_buf(),
-            source,
+    let file = reopener
+        .reopen(handle.as_fd(), path, Expect::File)
+        .map_err(|e| match e {
+            reopen::Error::Kind {
+                path,
+                found,
+                expected,
+            } => Error::Exists {
+                path,
+                found,
+                expected,
+            },
+            other => Error::Reopen(other),
         })?;
     let mut data = Vec::new();
     file.take(limit)
@@ -488,9 +478,9 @@ fn read_image_file(root: &Root, path: &Path, limit: u64) -> Result<Option<Vec<u8
     Ok(Some(data))
 }
 
-fn update_loader(root: &Root, dirs: &mut Dirs<'_>, plan: &Plan) -> Result<()> {
+fn update_loader(root: &Root, reopener: &Reopener, dirs: &mut Dirs<'_>, plan: &Plan) -> Result<()> {
     let cache_path = Path::new("/etc/ld.so.cache");
-    let image = read_image_file(root, cache_path, MAX_IMAGE_CACHE)?;
+    let image = read_image_file(root, reopener, cache_path, MAX_IMAGE_CACHE)?;
     let merged = merged_cache(image.as_deref(), &plan.loader_entries).map_err(|source| {
         Error::ImageCache {
             path: cache_path.to_path_buf(),
@@ -500,7 +490,9 @@ fn update_loader(root: &Root, dirs: &mut Dirs<'_>, plan: &Plan) -> Result<()> {
     write_unless_same(dirs.place(cache_path)?, image.as_deref(), &merged)?;
     let conf = Path::new("/etc/ld.so.conf.d").join(CONF_NAME);
     // Whatever the image has there that is not a regular file is replaced.
-    let old_conf = read_image_file(root, &conf, MAX_CONF).ok().flatten();
+    let old_conf = read_image_file(root, reopener, &conf, MAX_CONF)
+        .ok()
+        .flatten();
     write_unless_same(
         dirs.place(&conf)?,
         old_conf.as_deref(),

@@ -16,6 +16,7 @@ use nix::libc;
 use super::Sys;
 use super::{Error, Result};
 use crate::plan::{DeviceNode, MountKind, MountOptions, Plan};
+use crate::reopen::Reopener;
 
 /// Largest procfs file copied into the masked `/proc/driver/nvidia`.
 const MAX_PROC_FILE: u64 = 64 * 1024;
@@ -45,6 +46,9 @@ pub struct Sources {
     pub proc_files: Vec<(PathBuf, Vec<u8>)>,
     /// The selected GPUs' procfs directories, by bus id.
     pub proc_gpus: Vec<(String, Source)>,
+    /// The host's `/proc/self/fd`, through which image files are opened
+    /// for reading once their type is checked.
+    pub reopener: Reopener,
 }
 
 /// Opens `path` as an `O_PATH` descriptor without following a final symlink.
@@ -237,6 +241,7 @@ impl Sources {
             devices,
             proc_files,
             proc_gpus,
+            reopener: Reopener::open().map_err(Error::Reopen)?,
         })
     }
 }

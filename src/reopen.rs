@@ -1,0 +1,230 @@
+//! Opens for reading what was resolved in the image as an `O_PATH` descriptor.
+//!
+//! An `O_PATH` descriptor opens nothing, so its type can be checked first:
+//! opening an image's device node can act on the device (a watchdog, a tape)
+//! and opening its fifo can block. Only a checked regular file or directory
+//! is then reopened, through its magic link in the host's `/proc/self/fd`.
+//! That directory is opened before the hook enters the container's mount
+//! namespace and checked to be procfs, so the image cannot stand anything in
+//! its place; the reopened file must be the very inode that was checked.
+//!
+//! `pathrs` can reopen too, but it mounts a private procfs for it, and the
+//! unmount of that mount when the hook exits waits for an RCU grace period.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{open, openat, OFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::sys::statfs::{fstatfs, PROC_SUPER_MAGIC};
+use thiserror::Error;
+
+/// The host directory whose magic links reopen our own descriptors.
+const SELF_FDS: &str = "/proc/self/fd";
+
+/// Why a descriptor could not be reopened; each names the path it stands for.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("cannot open the host's {SELF_FDS}: {0}")]
+    Proc(io::Error),
+    #[error("the host's {SELF_FDS} is not on procfs")]
+    NotProc,
+    #[error("cannot inspect {path}: {source}")]
+    Stat { path: PathBuf, source: io::Error },
+    #[error("{path} is a {found}, expected a {expected}")]
+    Kind {
+        path: PathBuf,
+        found: &'static str,
+        expected: &'static str,
+    },
+    #[error("cannot open {path} for reading: {source}")]
+    Open { path: PathBuf, source: io::Error },
+    #[error("{path} was replaced while it was being opened")]
+    Replaced { path: PathBuf },
+}
+
+/// Result of reopening.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What a reopened descriptor must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// A regular file, to read.
+    File,
+    /// A directory, to list.
+    Directory,
+}
+
+/// The type of a stat mode, as messages name it.
+pub fn kind_name(mode: u32) -> &'static str {
+    match SFlag::from_bits_truncate(mode) & SFlag::S_IFMT {
+        SFlag::S_IFREG => "regular file",
+        SFlag::S_IFDIR => "directory",
+        SFlag::S_IFLNK => "symlink",
+        SFlag::S_IFCHR => "character device",
+        SFlag::S_IFBLK => "block device",
+        SFlag::S_IFIFO => "fifo",
+        SFlag::S_IFSOCK => "socket",
+        _ => "special file",
+    }
+}
+
+/// The host's `/proc/self/fd`, held to reopen checked `O_PATH` descriptors.
+#[derive(Debug)]
+pub struct Reopener {
+    fds: OwnedFd,
+}
+
+impl Reopener {
+    /// Opens the host's `/proc/self/fd`: call it before entering a container.
+    pub fn open() -> Result<Reopener> {
+        let fds = open(
+            SELF_FDS,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| Error::Proc(errno.into()))?;
+        let fs = fstatfs(&fds).map_err(|errno| Error::Proc(errno.into()))?;
+        if fs.filesystem_type() != PROC_SUPER_MAGIC {
+            return Err(Error::NotProc);
+        }
+        Ok(Reopener { fds })
+    }
+
+    /// Opens `file`, an `O_PATH` descriptor of `path`, for reading, if it is
+    /// what `expect` says; anything else is refused without being opened.
+    pub fn reopen(&self, file: BorrowedFd<'_>, path: &Path, expect: Expect) -> Result<File> {
+        let stat_err = |errno: Errno| Error::Stat {
+            path: path.to_path_buf(),
+            source: errno.into(),
+        };
+        let checked = fstat(file).map_err(stat_err)?;
+        let (wanted, expected, flags) = match expect {
+            Expect::File => (SFlag::S_IFREG, "regular file", OFlag::empty()),
+            Expect::Directory => (SFlag::S_IFDIR, "directory", OFlag::O_DIRECTORY),
+        };
+        if SFlag::from_bits_truncate(checked.st_mode) & SFlag::S_IFMT != wanted {
+            return Err(Error::Kind {
+                path: path.to_path_buf(),
+                found: kind_name(checked.st_mode),
+                expected,
+            });
+        }
+        let opened = openat(
+            &self.fds,
+            file.as_raw_fd().to_string().as_str(),
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | flags,
+            Mode::empty(),
+        )
+        .map_err(|errno| Error::Open {
+            path: path.to_path_buf(),
+            source: errno.into(),
+        })?;
+        let now = fstat(opened.as_fd()).map_err(stat_err)?;
+        if (now.st_dev, now.st_ino) != (checked.st_dev, checked.st_ino) {
+            return Err(Error::Replaced {
+                path: path.to_path_buf(),
+            });
+        }
+        Ok(File::from(opened))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::{self, OpenOptions};
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    use super::*;
+
+    fn o_path(path: &Path) -> File {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_PATH | nix::libc::O_NOFOLLOW)
+            .open(path)
+            .unwrap()
+    }
+
+    #[test]
+    fn reopens_a_regular_file_for_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ld.so.cache");
+        fs::write(&path, b"cache bytes").unwrap();
+        let reopener = Reopener::open().unwrap();
+        let mut data = String::new();
+        reopener
+            .reopen(o_path(&path).as_fd(), &path, Expect::File)
+            .unwrap()
+            .read_to_string(&mut data)
+            .unwrap();
+        assert_eq!(data, "cache bytes");
+    }
+
+    #[test]
+    fn reopens_a_directory_for_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("libcuda.so.1"), b"").unwrap();
+        let reopener = Reopener::open().unwrap();
+        let reopened = reopener
+            .reopen(o_path(dir.path()).as_fd(), dir.path(), Expect::Directory)
+            .unwrap();
+        let names: Vec<_> = nix::dir::Dir::from_fd(reopened.into())
+            .unwrap()
+            .iter()
+            .map(|e| e.unwrap().file_name().to_owned())
+            .collect();
+        assert!(names.iter().any(|n| n.to_bytes() == b"libcuda.so.1"));
+    }
+
+    #[test]
+    fn refuses_other_kinds_without_opening_them() {
+        let dir = tempfile::tempdir().unwrap();
+        // Opening this fifo for reading would block the test: it must not be opened.
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
+        let reopener = Reopener::open().unwrap();
+        let cases = [
+            (fifo.as_path(), Expect::File, "fifo"),
+            (Path::new("/dev/null"), Expect::File, "character device"),
+            (dir.path(), Expect::File, "directory"),
+            (fifo.as_path(), Expect::Directory, "fifo"),
+        ];
+        for (path, expect, found) in cases {
+            let err = reopener
+                .reopen(o_path(path).as_fd(), path, expect)
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::Kind { found: f, .. } if f == found),
+                "{}: {err}",
+                path.display()
+            );
+            assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_symlink_descriptor_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("target"), b"host secret").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("target", &link).unwrap();
+        let err = Reopener::open()
+            .unwrap()
+            .reopen(o_path(&link).as_fd(), &link, Expect::File)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Kind {
+                    found: "symlink",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}
