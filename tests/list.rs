@@ -289,3 +289,24 @@ fn log_file_receives_the_error_too() {
     let logged = std::fs::read_to_string(&log).unwrap();
     assert_eq!(logged, err, "the log file gets the same line");
 }
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_reader_that_went_away_is_not_a_failure() {
+    // `list | head`: the hook's output pipe has no reader. That ends the
+    // listing quietly, with success, not with an error or a fatal SIGPIPE.
+    let sim = SimHost::shared("synthetic", 4, "new");
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oci-nvidia-hook"))
+        .env_clear()
+        .arg("--config")
+        .arg(&sim.config)
+        .arg("list")
+        .stdout(std::process::Stdio::from(write))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{:?}: {stderr}", out.status);
+    assert!(stderr.is_empty(), "{stderr}");
+}
