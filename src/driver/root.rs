@@ -50,13 +50,23 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// A host tree that holds a driver, the root all its paths are relative to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct DriverRoot {
     root: PathBuf,
-    /// Host paths already seen to be real directories: discovery resolves
-    /// dozens of paths through the same few directories, so each is
-    /// `lstat`ed once.
-    known_dirs: RefCell<Vec<PathBuf>>,
+    /// Host paths already examined, and what they were. Discovery resolves
+    /// dozens of paths through the same few directories, and a Debian host
+    /// lists each library twice (`/usr/lib/<triplet>` and the `nvidia/current`
+    /// it links to), so each path is `lstat`ed, and each link read, once.
+    seen: RefCell<Vec<(Vec<u8>, Seen)>>,
+}
+
+/// What a host path under the root was found to be.
+#[derive(Debug, Clone)]
+enum Seen {
+    /// A symlink, and its target.
+    Link(PathBuf),
+    /// Anything else (a directory, a file), with its metadata.
+    Entry(Metadata),
 }
 
 /// A path resolved inside the root: no symlink in any component.
@@ -75,7 +85,7 @@ impl DriverRoot {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         DriverRoot {
             root: root.into(),
-            known_dirs: RefCell::new(Vec::new()),
+            seen: RefCell::new(Vec::new()),
         }
     }
 
@@ -127,44 +137,25 @@ impl DriverRoot {
                 });
             }
             host.push(&name);
-            if !pending.is_empty() && self.is_known_dir(host.as_path()) {
-                (is_dir, last) = (true, None);
-                continue;
-            }
-            let metadata = match fs::symlink_metadata(host.as_path()) {
-                Ok(m) => m,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    return Err(Error::NotFound {
-                        root: self.root.clone(),
-                        path: inner.to_path_buf(),
-                    })
+            match self.examine(inner, host.as_path())? {
+                Seen::Link(target) => {
+                    links += 1;
+                    if links > MAX_LINKS {
+                        return Err(Error::TooManyLinks {
+                            root: self.root.clone(),
+                            path: inner.to_path_buf(),
+                        });
+                    }
+                    host.pop();
+                    if target.is_absolute() {
+                        host.clear();
+                    }
+                    push_pending(&mut pending, &target);
+                    // What remains of `host` held the link: a directory.
+                    (is_dir, last) = (true, None);
                 }
-                Err(e) => return Err(self.io(inner, host.as_path(), e)),
-            };
-            if metadata.file_type().is_symlink() {
-                links += 1;
-                if links > MAX_LINKS {
-                    return Err(Error::TooManyLinks {
-                        root: self.root.clone(),
-                        path: inner.to_path_buf(),
-                    });
-                }
-                let target =
-                    fs::read_link(host.as_path()).map_err(|e| self.io(inner, host.as_path(), e))?;
-                host.pop();
-                if target.is_absolute() {
-                    host.clear();
-                }
-                push_pending(&mut pending, &target);
-                // What remains of `host` held the link: a directory.
-                (is_dir, last) = (true, None);
-                continue;
+                Seen::Entry(metadata) => (is_dir, last) = (metadata.is_dir(), Some(metadata)),
             }
-            is_dir = metadata.is_dir();
-            if is_dir {
-                self.known_dirs.borrow_mut().push(host.as_path().into());
-            }
-            last = Some(metadata);
         }
         let (resolved_inner, host) = (host.inner(), host.as_path().to_path_buf());
         let metadata = match last {
@@ -181,25 +172,53 @@ impl DriverRoot {
     /// Whether the root itself is a directory (`lstat`ed once per
     /// `DriverRoot`), with its metadata when it was just read.
     fn root_metadata(&self, inner: &Path) -> Result<(bool, Option<Metadata>)> {
-        if self.is_known_dir(&self.root) {
-            return Ok((true, None));
+        if let Some(Seen::Entry(metadata)) = self.recall(self.root.as_os_str().as_bytes()) {
+            return Ok((metadata.is_dir(), Some(metadata)));
         }
         let metadata =
             fs::symlink_metadata(&self.root).map_err(|e| self.io(inner, &self.root, e))?;
-        if metadata.is_dir() {
-            self.known_dirs.borrow_mut().push(self.root.clone());
-        }
+        self.remember(&self.root, Seen::Entry(metadata.clone()));
         Ok((metadata.is_dir(), Some(metadata)))
     }
 
-    /// Whether `host` was already seen to be a real directory. A driver has a
-    /// dozen directories at most, so a byte comparison of each beats hashing.
-    fn is_known_dir(&self, host: &Path) -> bool {
-        let host = host.as_os_str().as_bytes();
-        self.known_dirs
+    /// What `host` is: `lstat`ed (and read, if a link) the first time only.
+    fn examine(&self, inner: &Path, host: &Path) -> Result<Seen> {
+        if let Some(seen) = self.recall(host.as_os_str().as_bytes()) {
+            return Ok(seen);
+        }
+        let metadata = match fs::symlink_metadata(host) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(Error::NotFound {
+                    root: self.root.clone(),
+                    path: inner.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(self.io(inner, host, e)),
+        };
+        let seen = if metadata.file_type().is_symlink() {
+            Seen::Link(fs::read_link(host).map_err(|e| self.io(inner, host, e))?)
+        } else {
+            Seen::Entry(metadata)
+        };
+        self.remember(host, seen.clone());
+        Ok(seen)
+    }
+
+    /// What `host` was seen to be, if it was. A driver root holds a few
+    /// dozen paths of interest, so comparing bytes beats hashing.
+    fn recall(&self, host: &[u8]) -> Option<Seen> {
+        self.seen
             .borrow()
             .iter()
-            .any(|dir| dir.as_os_str().as_bytes() == host)
+            .find(|(path, _)| path.as_slice() == host)
+            .map(|(_, seen)| seen.clone())
+    }
+
+    fn remember(&self, host: &Path, seen: Seen) {
+        self.seen
+            .borrow_mut()
+            .push((host.as_os_str().as_bytes().to_vec(), seen));
     }
 
     fn io(&self, path: &Path, at: &Path, source: io::Error) -> Error {
@@ -336,6 +355,36 @@ mod tests {
                 .join("usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.261.03")
         );
         assert!(resolved.metadata.is_file());
+    }
+
+    #[test]
+    fn each_path_is_examined_once_per_root() {
+        let (dir, root) = tree();
+        let current = dir
+            .path()
+            .join("driver/usr/lib/x86_64-linux-gnu/nvidia/current");
+        root.resolve(Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1"))
+            .unwrap();
+        // The second name of the library goes through links already read and
+        // a file already examined: the disk is not asked again.
+        fs::remove_file(current.join("libcuda.so.1")).unwrap();
+        fs::remove_file(current.join("libcuda.so.535.261.03")).unwrap();
+        let again = root
+            .resolve(Path::new(
+                "/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.1",
+            ))
+            .unwrap();
+        assert_eq!(
+            again.inner,
+            Path::new("/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.261.03")
+        );
+        assert!(again.metadata.is_file());
+        // A fresh root sees the disk as it is now.
+        let fresh = DriverRoot::new(root.path());
+        assert!(matches!(
+            fresh.resolve(Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1")),
+            Err(Error::NotFound { .. })
+        ));
     }
 
     #[test]
