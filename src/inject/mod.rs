@@ -382,20 +382,21 @@ fn replace_with_symlink(place: Place<'_>, target: &Path) -> Result<()> {
         Err(Errno::EEXIST) => {}
         Err(errno) => return Err(errno_err(place.path, errno)),
     }
-    match kind_at(place)? {
-        Some("symlink")
-            if readlinkat(place.dir, place.name).is_ok_and(|old| old == target.as_os_str()) =>
-        {
-            return Ok(())
-        }
-        Some("symlink") | Some("regular file") | None => {}
-        Some(found) => {
-            return Err(Error::Exists {
-                path: place.path.to_path_buf(),
-                found,
-                expected: "symlink",
-            })
-        }
+    // Reading the link first also tells what is there: EINVAL, not a link.
+    match readlinkat(place.dir, place.name) {
+        Ok(old) if old == target.as_os_str() => return Ok(()),
+        Ok(_) | Err(Errno::ENOENT) => {}
+        Err(Errno::EINVAL) => match kind_at(place)? {
+            Some("regular file") | None => {}
+            Some(found) => {
+                return Err(Error::Exists {
+                    path: place.path.to_path_buf(),
+                    found,
+                    expected: "symlink",
+                })
+            }
+        },
+        Err(errno) => return Err(errno_err(place.path, errno)),
     }
     match unlinkat(place.dir, place.name, UnlinkatFlags::NoRemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => {}

@@ -81,12 +81,13 @@ fn kind_of(ft: fs::FileType) -> &'static str {
     }
 }
 
-/// Opens `path` and checks that it is of the kind `accept` takes.
+/// Opens `path` and checks that it is of the kind `accept` takes; returns
+/// it with the metadata that was checked.
 fn open_checked(
     path: &Path,
     expected: &'static str,
     accept: fn(fs::FileType) -> bool,
-) -> Result<File> {
+) -> Result<(File, fs::Metadata)> {
     let file = open_path(path)?;
     let meta = file.metadata().map_err(|source| Error::Source {
         path: path.to_path_buf(),
@@ -99,15 +100,16 @@ fn open_checked(
             found: kind_of(meta.file_type()),
         });
     }
-    Ok(file)
+    Ok((file, meta))
 }
 
 /// Turns a checked descriptor into a [`Source`], cloning its mount with `options`.
-fn source(sys: &impl Sys, path: &Path, file: File, options: MountOptions) -> Result<Source> {
-    let meta = file.metadata().map_err(|source| Error::Source {
-        path: path.to_path_buf(),
-        source,
-    })?;
+fn source(
+    sys: &impl Sys,
+    path: &Path,
+    (file, meta): (File, fs::Metadata),
+    options: MountOptions,
+) -> Result<Source> {
     let tree = sys.clone_mount(path, file.as_fd(), options)?;
     Ok(Source {
         path: path.to_path_buf(),
@@ -117,17 +119,11 @@ fn source(sys: &impl Sys, path: &Path, file: File, options: MountOptions) -> Res
     })
 }
 
-fn open_device(node: &DeviceNode) -> Result<File> {
-    let file = open_checked(&node.host_path, "character device", |ft| {
+fn open_device(node: &DeviceNode) -> Result<(File, fs::Metadata)> {
+    let (file, meta) = open_checked(&node.host_path, "character device", |ft| {
         ft.is_char_device()
     })?;
-    let rdev = file
-        .metadata()
-        .map_err(|source| Error::Source {
-            path: node.host_path.clone(),
-            source,
-        })?
-        .rdev();
+    let rdev = meta.rdev();
     let found = (
         nix::sys::stat::major(rdev) as u32,
         nix::sys::stat::minor(rdev) as u32,
@@ -139,7 +135,7 @@ fn open_device(node: &DeviceNode) -> Result<File> {
             found: format!("c {}:{}", found.0, found.1),
         });
     }
-    Ok(file)
+    Ok((file, meta))
 }
 
 /// Reads a small procfs file through an already-open descriptor.
@@ -192,7 +188,7 @@ impl Sources {
             .mounts
             .iter()
             .map(|m| {
-                let file = match m.kind {
+                let checked = match m.kind {
                     MountKind::Binary
                     | MountKind::Library
                     | MountKind::Firmware
@@ -202,7 +198,7 @@ impl Sources {
                     MountKind::Socket => open_checked(&m.source, "socket", |ft| ft.is_socket()),
                     MountKind::Directory => open_checked(&m.source, "directory", |ft| ft.is_dir()),
                 }?;
-                source(sys, &m.source, file, m.options)
+                source(sys, &m.source, checked, m.options)
             })
             .collect::<Result<Vec<_>>>()?;
         let devices = if bind_devices {
@@ -232,8 +228,8 @@ impl Sources {
                 }
             }
             for (bus, dir) in &mask.gpus {
-                let file = open_checked(dir, "directory", |ft| ft.is_dir())?;
-                proc_gpus.push((bus.clone(), source(sys, dir, file, PROC_OPTIONS)?));
+                let checked = open_checked(dir, "directory", |ft| ft.is_dir())?;
+                proc_gpus.push((bus.clone(), source(sys, dir, checked, PROC_OPTIONS)?));
             }
         }
         Ok(Sources {

@@ -89,7 +89,7 @@ pub fn root_id(map: &[IdRange]) -> Option<u32> {
 }
 
 fn read(path: PathBuf) -> Result<String> {
-    std::fs::read_to_string(&path).map_err(|source| Error::Source { path, source })
+    crate::bounded::read_text(&path).map_err(|source| Error::Source { path, source })
 }
 
 fn id_map(path: PathBuf) -> Result<Vec<IdRange>> {
