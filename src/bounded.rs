@@ -1,9 +1,12 @@
 //! Reads a pipe to its end within a size and a time limit, so that a broken
 //! or hostile writer (a runtime feeding the hook's stdin, a child process
-//! answering a query) can neither hang the hook nor exhaust its memory.
+//! answering a query) can neither hang the hook nor exhaust its memory; and
+//! reads the host's small text files (procfs) whole, within a size limit.
 
+use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -55,9 +58,61 @@ pub fn read_to_end(
     }
 }
 
+/// Largest host text file [`read_text`] takes: `mountinfo` of a node with
+/// thousands of mounts is the largest, at a few MiB.
+pub const MAX_TEXT: usize = 16 * 1024 * 1024;
+
+/// Reads the text file at `path` whole, up to [`MAX_TEXT`] bytes.
+///
+/// procfs files report a size of 0, so `fs::read_to_string` asks for the
+/// size (a `statx`) in vain and then reads in chunks growing from 32 bytes:
+/// six reads for a GPU's `information`. Here the first read takes a page.
+pub fn read_text(path: &Path) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut data = vec![0; 4096];
+    let mut len = 0;
+    loop {
+        if len == data.len() {
+            if len > MAX_TEXT {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("more than {MAX_TEXT} bytes"),
+                ));
+            }
+            data.resize(len * 2, 0);
+        }
+        match file.read(&mut data[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    data.truncate(len);
+    String::from_utf8(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_text_reads_procfs_and_files_larger_than_a_page() {
+        let own = read_text(Path::new("/proc/self/status")).unwrap();
+        assert!(own.starts_with("Name:"), "{own}");
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        let text = "0123456789abcdef\n".repeat(1000);
+        std::fs::write(&big, &text).unwrap();
+        assert_eq!(read_text(&big).unwrap(), text);
+        let err = read_text(&dir.path().join("missing")).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        std::fs::write(&big, b"\xff\xfe").unwrap();
+        assert_eq!(
+            read_text(&big).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+    }
 
     #[test]
     fn reads_until_eof() {

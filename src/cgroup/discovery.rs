@@ -8,7 +8,6 @@
 
 #![forbid(unsafe_code)]
 
-use std::fs;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -279,7 +278,8 @@ fn open_visible_mount(proc: &Path, mount: &MountEntry, hierarchy: Hierarchy) -> 
 
 /// The mount id of an open file, from `<proc>/self/fdinfo/<fd>` (3.15+).
 fn mount_id(proc: &Path, fd: &OwnedFd) -> io::Result<Option<u64>> {
-    let text = fs::read_to_string(proc.join("self/fdinfo").join(fd.as_raw_fd().to_string()))?;
+    let text =
+        crate::bounded::read_text(&proc.join("self/fdinfo").join(fd.as_raw_fd().to_string()))?;
     Ok(text
         .lines()
         .find_map(|l| l.strip_prefix("mnt_id:"))

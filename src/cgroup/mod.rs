@@ -26,12 +26,12 @@ mod v2;
 mod root_tests;
 
 use std::fmt;
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 
+use crate::bounded;
 use crate::plan::CgroupRule;
 use discovery::Hierarchy;
 
@@ -154,7 +154,7 @@ pub fn allow(proc: &Path, pid: u32, rules: &[CgroupRule]) -> Result<Vec<Outcome>
     }
 
     let cgroup_path = proc.join(pid.to_string()).join("cgroup");
-    let text = match fs::read_to_string(&cgroup_path) {
+    let text = match bounded::read_text(&cgroup_path) {
         Ok(text) => text,
         Err(e) if e.raw_os_error().is_some_and(is_gone) => {
             return Err(Error::ProcessGone {
@@ -174,7 +174,7 @@ pub fn allow(proc: &Path, pid: u32, rules: &[CgroupRule]) -> Result<Vec<Outcome>
         line,
     })?;
     let mountinfo_path = proc.join("self/mountinfo");
-    let mountinfo = fs::read_to_string(&mountinfo_path).map_err(|source| Error::Read {
+    let mountinfo = bounded::read_text(&mountinfo_path).map_err(|source| Error::Read {
         path: mountinfo_path.clone(),
         source,
     })?;

@@ -112,7 +112,7 @@ impl Inventory {
     pub fn discover(config: &DriverConfig, scope: &Capabilities) -> Result<Inventory> {
         let nvidia = config.proc_root.join("driver/nvidia");
         let version_path = nvidia.join("version");
-        let version_text = match std::fs::read_to_string(&version_path) {
+        let version_text = match crate::bounded::read_text(&version_path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(Error::NotLoaded { path: version_path })

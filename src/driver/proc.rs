@@ -183,7 +183,7 @@ pub fn parse_char_majors(path: &Path, text: &str) -> Result<BTreeMap<String, u32
 
 /// Reads a small procfs text file, naming it on failure.
 pub fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| Error::Read {
+    crate::bounded::read_text(path).map_err(|source| Error::Read {
         path: PathBuf::from(path),
         source,
     })

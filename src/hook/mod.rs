@@ -332,7 +332,7 @@ fn refuse_inside_container(proc: &Path, pid: u32) -> Result<()> {
     // (a shell, strace): the init's parent is one of the hook's ancestors.
     let parent_pid = |p: u32| -> Result<u32> {
         let path = proc.join(p.to_string()).join("stat");
-        let stat = std::fs::read_to_string(&path).map_err(|source| match source.kind() {
+        let stat = crate::bounded::read_text(&path).map_err(|source| match source.kind() {
             io::ErrorKind::NotFound => Error::DeadPid { pid: p },
             _ => Error::Inspect {
                 path: path.clone(),
