@@ -504,3 +504,70 @@ fn user_namespace_binds_host_nodes_instead_of_mknod() {
     let err = Sources::open(&sys, &world.plan, true).unwrap_err();
     assert!(matches!(err, Error::NodeMismatch { .. }), "{err}");
 }
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_source_without_a_clone_is_bound_by_path_only_while_it_is_the_same_inode() {
+    use std::os::unix::fs::MetadataExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (checked, other, target) = (
+        dir.path().join("checked"),
+        dir.path().join("other"),
+        dir.path().join("target"),
+    );
+    for d in [&checked, &other, &target] {
+        fs::create_dir(d).unwrap();
+    }
+    fs::write(checked.join("information"), "Bus Location: 0000:3b:00.0\n").unwrap();
+    let source = |id_of: &Path| {
+        let meta = fs::metadata(id_of).unwrap();
+        Source {
+            path: checked.clone(),
+            file: File::open(&checked).unwrap(),
+            id: (meta.dev(), meta.ino()),
+            tree: None,
+        }
+    };
+    let (good, swapped) = (source(&checked), source(&other));
+    // In a private mount namespace of this thread only, gone when it ends.
+    let seen = std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
+            nix::mount::mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+            .unwrap();
+            let parent = File::open(dir.path()).unwrap();
+            let place = Place {
+                dir: parent.as_fd(),
+                name: OsStr::new("target"),
+                path: Path::new("/proc/driver/nvidia/gpus/0000:3b:00.0"),
+            };
+            let refused = LinuxSys.bind_mount(&swapped, place, sources::PROC_OPTIONS);
+            let bound = LinuxSys.bind_mount(&good, place, sources::PROC_OPTIONS);
+            let content = fs::read_to_string(target.join("information"));
+            let write = fs::write(target.join("x"), "x");
+            (refused, bound, content, write)
+        })
+        .join()
+        .unwrap()
+    });
+    let (refused, bound, content, write) = seen;
+    assert!(
+        matches!(refused, Err(Error::SourceKind { .. })),
+        "{refused:?}"
+    );
+    bound.unwrap();
+    assert_eq!(content.unwrap(), "Bus Location: 0000:3b:00.0\n");
+    assert_eq!(
+        write.unwrap_err().raw_os_error(),
+        Some(nix::libc::EROFS),
+        "bound read-only"
+    );
+    assert_eq!(fs::read_dir(&target).unwrap().count(), 0, "not on the host");
+}
