@@ -105,23 +105,30 @@ pub fn parse_memberships(text: &str) -> std::result::Result<Vec<Membership>, Str
     Ok(out)
 }
 
-/// Parses `/proc/self/mountinfo`.
+/// Parses `/proc/self/mountinfo`, checking every line, and keeps the
+/// `cgroup` and `cgroup2` mounts: the only ones that can hold a device
+/// cgroup. A busy node has hundreds of other mounts; they are not unescaped.
 pub fn parse_mountinfo(text: &str) -> std::result::Result<Vec<MountEntry>, String> {
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.is_empty()) {
         let bad = || line.to_string();
-        let fields: Vec<&str> = line.split(' ').collect();
+        let mut fields = line.split(' ');
+        let mut next = || fields.next().ok_or_else(bad);
+        let (id, _parent, _dev, root, mount_point, _options) =
+            (next()?, next()?, next()?, next()?, next()?, next()?);
         // Optional fields end at the lone "-".
-        let dash = fields.iter().position(|f| *f == "-").ok_or_else(bad)?;
-        if dash < 6 || fields.len() < dash + 4 {
-            return Err(bad());
+        while next()? != "-" {}
+        let (fstype, _source, super_options) = (next()?, next()?, next()?);
+        let id = id.parse().map_err(|_| bad())?;
+        if fstype != "cgroup" && fstype != "cgroup2" {
+            continue;
         }
         out.push(MountEntry {
-            id: fields[0].parse().map_err(|_| bad())?,
-            root: PathBuf::from(unescape(fields[3])),
-            mount_point: PathBuf::from(unescape(fields[4])),
-            fstype: unescape(fields[dash + 1]),
-            super_options: fields[dash + 3].split(',').map(unescape).collect(),
+            id,
+            root: PathBuf::from(unescape(root)),
+            mount_point: PathBuf::from(unescape(mount_point)),
+            fstype: fstype.to_string(),
+            super_options: super_options.split(',').map(unescape).collect(),
         });
     }
     Ok(out)
@@ -303,20 +310,27 @@ mod tests {
     fn parses_mountinfo_with_optional_fields_and_escapes() {
         let mounts = parse_mountinfo(MOUNTINFO).unwrap();
 
-        assert_eq!(mounts.len(), 6);
-        assert_eq!(mounts[2].id, 36);
-        assert_eq!(mounts[2].mount_point, Path::new("/sys/fs/cgroup/devices"));
-        assert_eq!(mounts[2].fstype, "cgroup");
-        assert_eq!(mounts[2].super_options, ["rw", "devices"]);
-        assert_eq!(mounts[5].root, Path::new("/kube pods"));
-        assert_eq!(mounts[5].mount_point, Path::new("/mnt/with space"));
+        // sysfs and tmpfs are checked, not kept.
+        let ids: Vec<u64> = mounts.iter().map(|m| m.id).collect();
+        assert_eq!(ids, [36, 37, 41, 90]);
+        assert_eq!(mounts[0].mount_point, Path::new("/sys/fs/cgroup/devices"));
+        assert_eq!(mounts[0].fstype, "cgroup");
+        assert_eq!(mounts[0].super_options, ["rw", "devices"]);
+        assert_eq!(mounts[3].root, Path::new("/kube pods"));
+        assert_eq!(mounts[3].mount_point, Path::new("/mnt/with space"));
     }
 
     #[test]
-    fn rejects_mountinfo_line_without_separator() {
-        let err = parse_mountinfo("36 31 0:33 / /x rw cgroup cgroup rw\n").unwrap_err();
-
-        assert!(err.starts_with("36 31"));
+    fn rejects_malformed_mountinfo_lines_of_any_filesystem() {
+        for line in [
+            "36 31 0:33 / /x rw cgroup cgroup rw",
+            "23 1 0:21 / /sys rw,nosuid - sysfs sysfs",
+            "23 1 0:21 / /sys - sysfs sysfs rw",
+            "x 1 0:21 / /sys rw - sysfs sysfs rw",
+        ] {
+            let text = format!("{}{line}\n", MOUNTINFO);
+            assert_eq!(parse_mountinfo(&text).unwrap_err(), line);
+        }
     }
 
     #[test]
