@@ -75,7 +75,9 @@ pub fn select(
         };
         match found
             .iter_mut()
-            .find(|l| l.path == path && l.arch == arch.name)
+            // Both paths come from the same resolution: compare their bytes,
+            // not their parsed components.
+            .find(|l| l.path.as_os_str() == path.as_os_str() && l.arch == arch.name)
         {
             // ldconfig may list one file under several names (the SONAME, the
             // development link): keep the versioned SONAME, and read the ELF

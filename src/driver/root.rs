@@ -7,7 +7,7 @@
 //! never returns a path outside the root.
 
 use std::cell::RefCell;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs::{self, Metadata};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -108,16 +108,15 @@ impl DriverRoot {
     /// Resolves `inner`, a path as seen from inside the root, following every
     /// symlink inside the root.
     pub fn resolve(&self, inner: &Path) -> Result<Resolved> {
-        // Components still to walk, the next one last.
-        let mut pending: Vec<OsString> = Vec::new();
-        push_pending(&mut pending, inner);
+        // What is still to walk, from `next` on: components between slashes.
+        let mut rest = Pending::new(inner);
         // The components walked, as a host path under the root.
         let mut host = HostPath::new(&self.root);
         let mut links = 0;
         // Whether `host` is a directory, and its metadata when we have it.
         let (mut is_dir, mut last) = self.root_metadata(inner)?;
-        while let Some(name) = pending.pop() {
-            if name == ".." {
+        while let Some(name) = rest.next() {
+            if name == b".." {
                 if !host.pop() {
                     return Err(Error::Escapes {
                         root: self.root.clone(),
@@ -136,7 +135,7 @@ impl DriverRoot {
                     component: host.inner(),
                 });
             }
-            host.push(&name);
+            host.push(name);
             match self.examine(inner, host.as_path())? {
                 Seen::Link(target) => {
                     links += 1;
@@ -150,7 +149,7 @@ impl DriverRoot {
                     if target.is_absolute() {
                         host.clear();
                     }
-                    push_pending(&mut pending, &target);
+                    rest.prepend(target.as_os_str().as_bytes());
                     // What remains of `host` held the link: a directory.
                     (is_dir, last) = (true, None);
                 }
@@ -253,10 +252,10 @@ impl HostPath {
     }
 
     /// Appends `name`, a single component.
-    fn push(&mut self, name: &OsStr) {
+    fn push(&mut self, name: &[u8]) {
         self.ends.push(self.bytes.len());
         self.bytes.push(b'/');
-        self.bytes.extend_from_slice(name.as_bytes());
+        self.bytes.extend_from_slice(name);
     }
 
     /// Drops the last component pushed; false when there was none (at the root).
@@ -293,15 +292,47 @@ impl HostPath {
     }
 }
 
-/// Queues the components of `path` ahead of what is pending (`pending` is a
-/// stack: the next component is last); `.` and `/` vanish.
-fn push_pending(pending: &mut Vec<OsString>, path: &Path) {
-    for component in path.components().rev() {
-        match component {
-            Component::Normal(name) => pending.push(name.to_os_string()),
-            Component::ParentDir => pending.push(OsString::from("..")),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+/// The part of a path still to walk, as bytes: components come off the
+/// front, and a symlink's target goes in front of what remains. Empty
+/// components and `.` vanish, as in `Path::components`, without its parsing
+/// or an allocation per component.
+struct Pending {
+    bytes: Vec<u8>,
+    next: usize,
+}
+
+impl Pending {
+    fn new(path: &Path) -> Self {
+        Pending {
+            bytes: path.as_os_str().as_bytes().to_vec(),
+            next: 0,
         }
+    }
+
+    /// The next component, `..` included.
+    fn next(&mut self) -> Option<&[u8]> {
+        loop {
+            let rest = &self.bytes[self.next..];
+            let start = rest.iter().position(|&b| b != b'/')?;
+            let len = rest[start..]
+                .iter()
+                .position(|&b| b == b'/')
+                .unwrap_or(rest.len() - start);
+            let begin = self.next + start;
+            self.next = begin + len;
+            if &self.bytes[begin..self.next] != b"." {
+                return Some(&self.bytes[begin..self.next]);
+            }
+        }
+    }
+
+    /// Puts `path` in front of what remains.
+    fn prepend(&mut self, path: &[u8]) {
+        let mut bytes = Vec::with_capacity(path.len() + 1 + self.bytes.len() - self.next);
+        bytes.extend_from_slice(path);
+        bytes.push(b'/');
+        bytes.extend_from_slice(&self.bytes[self.next..]);
+        (self.bytes, self.next) = (bytes, 0);
     }
 }
 
@@ -355,6 +386,22 @@ mod tests {
                 .join("usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.261.03")
         );
         assert!(resolved.metadata.is_file());
+    }
+
+    #[test]
+    fn pending_components_skip_empty_and_dot_and_take_links_in_front() {
+        let mut rest = Pending::new(Path::new("//usr/./lib//../lib64/"));
+        let mut seen: Vec<String> = Vec::new();
+        while let Some(name) = rest.next() {
+            let name = String::from_utf8(name.to_vec()).unwrap();
+            if name == "lib" {
+                rest.prepend(b"/etc/./alternatives/");
+            }
+            seen.push(name);
+        }
+        assert_eq!(seen, ["usr", "lib", "etc", "alternatives", "..", "lib64"]);
+        assert!(Pending::new(Path::new("/")).next().is_none());
+        assert!(Pending::new(Path::new("./.")).next().is_none());
     }
 
     #[test]
