@@ -1,12 +1,42 @@
 //! Reads what the hook needs from the bundle's `config.json`: the rootfs,
 //! the container's own environment (the only place the request comes from),
 //! and whether it runs in a user namespace.
+//!
+//! Only those parts are decoded, each into `oci-spec`'s own type; the rest
+//! is skipped unparsed. A Podman or CRI-O config carries a seccomp profile
+//! of hundreds of rules, and oci-spec's whole `Spec` would build all of it
+//! (and link a regex engine for `process.execCPUAffinity`) for nothing.
 
 use std::path::{Path, PathBuf};
 
-use oci_spec::runtime::{LinuxNamespaceType, Spec};
+use oci_spec::runtime::{
+    Capability, LinuxCapabilities, LinuxNamespace, LinuxNamespaceType, Mount, Root,
+};
+use serde::Deserialize;
 
 use super::{Error, Result};
+
+/// The parts of `config.json` the hook reads.
+#[derive(Debug, Deserialize)]
+struct Config {
+    root: Option<Root>,
+    process: Option<Process>,
+    mounts: Option<Vec<Mount>>,
+    linux: Option<Linux>,
+}
+
+/// The parts of `process` the hook reads.
+#[derive(Debug, Deserialize)]
+struct Process {
+    env: Option<Vec<String>>,
+    capabilities: Option<LinuxCapabilities>,
+}
+
+/// The parts of `linux` the hook reads.
+#[derive(Debug, Deserialize)]
+struct Linux {
+    namespaces: Option<Vec<LinuxNamespace>>,
+}
 
 /// The container as its bundle describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,11 +63,11 @@ pub fn load(bundle: &Path) -> Result<Container> {
         path: path.clone(),
         reason: source.to_string(),
     })?;
-    let spec: Spec = serde_json::from_slice(&data).map_err(|source| Error::Spec {
+    let spec: Config = serde_json::from_slice(&data).map_err(|source| Error::Spec {
         path: path.clone(),
         reason: source.to_string(),
     })?;
-    let root = spec.root().as_ref().ok_or_else(|| Error::Spec {
+    let root = spec.root.as_ref().ok_or_else(|| Error::Spec {
         path: path.clone(),
         reason: "no root.path".into(),
     })?;
@@ -47,24 +77,20 @@ pub fn load(bundle: &Path) -> Result<Container> {
             reason: "empty root.path".into(),
         });
     }
-    let env = spec
-        .process()
-        .as_ref()
-        .and_then(|p| p.env().clone())
-        .unwrap_or_default();
-    let user_namespace = spec
-        .linux()
-        .as_ref()
-        .and_then(|l| l.namespaces().as_ref())
-        .is_some_and(|ns| ns.iter().any(|n| n.typ() == LinuxNamespaceType::User));
     let privileged = spec
-        .process()
+        .process
         .as_ref()
-        .and_then(|p| p.capabilities().as_ref())
+        .and_then(|p| p.capabilities.as_ref())
         .and_then(|c| c.bounding().as_ref())
-        .is_some_and(|bounding| bounding.contains(&oci_spec::runtime::Capability::SysAdmin));
+        .is_some_and(|bounding| bounding.contains(&Capability::SysAdmin));
+    let env = spec.process.and_then(|p| p.env).unwrap_or_default();
+    let user_namespace = spec
+        .linux
+        .as_ref()
+        .and_then(|l| l.namespaces.as_ref())
+        .is_some_and(|ns| ns.iter().any(|n| n.typ() == LinuxNamespaceType::User));
     let device_mounts = spec
-        .mounts()
+        .mounts
         .iter()
         .flatten()
         .filter(|m| m.source().as_deref() == Some(Path::new("/dev/null")))
@@ -123,6 +149,23 @@ mod tests {
             c.device_mounts,
             ["GPU-abcdef01-2345-6789-abcd-ef0123456789", "3"]
         );
+    }
+
+    #[test]
+    fn parts_the_hook_does_not_read_are_skipped_unparsed() {
+        // oci-spec's whole Spec would refuse this execCPUAffinity, and build
+        // every seccomp rule; the runtime checks its own config.
+        let dir = bundle(
+            r#"{"ociVersion":"1.2.0","root":{"path":"rootfs"},
+               "process":{"cwd":"/","args":["sh"],"user":{"uid":0,"gid":0},"env":["NVIDIA_VISIBLE_DEVICES=all"],
+                          "execCPUAffinity":{"initial":"not a cpu list"}},
+               "linux":{"namespaces":[{"type":"mount"}],
+                        "seccomp":{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read","write"],"action":"SCMP_ACT_ALLOW"}]}},
+               "hooks":{"prestart":[{"path":"/usr/bin/oci-nvidia-hook","args":["oci-nvidia-hook","prestart"]}]}}"#,
+        );
+        let c = load(dir.path()).unwrap();
+        assert_eq!(c.env, ["NVIDIA_VISIBLE_DEVICES=all"]);
+        assert_eq!(c.rootfs, dir.path().join("rootfs"));
     }
 
     #[test]
