@@ -257,8 +257,8 @@ pub fn apply(
                     .devices
                     .get(index)
                     .ok_or_else(|| missing_source(&node.host_path))?;
-                create_target(place, Target::File)?;
-                sys.bind_mount(source, place, DEVICE_OPTIONS)?;
+                let target = create_target(place, Target::File)?;
+                sys.bind_mount(source, target.as_fd(), place, DEVICE_OPTIONS)?;
             }
         }
         summary.devices += 1;
@@ -275,8 +275,8 @@ pub fn apply(
             Target::File
         };
         let place = dirs.place(&mount.destination)?;
-        create_target(place, target)?;
-        sys.bind_mount(source, place, mount.options)?;
+        let target = create_target(place, target)?;
+        sys.bind_mount(source, target.as_fd(), place, mount.options)?;
         summary.mounts += 1;
     }
 
@@ -333,43 +333,63 @@ enum Target {
     Directory,
 }
 
-/// Creates an empty mount target (`O_CREAT|O_EXCL|O_NOFOLLOW`). An existing
-/// regular file (or directory) is reused; an image's symlink there is
-/// replaced, never followed; anything else is refused.
-fn create_target(place: Place<'_>, target: Target) -> Result<()> {
-    let create = || match target {
+/// The mount target at `place`, as a descriptor to mount onto. An existing
+/// regular file (or directory) is reused: its type is checked on the very
+/// descriptor that is returned. An image's symlink there is replaced, never
+/// followed; anything else is refused. A missing target is created
+/// (`O_CREAT|O_EXCL|O_NOFOLLOW`, or `mkdirat`).
+fn create_target(place: Place<'_>, target: Target) -> Result<OwnedFd> {
+    let expected = match target {
+        Target::File => "regular file",
+        Target::Directory => "directory",
+    };
+    // O_PATH opens nothing: an image's device node or fifo is only looked at.
+    match openat(
+        place.dir,
+        place.name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => {
+            let stat = fstat(&fd).map_err(|errno| Error::Stat {
+                path: place.path.to_path_buf(),
+                source: errno.into(),
+            })?;
+            match kind_name(stat.st_mode) {
+                found if found == expected => return Ok(fd),
+                "symlink" => unlinkat(place.dir, place.name, UnlinkatFlags::NoRemoveDir)
+                    .map_err(|errno| errno_err(place.path, errno))?,
+                found => {
+                    return Err(Error::Exists {
+                        path: place.path.to_path_buf(),
+                        found,
+                        expected,
+                    })
+                }
+            }
+        }
+        Err(Errno::ENOENT) => {}
+        Err(errno) => return Err(errno_err(place.path, errno)),
+    }
+    match target {
+        // The new file's own descriptor is the mount target.
         Target::File => openat(
             place.dir,
             place.name,
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(0o644),
-        )
-        .map(drop),
-        Target::Directory => mkdirat(place.dir, place.name, Mode::from_bits_truncate(0o755)),
-    };
-    let expected = match target {
-        Target::File => "regular file",
-        Target::Directory => "directory",
-    };
-    match create() {
-        Ok(()) => return Ok(()),
-        Err(Errno::EEXIST) => {}
-        Err(errno) => return Err(errno_err(place.path, errno)),
+        ),
+        Target::Directory => mkdirat(place.dir, place.name, Mode::from_bits_truncate(0o755))
+            .and_then(|()| {
+                openat(
+                    place.dir,
+                    place.name,
+                    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+            }),
     }
-    match kind_at(place)? {
-        Some(found) if found == expected => return Ok(()),
-        Some("symlink") => unlinkat(place.dir, place.name, UnlinkatFlags::NoRemoveDir)
-            .map_err(|errno| errno_err(place.path, errno))?,
-        Some(found) => {
-            return Err(Error::Exists {
-                path: place.path.to_path_buf(),
-                found,
-                expected,
-            })
-        }
-        None => {}
-    }
-    create().map_err(|errno| errno_err(place.path, errno))
+    .map_err(|errno| errno_err(place.path, errno))
 }
 
 /// Creates symlink `place` → `target`, replacing an image's file or link there.
@@ -601,8 +621,8 @@ fn mask_proc(sys: &impl Sys, root: &Root, path: &Path, sources: &Sources) -> Res
                 name: OsStr::new(bus),
                 path: &target,
             };
-            create_target(place, Target::Directory)?;
-            sys.bind_mount(source, place, sources::PROC_OPTIONS)?;
+            let target = create_target(place, Target::Directory)?;
+            sys.bind_mount(source, target.as_fd(), place, sources::PROC_OPTIONS)?;
         }
     }
     sys.remount_read_only(resolve(root)?.as_fd(), path)

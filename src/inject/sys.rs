@@ -44,8 +44,14 @@ pub trait Sys {
         source: BorrowedFd<'_>,
         options: MountOptions,
     ) -> Result<Option<OwnedFd>>;
-    /// Binds `source` onto the existing `place` with `options`.
-    fn bind_mount(&self, source: &Source, place: Place<'_>, options: MountOptions) -> Result<()>;
+    /// Binds `source` onto `target`, a descriptor of the existing `place`, with `options`.
+    fn bind_mount(
+        &self,
+        source: &Source,
+        target: BorrowedFd<'_>,
+        place: Place<'_>,
+        options: MountOptions,
+    ) -> Result<()>;
     /// Mounts a small tmpfs on the directory `dir` (container path `path`).
     fn mount_tmpfs(&self, dir: BorrowedFd<'_>, path: &Path) -> Result<()>;
     /// Makes the tmpfs at `dir` read-only once it is filled.
@@ -189,10 +195,15 @@ impl Sys for LinuxSys {
         }
     }
 
-    fn bind_mount(&self, source: &Source, place: Place<'_>, options: MountOptions) -> Result<()> {
-        let target = open_place(place)?;
+    fn bind_mount(
+        &self,
+        source: &Source,
+        target: BorrowedFd<'_>,
+        place: Place<'_>,
+        options: MountOptions,
+    ) -> Result<()> {
         if let Some(tree) = &source.tree {
-            return move_mount(tree.as_fd(), target.as_fd()).map_err(|e| Error::Mount {
+            return move_mount(tree.as_fd(), target).map_err(|e| Error::Mount {
                 target: place.path.to_path_buf(),
                 what: "move_mount",
                 source: e,
@@ -221,7 +232,7 @@ impl Sys for LinuxSys {
         }
         mount(
             Some(&fd_path(file.as_fd())),
-            &fd_path(target.as_fd()),
+            &fd_path(target),
             None::<&str>,
             MsFlags::MS_BIND,
             None::<&str>,

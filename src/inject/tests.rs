@@ -40,7 +40,13 @@ impl Sys for FakeSys {
     ) -> Result<Option<OwnedFd>> {
         Ok(Some(source.try_clone_to_owned().unwrap()))
     }
-    fn bind_mount(&self, _source: &Source, place: Place<'_>, options: MountOptions) -> Result<()> {
+    fn bind_mount(
+        &self,
+        _source: &Source,
+        _target: BorrowedFd<'_>,
+        place: Place<'_>,
+        options: MountOptions,
+    ) -> Result<()> {
         self.binds
             .borrow_mut()
             .push((place.path.to_path_buf(), options));
@@ -548,10 +554,12 @@ fn a_source_without_a_clone_is_bound_by_path_only_while_it_is_the_same_inode() {
                 name: OsStr::new("target"),
                 path: Path::new("/proc/driver/nvidia/gpus/0000:3b:00.0"),
             };
-            let refused = LinuxSys.bind_mount(&swapped, place, sources::PROC_OPTIONS);
-            let bound = LinuxSys.bind_mount(&good, place, sources::PROC_OPTIONS);
-            let content = fs::read_to_string(target.join("information"));
-            let write = fs::write(target.join("x"), "x");
+            let target = File::open(&target).unwrap();
+            let (target, options) = (target.as_fd(), sources::PROC_OPTIONS);
+            let refused = LinuxSys.bind_mount(&swapped, target, place, options);
+            let bound = LinuxSys.bind_mount(&good, target, place, options);
+            let content = fs::read_to_string(dir.path().join("target/information"));
+            let write = fs::write(dir.path().join("target/x"), "x");
             (refused, bound, content, write)
         })
         .join()
