@@ -119,24 +119,26 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     } else {
         NodeMode::Mknod
     };
+    if userns.is_some_and(|ns| ns.rootless) {
+        log::info!(
+            "container {}: user namespace: skipping the device cgroup, bind-mounting device nodes",
+            state.id
+        );
+    } else {
+        if nodes == NodeMode::Bind {
+            log::info!(
+                "container {}: user namespace: bind-mounting device nodes",
+                state.id
+            );
+        }
+        for outcome in cgroup::allow(proc, state.pid, &plan.cgroup_rules)? {
+            log::debug!("container {}: device cgroup: {outcome:?}", state.id);
+        }
+    }
+    let granted = Instant::now();
     let sys = LinuxSys;
-    // The device cgroup (mostly the kernel verifying a BPF program) and the
-    // host sources are independent host-side work: a second thread opens
-    // the sources meanwhile. It is joined before the namespace changes.
-    let (granted, sources) = std::thread::scope(|scope| {
-        let sources = scope.spawn(|| {
-            let sources = Sources::open(&sys, &plan, nodes == NodeMode::Bind);
-            (sources, Instant::now())
-        });
-        let granted = grant(proc, &state, userns.as_ref(), nodes, &plan);
-        let granted = granted.map(|()| Instant::now());
-        let sources = sources
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (granted, sources)
-    });
-    let granted = granted?;
-    let (sources, opened) = (sources.0?, sources.1);
+    let sources = Sources::open(&sys, &plan, nodes == NodeMode::Bind)?;
+    let opened = Instant::now();
     // Files made in the container belong to its root, not to host root
     // (which its user namespace cannot represent: see `inject::userns`).
     if let Some((uid, gid)) = userns.and_then(|ns| ns.root) {
@@ -148,15 +150,14 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     }
     sys.enter_mount_namespace(proc, state.pid)?;
     let summary = inject::apply(&sys, &plan, &sources, &container.rootfs, nodes)?;
-    let applying = granted.max(opened);
     log::debug!(
-        "container {}: took {} µs: plan {}, cgroup {} while sources {}, inject {}",
+        "container {}: took {} µs: plan {}, cgroup {}, sources {}, inject {}",
         state.id,
         started.elapsed().as_micros(),
         (planned - started).as_micros(),
         (granted - planned).as_micros(),
-        (opened - planned).as_micros(),
-        applying.elapsed().as_micros()
+        (opened - granted).as_micros(),
+        opened.elapsed().as_micros()
     );
     log::info!(
         "container {}: injected {} device nodes, {} mounts, {} links, {} loader entries ({})",
@@ -167,35 +168,6 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         summary.loader_entries,
         request.capabilities
     );
-    Ok(())
-}
-
-/// Grants the plan's device rules in the container's device cgroup, unless
-/// the hook runs rootless (it cannot write the cgroup, and the runtime made
-/// no device rules).
-fn grant(
-    proc: &Path,
-    state: &ContainerState,
-    userns: Option<&inject::userns::UserNamespace>,
-    nodes: NodeMode,
-    plan: &Plan,
-) -> Result<()> {
-    if userns.is_some_and(|ns| ns.rootless) {
-        log::info!(
-            "container {}: user namespace: skipping the device cgroup, bind-mounting device nodes",
-            state.id
-        );
-        return Ok(());
-    }
-    if nodes == NodeMode::Bind {
-        log::info!(
-            "container {}: user namespace: bind-mounting device nodes",
-            state.id
-        );
-    }
-    for outcome in cgroup::allow(proc, state.pid, &plan.cgroup_rules)? {
-        log::debug!("container {}: device cgroup: {outcome:?}", state.id);
-    }
     Ok(())
 }
 

@@ -16,7 +16,6 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
@@ -62,9 +61,6 @@ pub trait Sys {
 #[derive(Debug, Default)]
 pub struct LinuxSys;
 
-/// How long `setns` waits for joined helper threads to be gone.
-const SETNS_PATIENCE: Duration = Duration::from_millis(50);
-
 /// The magic-link path of an open descriptor: mounting through it acts on the
 /// resolved file, never on a path re-parsed from a string.
 fn fd_path(fd: BorrowedFd<'_>) -> PathBuf {
@@ -109,23 +105,10 @@ impl Sys for LinuxSys {
             path: ns.clone(),
             source,
         })?;
-        // The kernel refuses (EINVAL) while another thread shares our
-        // filesystem context, and a helper thread that was joined can still be
-        // exiting for a moment: give it that moment.
-        let deadline = Instant::now() + SETNS_PATIENCE;
-        loop {
-            match setns(file.as_fd(), CloneFlags::CLONE_NEWNS) {
-                Err(Errno::EINVAL) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_micros(20))
-                }
-                other => {
-                    return other.map_err(|errno| Error::Namespace {
-                        path: ns,
-                        source: errno.into(),
-                    })
-                }
-            }
-        }
+        setns(file.as_fd(), CloneFlags::CLONE_NEWNS).map_err(|errno| Error::Namespace {
+            path: ns,
+            source: errno.into(),
+        })
     }
 
     fn mknod(&self, place: Place<'_>, mode: u32, maj: u32, min: u32) -> Result<()> {
