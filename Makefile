@@ -6,7 +6,7 @@ CARGO  ?= cargo
 PREFIX ?= /usr/local
 BIN    := target/release/oci-nvidia-hook
 
-.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss lint install fuzz
+.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask lint install fuzz
 
 build:
 	$(CARGO) build --release --locked
@@ -27,7 +27,7 @@ demo: build deps
 # "Benchmarks"). All but bench-inprocess need root: they build simulated
 # hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS.
-bench: bench-inprocess bench-process bench-runc bench-rss
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask
 
 # Criterion: ldcache parse/write, ELF checks, request parsing, plan building.
 bench-inprocess:
@@ -44,6 +44,11 @@ bench-runc: build deps
 # Peak RSS of the hook in runc, and of `list` and `info`.
 bench-rss: build deps
 	integration/bench-rss $(BIN)
+
+# What masking /proc/driver/nvidia costs (a real host's work that runc on a
+# simulated host cannot show): the hook run directly, with and without.
+bench-mask: build deps
+	integration/bench-mask $(BIN)
 
 # Every fuzz target for FUZZ_SECONDS each (CI uses 15).
 FUZZ_SECONDS ?= 60
