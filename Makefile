@@ -6,7 +6,7 @@ CARGO  ?= cargo
 PREFIX ?= /usr/local
 BIN    := target/release/oci-nvidia-hook
 
-.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask lint install fuzz
+.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases lint install fuzz
 
 build:
 	$(CARGO) build --release --locked
@@ -27,7 +27,7 @@ demo: build deps
 # "Benchmarks"). All but bench-inprocess need root: they build simulated
 # hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases
 
 # Criterion: ldcache parse/write, ELF checks, request parsing, plan building.
 bench-inprocess:
@@ -49,6 +49,11 @@ bench-rss: build deps
 # simulated host cannot show): the hook run directly, with and without.
 bench-mask: build deps
 	integration/bench-mask $(BIN)
+
+# What the hook adds to a runc start from its own exec on (perf scheduler
+# events): bench-runc's quantity without runc's noisy work before the hook.
+bench-phases: build deps
+	integration/bench-phases $(BIN)
 
 # Every fuzz target for FUZZ_SECONDS each (CI uses 15).
 FUZZ_SECONDS ?= 60
