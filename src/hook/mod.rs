@@ -136,8 +136,8 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         }
     }
     let granted = Instant::now();
-    let sys = LinuxSys;
-    let sources = Sources::open(&sys, &plan, nodes == NodeMode::Bind)?;
+    let sys = LinuxSys::default();
+    let mut sources = Sources::open(&sys, &plan, nodes == NodeMode::Bind)?;
     let opened = Instant::now();
     // Files made in the container belong to its root, not to host root
     // (which its user namespace cannot represent: see `inject::userns`).
@@ -149,7 +149,7 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         inject::userns::act_as(uid, gid)?;
     }
     sys.enter_mount_namespace(proc, state.pid)?;
-    let summary = inject::apply(&sys, &plan, &sources, &container.rootfs, nodes)?;
+    let summary = inject::apply(&sys, &plan, &mut sources, &container.rootfs, nodes)?;
     log::debug!(
         "container {}: took {} µs: plan {}, cgroup {}, sources {}, inject {}",
         state.id,

@@ -237,7 +237,7 @@ fn split(path: &Path) -> Result<(&Path, &OsStr)> {
 pub fn apply(
     sys: &impl Sys,
     plan: &Plan,
-    sources: &Sources,
+    sources: &mut Sources,
     rootfs: &Path,
     nodes: NodeMode,
 ) -> Result<Summary> {
@@ -569,7 +569,7 @@ fn subdir(dir: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<OwnedFd> {
 
 /// Covers the container's `/proc/driver/nvidia`, if the kernel shows one, with
 /// a tmpfs holding our copies and the selected GPUs' directories.
-fn mask_proc(sys: &impl Sys, root: &Root, path: &Path, sources: &Sources) -> Result<()> {
+fn mask_proc(sys: &impl Sys, root: &Root, path: &Path, sources: &mut Sources) -> Result<()> {
     let resolve = |root: &Root| {
         root.resolve(path).map_err(|source| Error::Resolve {
             path: path.to_path_buf(),
@@ -578,6 +578,8 @@ fn mask_proc(sys: &impl Sys, root: &Root, path: &Path, sources: &Sources) -> Res
     };
     match root.resolve(path) {
         Ok(handle) if fstat(handle.as_fd()).is_ok_and(|s| kind_name(s.st_mode) == "directory") => {
+            // Now they are needed: the GPUs' directories are cloned.
+            sys.clone_in_host(&mut sources.proc_gpus, sources::PROC_OPTIONS)?;
             sys.mount_tmpfs(handle.as_fd(), path)?
         }
         _ => {

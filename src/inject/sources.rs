@@ -3,6 +3,8 @@
 //! whose type is checked, and, where the kernel has the new mount API, a
 //! detached clone of its mount (`open_tree`) that can be attached inside the
 //! container's namespace: nothing is looked up on the host by path afterwards.
+//! The GPUs' procfs directories are cloned later, from the host's namespace
+//! re-entered for that, and only when the container shows the driver.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
@@ -227,9 +229,20 @@ impl Sources {
                     }
                 }
             }
+            // Not cloned yet: only inside the container does it show whether
+            // they are needed (does its procfs have /proc/driver/nvidia?), and
+            // a clone closed unused is unmounted, which waits for an RCU grace
+            // period and leaves work behind. `Sys::clone_in_host` clones them
+            // when they are.
             for (bus, dir) in &mask.gpus {
-                let checked = open_checked(dir, "directory", |ft| ft.is_dir())?;
-                proc_gpus.push((bus.clone(), source(sys, dir, checked, PROC_OPTIONS)?));
+                let (file, meta) = open_checked(dir, "directory", |ft| ft.is_dir())?;
+                let source = Source {
+                    path: dir.clone(),
+                    file,
+                    id: (meta.dev(), meta.ino()),
+                    tree: None,
+                };
+                proc_gpus.push((bus.clone(), source));
             }
         }
         Ok(Sources {

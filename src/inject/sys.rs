@@ -10,6 +10,7 @@
 //! through `/proc/self/fd`, after checking that the host path still names the
 //! file checked before entering the container.
 
+use std::cell::RefCell;
 use std::ffi::{c_uint, CStr};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -43,6 +44,11 @@ pub trait Sys {
         source: BorrowedFd<'_>,
         options: MountOptions,
     ) -> Result<Option<OwnedFd>>;
+    /// From the container's namespace: gives each source without a clone one
+    /// made in the host's namespace, re-entered for that and left again, with
+    /// `options`. Where the host's namespace cannot be re-entered, the sources
+    /// stay without, and binding them falls back to their host paths.
+    fn clone_in_host(&self, sources: &mut [(String, Source)], options: MountOptions) -> Result<()>;
     /// Binds `source` onto `target`, a descriptor of the existing `place`, with `options`.
     fn bind_mount(
         &self,
@@ -59,7 +65,11 @@ pub trait Sys {
 
 /// The real syscalls.
 #[derive(Debug, Default)]
-pub struct LinuxSys;
+pub struct LinuxSys {
+    /// Once the container's namespace is entered: the host's and the
+    /// container's mount namespaces, to clone in the one and come back.
+    namespaces: RefCell<Option<(File, File)>>,
+}
 
 /// The magic-link path of an open descriptor: mounting through it acts on the
 /// resolved file, never on a path re-parsed from a string.
@@ -100,15 +110,40 @@ fn open_place(place: Place<'_>) -> Result<OwnedFd> {
 
 impl Sys for LinuxSys {
     fn enter_mount_namespace(&self, proc: &Path, pid: u32) -> Result<()> {
+        let open =
+            |path: PathBuf| File::open(&path).map_err(|source| Error::Namespace { path, source });
+        let host = open(proc.join("self/ns/mnt"))?;
         let ns = proc.join(pid.to_string()).join("ns/mnt");
-        let file = File::open(&ns).map_err(|source| Error::Namespace {
-            path: ns.clone(),
-            source,
-        })?;
-        setns(file.as_fd(), CloneFlags::CLONE_NEWNS).map_err(|errno| Error::Namespace {
+        let container = open(ns.clone())?;
+        setns(container.as_fd(), CloneFlags::CLONE_NEWNS).map_err(|errno| Error::Namespace {
             path: ns,
             source: errno.into(),
-        })
+        })?;
+        *self.namespaces.borrow_mut() = Some((host, container));
+        Ok(())
+    }
+
+    fn clone_in_host(&self, sources: &mut [(String, Source)], options: MountOptions) -> Result<()> {
+        let namespaces = self.namespaces.borrow();
+        let Some((host, container)) = namespaces.as_ref() else {
+            return Ok(());
+        };
+        if let Err(errno) = setns(host.as_fd(), CloneFlags::CLONE_NEWNS) {
+            log::debug!("cannot re-enter the host's mount namespace ({errno}): binding by path");
+            return Ok(());
+        }
+        // Only open_tree and mount_setattr on descriptors opened before: no
+        // path is looked up while the host's namespace is current.
+        let cloned = sources.iter_mut().try_for_each(|(_, source)| {
+            source.tree = self.clone_mount(&source.path, source.file.as_fd(), options)?;
+            Ok(())
+        });
+        // Back whatever happened; if that fails, the error ends the hook here.
+        setns(container.as_fd(), CloneFlags::CLONE_NEWNS).map_err(|errno| Error::Namespace {
+            path: PathBuf::from("the container's mount namespace"),
+            source: errno.into(),
+        })?;
+        cloned
     }
 
     fn mknod(&self, place: Place<'_>, mode: u32, maj: u32, min: u32) -> Result<()> {

@@ -20,6 +20,8 @@ struct FakeSys {
     binds: RefCell<Vec<(PathBuf, MountOptions)>>,
     tmpfs: RefCell<Vec<PathBuf>>,
     read_only: RefCell<Vec<PathBuf>>,
+    /// Calls of `clone_in_host`.
+    host_clones: std::cell::Cell<usize>,
 }
 
 impl Sys for FakeSys {
@@ -39,6 +41,13 @@ impl Sys for FakeSys {
         _options: MountOptions,
     ) -> Result<Option<OwnedFd>> {
         Ok(Some(source.try_clone_to_owned().unwrap()))
+    }
+    fn clone_in_host(&self, sources: &mut [(String, Source)], options: MountOptions) -> Result<()> {
+        for (_, source) in sources {
+            source.tree = self.clone_mount(&source.path, source.file.as_fd(), options)?;
+        }
+        self.host_clones.set(self.host_clones.get() + 1);
+        Ok(())
     }
     fn bind_mount(
         &self,
@@ -158,8 +167,14 @@ impl World {
     }
 
     fn apply(&self, sys: &FakeSys) -> Result<Summary> {
-        let sources = Sources::open(sys, &self.plan, false)?;
-        apply(sys, &self.plan, &sources, &self.rootfs(), NodeMode::Mknod)
+        let mut sources = Sources::open(sys, &self.plan, false)?;
+        apply(
+            sys,
+            &self.plan,
+            &mut sources,
+            &self.rootfs(),
+            NodeMode::Mknod,
+        )
     }
 }
 
@@ -291,12 +306,18 @@ fn masks_proc_driver_nvidia_when_the_container_has_one() {
         sys.tmpfs.borrow().is_empty(),
         "no /proc/driver/nvidia: nothing to mask"
     );
+    assert_eq!(sys.host_clones.get(), 0, "nor anything cloned for it");
 
     let world = World::new();
     fs::create_dir_all(world.rootfs().join("proc/driver/nvidia")).unwrap();
     let sys = FakeSys::default();
     world.apply(&sys).unwrap();
     assert_eq!(*sys.tmpfs.borrow(), [PathBuf::from("/proc/driver/nvidia")]);
+    assert_eq!(
+        sys.host_clones.get(),
+        1,
+        "the GPUs' directories cloned once"
+    );
     assert_eq!(
         *sys.read_only.borrow(),
         [PathBuf::from("/proc/driver/nvidia")]
@@ -488,8 +509,15 @@ fn user_namespace_binds_host_nodes_instead_of_mknod() {
     world.plan.devices[0].major = 1;
     world.plan.devices[0].minor = 3;
     let sys = FakeSys::default();
-    let sources = Sources::open(&sys, &world.plan, true).unwrap();
-    apply(&sys, &world.plan, &sources, &world.rootfs(), NodeMode::Bind).unwrap();
+    let mut sources = Sources::open(&sys, &world.plan, true).unwrap();
+    apply(
+        &sys,
+        &world.plan,
+        &mut sources,
+        &world.rootfs(),
+        NodeMode::Bind,
+    )
+    .unwrap();
     assert!(sys.mknods.borrow().is_empty());
     assert_eq!(
         sys.binds.borrow()[0],
@@ -556,8 +584,9 @@ fn a_source_without_a_clone_is_bound_by_path_only_while_it_is_the_same_inode() {
             };
             let target = File::open(&target).unwrap();
             let (target, options) = (target.as_fd(), sources::PROC_OPTIONS);
-            let refused = LinuxSys.bind_mount(&swapped, target, place, options);
-            let bound = LinuxSys.bind_mount(&good, target, place, options);
+            let sys = LinuxSys::default();
+            let refused = sys.bind_mount(&swapped, target, place, options);
+            let bound = sys.bind_mount(&good, target, place, options);
             let content = fs::read_to_string(dir.path().join("target/information"));
             let write = fs::write(dir.path().join("target/x"), "x");
             (refused, bound, content, write)
