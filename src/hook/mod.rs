@@ -4,7 +4,9 @@
 //! request; discovery gives the host inventory; the plan joins them; then the
 //! device cgroup is updated in the host's view, host sources are opened, and
 //! only then does the process enter the container's mount namespace to apply
-//! the plan. The hook's own environment is never consulted.
+//! the plan (stepping back into the host's only to clone the GPUs' procfs
+//! directories, when the container shows the driver). The hook's own
+//! environment is never consulted.
 
 mod spec;
 mod state;

@@ -67,8 +67,9 @@ pub trait Sys {
 #[derive(Debug, Default)]
 pub struct LinuxSys {
     /// Once the container's namespace is entered: the host's and the
-    /// container's mount namespaces, to clone in the one and come back.
-    namespaces: RefCell<Option<(File, File)>>,
+    /// container's mount namespaces (and the latter's path, for messages),
+    /// to clone in the one and come back.
+    namespaces: RefCell<Option<(File, File, PathBuf)>>,
 }
 
 /// The magic-link path of an open descriptor: mounting through it acts on the
@@ -116,16 +117,16 @@ impl Sys for LinuxSys {
         let ns = proc.join(pid.to_string()).join("ns/mnt");
         let container = open(ns.clone())?;
         setns(container.as_fd(), CloneFlags::CLONE_NEWNS).map_err(|errno| Error::Namespace {
-            path: ns,
+            path: ns.clone(),
             source: errno.into(),
         })?;
-        *self.namespaces.borrow_mut() = Some((host, container));
+        *self.namespaces.borrow_mut() = Some((host, container, ns));
         Ok(())
     }
 
     fn clone_in_host(&self, sources: &mut [(String, Source)], options: MountOptions) -> Result<()> {
         let namespaces = self.namespaces.borrow();
-        let Some((host, container)) = namespaces.as_ref() else {
+        let Some((host, container, container_path)) = namespaces.as_ref() else {
             return Ok(());
         };
         if let Err(errno) = setns(host.as_fd(), CloneFlags::CLONE_NEWNS) {
@@ -140,7 +141,7 @@ impl Sys for LinuxSys {
         });
         // Back whatever happened; if that fails, the error ends the hook here.
         setns(container.as_fd(), CloneFlags::CLONE_NEWNS).map_err(|errno| Error::Namespace {
-            path: PathBuf::from("the container's mount namespace"),
+            path: container_path.clone(),
             source: errno.into(),
         })?;
         cloned
