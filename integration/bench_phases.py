@@ -11,16 +11,17 @@ out deferred teardown work that lands in the next start (see bench-phases).
 A runc start runs from runc's exec to the last exit of a "runc" thread; its
 hook's exec is the first exec of HOOK (oci-nvidia-hook) or NOOP (the no-op
 hook) after it. The first two starts of a trace are the warm-ups. Intervals
-are bootstrap 95% percentile intervals (2,000 resamples, fixed seed), and a
-target is "met" only when the whole interval is within it, as in
-bench_stats.py.
+and verdicts are bench_stats.py's: bootstrap 95% percentile intervals of
+medians (2,000 resamples, fixed seed), "met" only when the whole interval is
+within the target.
 """
 import random
 import re
 import statistics as st
 import sys
 
-BOOT = 2000
+from bench_stats import TARGET_ADDED_MS, TARGET_PER_GPU_MS, boot_median, q, verdict
+
 LINE = re.compile(r"\s*(\S.*?)\s+(\d+)\s+([\d.]+):\s+sched:(\w+):\s+(.*)")
 
 
@@ -45,18 +46,10 @@ def starts_of(trace, hook, noop):
     return [s for s in starts if {"hook", "end"} <= s.keys()][2:]
 
 
-def verdict(lo, hi, limit):
-    return "met" if hi <= limit else "**not met**" if lo > limit else "unclear"
-
-
 def main():
     d, hook, noop, runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     gpu_counts, cgroups = sys.argv[5].split(), sys.argv[6].split()
     rng = random.Random(1)
-
-    def boot(xs):
-        return [st.median(rng.choices(xs, k=len(xs))) for _ in range(BOOT)]
-
     rows, added_boot = [], {}
     for n in gpu_counts:
         for cg in cgroups:
@@ -66,11 +59,11 @@ def main():
             before = {k: [s["hook"] - s["start"] for s in whole if s["kind"] == k] for k in ("noop", "hook")}
             if min(len(v) for v in after.values()) < runs:
                 sys.exit(f"bench_phases.py: fewer than {runs} starts of each found in {trace}")
-            b = [h - o for h, o in zip(boot(after["hook"]), boot(after["noop"]))]
+            b = [h - o for h, o in zip(boot_median(rng, after["hook"]), boot_median(rng, after["noop"]))]
             added_boot[(n, cg)] = b
-            lo, hi = sorted(b)[BOOT // 40], sorted(b)[BOOT - BOOT // 40 - 1]
+            lo, hi = q(b, .025), q(b, .975)
             added = st.median(after["hook"]) - st.median(after["noop"])
-            target = f"share ≤ 3 ms: {verdict(lo, hi, 3.0)}" if n == "8" else ""
+            target = f"share ≤ 3 ms: {verdict(lo, hi, TARGET_ADDED_MS)}" if n == "8" else ""
             rows.append(
                 f"| {n} | {cg} | {st.median(after['noop']):.2f} | {st.median(after['hook']):.2f} "
                 f"| {added:.2f} | {lo:.2f} .. {hi:.2f} | {target} | {st.median(before['noop']):.2f} "
@@ -84,9 +77,9 @@ def main():
     if "1" in gpu_counts and "16" in gpu_counts:
         print("\n| cgroup | added from the hook's exec, per extra GPU ms | 95% CI | share ≤ 0.1 ms |\n|---|---|---|---|")
         for cg in cgroups:
-            slope = sorted((b16 - b1) / 15 for b16, b1 in zip(added_boot[("16", cg)], added_boot[("1", cg)]))
-            lo, hi = slope[BOOT // 40], slope[BOOT - BOOT // 40 - 1]
-            print(f"| {cg} | {st.median(slope):.3f} | {lo:.3f} .. {hi:.3f} | {verdict(lo, hi, 0.1)} |")
+            slope = [(b16 - b1) / 15 for b16, b1 in zip(added_boot[("16", cg)], added_boot[("1", cg)])]
+            lo, hi = q(slope, .025), q(slope, .975)
+            print(f"| {cg} | {st.median(slope):.3f} | {lo:.3f} .. {hi:.3f} | {verdict(lo, hi, TARGET_PER_GPU_MS)} |")
 
 
 if __name__ == "__main__":
