@@ -18,7 +18,7 @@ use nix::libc;
 use super::Sys;
 use super::{Error, Result};
 use crate::plan::{DeviceNode, MountKind, MountOptions, Plan};
-use crate::reopen::Reopener;
+use crate::reopen::{kind_name, Reopener};
 
 /// Largest procfs file copied into the masked `/proc/driver/nvidia`.
 const MAX_PROC_FILE: u64 = 64 * 1024;
@@ -65,24 +65,6 @@ fn open_path(path: &Path) -> Result<File> {
         })
 }
 
-fn kind_of(ft: fs::FileType) -> &'static str {
-    if ft.is_file() {
-        "regular file"
-    } else if ft.is_dir() {
-        "directory"
-    } else if ft.is_symlink() {
-        "symlink"
-    } else if ft.is_socket() {
-        "socket"
-    } else if ft.is_char_device() {
-        "character device"
-    } else if ft.is_block_device() {
-        "block device"
-    } else {
-        "fifo"
-    }
-}
-
 /// Opens `path` and checks that it is of the kind `accept` takes; returns
 /// it with the metadata that was checked.
 fn open_checked(
@@ -99,7 +81,7 @@ fn open_checked(
         return Err(Error::SourceKind {
             path: path.to_path_buf(),
             expected,
-            found: kind_of(meta.file_type()),
+            found: kind_name(meta.mode()),
         });
     }
     Ok((file, meta))
