@@ -12,8 +12,9 @@ use goblin::elf::header::{ELFCLASS64, EM_X86_64, ET_DYN};
 use oci_nvidia_hook::cgroup::program;
 use oci_nvidia_hook::driver::{Gpu, Inventory, Library, Node, NodeRole, NodeState};
 use oci_nvidia_hook::elf::{self, X86_64};
+use oci_nvidia_hook::image::ImageLayout;
 use oci_nvidia_hook::ldcache::{Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
-use oci_nvidia_hook::plan::{ImageLayout, Plan};
+use oci_nvidia_hook::plan::Plan;
 use oci_nvidia_hook::request::{Capabilities, Capability, DeviceSelection, Request};
 
 /// A cache the size of a busy host's: 5,000 entries.

@@ -23,7 +23,6 @@ use thiserror::Error;
 use crate::config::CompatMode;
 use crate::driver::CudaVersion;
 use crate::elf::{self, Arch};
-use crate::plan::ImageLayout;
 use crate::reopen::{Expect, Reopener};
 
 /// Where CUDA images keep forward-compatibility libraries.
@@ -43,6 +42,27 @@ pub enum Error {
 
 /// Result of examining the image.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Where an image keeps its libraries, which decides library destinations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ImageLayout {
+    /// Debian and Ubuntu: `/usr/lib/x86_64-linux-gnu`, `/usr/lib/i386-linux-gnu`.
+    #[default]
+    Debian,
+    /// RPM-family images: `/usr/lib64`, `/usr/lib`.
+    Rpm,
+}
+
+impl ImageLayout {
+    /// The library directory for `arch` in this layout.
+    pub fn lib_dir(self, arch: Arch) -> &'static Path {
+        Path::new(match self {
+            ImageLayout::Debian => arch.debian_lib_dir,
+            ImageLayout::Rpm => arch.rpm_lib_dir,
+        })
+    }
+}
 
 /// CUDA forward-compatibility libraries the image ships, newer than the host driver.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -22,3 +22,5 @@ pub mod plan;
 pub mod reopen;
 pub mod request;
 pub mod require;
+#[allow(unsafe_code)]
+pub mod sys;

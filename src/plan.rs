@@ -41,27 +41,6 @@ pub enum Error {
 /// Result of planning.
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// Where an image keeps its libraries, which decides library destinations.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ImageLayout {
-    /// Debian and Ubuntu: `/usr/lib/x86_64-linux-gnu`, `/usr/lib/i386-linux-gnu`.
-    #[default]
-    Debian,
-    /// RPM-family images: `/usr/lib64`, `/usr/lib`.
-    Rpm,
-}
-
-impl ImageLayout {
-    /// The library directory for `arch` in this layout.
-    pub fn lib_dir(self, arch: Arch) -> &'static Path {
-        Path::new(match self {
-            ImageLayout::Debian => arch.debian_lib_dir,
-            ImageLayout::Rpm => arch.rpm_lib_dir,
-        })
-    }
-}
-
 /// A device node to create in the container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeviceNode {

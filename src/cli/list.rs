@@ -5,7 +5,8 @@ use std::io::Write;
 use super::Result;
 use crate::config::Config;
 use crate::driver::Inventory;
-use crate::plan::{ImageLayout, Plan};
+use crate::image::ImageLayout;
+use crate::plan::Plan;
 use crate::request::{Capabilities, DeviceSelection, Request};
 
 /// Plans the request and prints host paths, or the whole plan as JSON.

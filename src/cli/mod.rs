@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use thiserror::Error;
 
 use crate::config::Config;
-use crate::plan::ImageLayout;
+use crate::image::ImageLayout;
 use crate::{driver, hook, plan, request};
 
 /// Why a command failed.

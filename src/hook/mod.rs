@@ -8,12 +8,12 @@
 //! directories, when the container shows the driver). The hook's own
 //! environment is never consulted.
 
+mod pid;
 mod spec;
 mod state;
 
 use std::io::{self, Read};
 use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -89,7 +89,7 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     umask(Mode::empty());
     let state = state::parse(&state::read(stdin)?)?;
     let proc = Path::new(PROC);
-    refuse_inside_container(proc, state.pid)?;
+    pid::refuse_inside_container(proc, state.pid)?;
 
     let container = spec::load(&state.bundle)?;
     let request = effective_request(config, &container).map_err(|source| match source {
@@ -301,95 +301,9 @@ fn effective_request(config: &Config, container: &Container) -> Result<Request> 
     Ok(request)
 }
 
-/// Refuses a `pid` that cannot be a container being created.
-///
-/// When it shares this process's mount namespace, this is the
-/// `createContainer` stage, where an image's environment (`LD_PRELOAD`)
-/// reached NVIDIA's privileged hook (CVE-2025-23266). When its root is not
-/// this process's, it has already pivoted into a rootfs: a running
-/// container or some other process, never one at `prestart`/`createRuntime`,
-/// which run before `pivot_root`.
-fn refuse_inside_container(proc: &Path, pid: u32) -> Result<()> {
-    let theirs = |what: &str| -> Result<std::fs::Metadata> {
-        let path = proc.join(pid.to_string()).join(what);
-        std::fs::metadata(&path).map_err(|source| match source.kind() {
-            io::ErrorKind::NotFound => Error::DeadPid { pid },
-            _ => Error::Inspect { path, source },
-        })
-    };
-    let ours = |what: &str| -> Result<std::fs::Metadata> {
-        let path = proc.join("self").join(what);
-        std::fs::metadata(&path).map_err(|source| Error::Inspect { path, source })
-    };
-    let same =
-        |a: &std::fs::Metadata, b: &std::fs::Metadata| (a.dev(), a.ino()) == (b.dev(), b.ino());
-    if same(&theirs("ns/mnt")?, &ours("ns/mnt")?) {
-        return Err(Error::InsideContainer { pid });
-    }
-    if !same(&theirs("root/")?, &ours("root/")?) {
-        return Err(Error::NotCreating { pid });
-    }
-    // runc, crun and the runtimes built like them run hooks from the very
-    // process that started the container's init, possibly through a wrapper
-    // (a shell, strace): the init's parent is one of the hook's ancestors.
-    let parent_pid = |p: u32| -> Result<u32> {
-        let path = proc.join(p.to_string()).join("stat");
-        let stat = crate::bounded::read_text(&path).map_err(|source| match source.kind() {
-            io::ErrorKind::NotFound => Error::DeadPid { pid: p },
-            _ => Error::Inspect {
-                path: path.clone(),
-                source,
-            },
-        })?;
-        parent_of(&stat).ok_or_else(|| Error::Inspect {
-            path,
-            source: io::Error::other("no parent pid in it"),
-        })
-    };
-    let parent = parent_pid(pid)?;
-    let runtime = nix::unistd::getppid().as_raw() as u32;
-    let mut ancestor = runtime;
-    for _ in 0..MAX_WRAPPERS {
-        if ancestor == parent {
-            return Ok(());
-        }
-        if ancestor <= 1 {
-            break;
-        }
-        ancestor = parent_pid(ancestor)?;
-    }
-    Err(Error::NotSibling {
-        pid,
-        parent,
-        runtime,
-    })
-}
-
-/// How many wrapper processes may stand between the runtime and the hook.
-const MAX_WRAPPERS: usize = 8;
-
-/// The parent pid in a `/proc/<pid>/stat` line; the command name before it
-/// may hold spaces and parentheses, so fields count from the last `)`.
-fn parent_of(stat: &str) -> Option<u32> {
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn refuses_to_run_in_its_own_mount_namespace() {
-        // Our own pid shares our mount namespace, as a container's would at createContainer.
-        let err = refuse_inside_container(Path::new(PROC), std::process::id()).unwrap_err();
-        assert!(matches!(err, Error::InsideContainer { .. }), "{err}");
-        assert!(err.to_string().contains("createContainer"));
-    }
 
     fn container(env: &[&str], privileged: bool, device_mounts: &[&str]) -> Container {
         Container {
@@ -475,18 +389,5 @@ mod tests {
         );
         let env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=all"];
         assert!(effective_request(&Config::default(), &container(&env, false, &[])).is_err());
-    }
-
-    #[test]
-    fn reads_the_parent_from_stat() {
-        assert_eq!(parent_of("42 (runc:[2:INIT]) S 41 42 1 0 -1"), Some(41));
-        assert_eq!(parent_of("7 (a) b) (c) R 3 7 7"), Some(3));
-        assert_eq!(parent_of("garbage"), None);
-    }
-
-    #[test]
-    fn dead_pid_is_named() {
-        let err = refuse_inside_container(Path::new(PROC), 999_999_999).unwrap_err();
-        assert!(err.to_string().contains("999999999"), "{err}");
     }
 }

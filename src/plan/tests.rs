@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::driver::catalog::IpcKind;
 use crate::driver::{Gpu, HostFile, Ipc};
-use crate::image::Image;
+use crate::image::{Image, ImageLayout};
 use crate::request::Capabilities;
 
 fn node(role: NodeRole, name: &str, major: u32, minor: u32, state: NodeState) -> Node {
