@@ -14,7 +14,7 @@ use oci_nvidia_hook::driver::{Gpu, Inventory, Library, Node, NodeRole, NodeState
 use oci_nvidia_hook::elf::{self, X86_64};
 use oci_nvidia_hook::image::ImageLayout;
 use oci_nvidia_hook::ldcache::{Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
-use oci_nvidia_hook::plan::Plan;
+use oci_nvidia_hook::plan::{NodeMode, Plan};
 use oci_nvidia_hook::request::{Capabilities, Capability, DeviceSelection, Request};
 
 /// A cache the size of a busy host's: 5,000 entries.
@@ -172,11 +172,18 @@ fn benches(c: &mut Criterion) {
                     black_box(&inventory),
                     black_box(&request),
                     &ImageLayout::Debian.into(),
+                    NodeMode::Mknod,
                 )
                 .unwrap()
             })
         });
-        let plan = Plan::build(&inventory, &request, &ImageLayout::Debian.into()).unwrap();
+        let plan = Plan::build(
+            &inventory,
+            &request,
+            &ImageLayout::Debian.into(),
+            NodeMode::Mknod,
+        )
+        .unwrap();
         c.bench_function(&format!("bpf_allow_block_{gpus}_gpus"), |b| {
             b.iter(|| {
                 program::encode(&program::allow_block(black_box(&plan.cgroup_rules)).unwrap())

@@ -51,8 +51,11 @@ pub struct Config {
     /// `/var/run/nvidia-container-devices/<device>` (the Kubernetes device
     /// plugin's strategy); when present they win over the variable.
     pub accept_volume_mounts: bool,
-    /// The capabilities this host offers: `all` means these, and others are dropped.
-    pub supported_capabilities: String,
+    /// The capabilities this host offers: `all` means these, and others are
+    /// dropped. Parsed with the file, so a bad value is refused there, with
+    /// its line, rather than read as something else later.
+    #[serde(deserialize_with = "capabilities")]
+    pub supported_capabilities: Capabilities,
     /// Skip every `NVIDIA_REQUIRE_*` check, host-wide.
     pub disable_require: bool,
     /// Where the host driver lives.
@@ -68,7 +71,7 @@ impl Default for Config {
         Config {
             accept_env_when_unprivileged: true,
             accept_volume_mounts: false,
-            supported_capabilities: DEFAULT_SUPPORTED_CAPABILITIES.to_string(),
+            supported_capabilities: Capabilities::all(),
             disable_require: false,
             driver: DriverConfig::default(),
             log: LogConfig::default(),
@@ -77,9 +80,17 @@ impl Default for Config {
     }
 }
 
-/// Every capability: the default of `supported-capabilities`.
-pub const DEFAULT_SUPPORTED_CAPABILITIES: &str =
-    "compat32,compute,display,graphics,ngx,utility,video";
+/// Parses a capability list where the file is read, naming what it takes.
+fn capabilities<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Capabilities, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    Capabilities::parse(&text).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "{e}; expected a comma list of compute, utility, video, graphics, display, ngx, compat32 or all"
+        ))
+    })
+}
 
 /// What to do with an image's CUDA forward-compatibility libraries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -101,9 +112,9 @@ pub struct CudaCompatConfig {
 }
 
 impl Config {
-    /// The supported capabilities, parsed (validated when the file was loaded).
-    pub fn supported(&self) -> Capabilities {
-        Capabilities::parse(&self.supported_capabilities).unwrap_or_else(|_| Capabilities::all())
+    /// The capabilities this host offers.
+    pub fn supported(&self) -> &Capabilities {
+        &self.supported_capabilities
     }
 }
 
@@ -211,14 +222,6 @@ impl Config {
     }
 
     fn validate(&self, path: &Path) -> Result<()> {
-        if Capabilities::parse(&self.supported_capabilities).is_err() {
-            return Err(Error::Invalid {
-                path: path.to_path_buf(),
-                key: "supported-capabilities",
-                value: self.supported_capabilities.clone(),
-                reason: "must be a comma list of compute, utility, video, graphics, display, ngx, compat32 or all",
-            });
-        }
         let roots = [
             ("driver.root", &self.driver.root),
             ("driver.dev-root", &self.driver.dev_root),
@@ -365,7 +368,7 @@ file = "/var/log/oci-nvidia-hook.log"
         .unwrap();
         assert!(!config.accept_env_when_unprivileged);
         assert!(config.accept_volume_mounts);
-        assert_eq!(config.supported(), Capabilities::default_set());
+        assert_eq!(*config.supported(), Capabilities::default_set());
         assert!(config.disable_require);
         assert_eq!(config.cuda_compat.mode, CompatMode::Disabled);
         let defaults = parse("").unwrap();
@@ -374,14 +377,21 @@ file = "/var/log/oci-nvidia-hook.log"
                 && !defaults.accept_volume_mounts
                 && !defaults.disable_require
         );
-        assert_eq!(defaults.supported(), Capabilities::all());
+        assert_eq!(*defaults.supported(), Capabilities::all());
         assert_eq!(defaults.cuda_compat.mode, CompatMode::Ldconfig);
     }
 
     #[test]
-    fn bad_supported_capabilities_are_refused() {
-        let err = parse("supported-capabilities = \"compute,cuda\"\n").unwrap_err();
-        assert!(err.to_string().contains("supported-capabilities"), "{err}");
+    fn bad_supported_capabilities_are_refused_with_file_and_line() {
+        // Never read as "every capability": that would offer what the host refuses.
+        let err = parse("disable-require = false\nsupported-capabilities = \"compute,cuda\"\n")
+            .unwrap_err();
+        assert!(matches!(err, Error::Parse { line: 2, .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("/etc/x.toml") && text.contains("line 2") && text.contains("cuda"),
+            "{text}"
+        );
         assert!(matches!(
             parse("[cuda-compat]\nmode = \"auto\"\n"),
             Err(Error::Parse { line: 2, .. })

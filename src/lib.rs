@@ -5,6 +5,7 @@
 //! read-only, so it is tested without root.
 
 pub mod bounded;
+pub mod bundle;
 pub mod cgroup;
 pub mod child;
 pub mod cli;
@@ -19,6 +20,7 @@ pub mod logging;
 pub mod nvml;
 pub mod oneline;
 pub mod plan;
+pub mod planner;
 pub mod reopen;
 pub mod request;
 pub mod require;

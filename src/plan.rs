@@ -11,10 +11,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::driver::{catalog, CapFile, Inventory, Library, Node, NodeRole, NodeState};
+use crate::driver::{catalog, CapFile, Inventory};
 use crate::elf::Arch;
-use crate::image::{Compat, Image};
-use crate::ldcache;
+use crate::image::Image;
 use crate::request::{Capability, DeviceSelection, Request};
 
 /// Why a request cannot be satisfied on this host.
@@ -198,17 +197,85 @@ pub struct LoaderEntry {
 pub struct ProcMask {
     /// The container directory the tmpfs covers.
     pub path: PathBuf,
-    /// Host files copied into the tmpfs, by path below it: `params` (with
-    /// `ModifyDeviceFiles: 0`), `version`, `registry`, and the selected MIG
-    /// devices' `capabilities/…/access` files.
-    pub files: Vec<(PathBuf, PathBuf)>,
+    /// Host files copied into the tmpfs: `params`, `version`, `registry`,
+    /// and the selected MIG devices' `capabilities/…/access` files.
+    pub files: Vec<ProcFile>,
     /// The selected GPUs' host `gpus/<bus>` directories, bound read-only under `gpus/`.
     pub gpus: Vec<(String, PathBuf)>,
+}
+
+/// One host file copied into the masked `/proc/driver/nvidia`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcFile {
+    /// Its path below the mask.
+    pub path: PathBuf,
+    /// The host file.
+    pub source: PathBuf,
+    /// How it is copied.
+    pub copy: ProcCopy,
+}
+
+/// How a host procfs file is copied into the mask: the plan, not the
+/// injector, decides what is rewritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProcCopy {
+    /// As it is; it must exist.
+    Verbatim,
+    /// As it is, where the driver has it (`registry` is absent on some drivers).
+    IfPresent,
+    /// `params` with `ModifyDeviceFiles: 0`, so nothing in the container
+    /// asks the driver to create device nodes.
+    ModifyDeviceFilesOff,
+}
+
+/// How device nodes reach the container.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeMode {
+    /// `mknod` them: the normal, privileged case.
+    #[default]
+    Mknod,
+    /// Bind-mount the host nodes: a user namespace's `/dev` cannot use nodes it creates.
+    Bind,
+}
+
+/// A device the request selected, recorded so that later checks
+/// (requirements, CDI names) never select a second time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SelectedDevice {
+    /// The GPU's index, or the MIG device's parent's.
+    pub gpu: u32,
+    /// The GPU's `GPU-…` UUID.
+    pub uuid: String,
+    /// The GPU's PCI bus id.
+    pub bus: String,
+    /// The MIG device's `MIG-…` UUID, for a MIG device.
+    pub mig: Option<String>,
+}
+
+impl From<&Selected<'_>> for SelectedDevice {
+    fn from(device: &Selected<'_>) -> Self {
+        let gpu = device.gpu();
+        SelectedDevice {
+            gpu: gpu.index,
+            uuid: gpu.uuid.clone(),
+            bus: gpu.bus.clone(),
+            mig: match device {
+                Selected::Gpu(_) => None,
+                Selected::Mig { mig, .. } => Some(mig.uuid.clone()),
+            },
+        }
+    }
 }
 
 /// Everything a container receives.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Plan {
+    /// The devices selected, in the order asked, each once.
+    pub selected: Vec<SelectedDevice>,
+    /// How the device nodes reach the container.
+    pub node_mode: NodeMode,
     /// Device nodes, control nodes first.
     pub devices: Vec<DeviceNode>,
     /// Bind mounts, in [`MountKind`] order.
@@ -226,215 +293,29 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Plans what a container with `request` receives on the inventoried host.
-    pub fn build(inventory: &Inventory, request: &Request, image: &Image) -> Result<Plan> {
-        let layout = image.layout;
-        if request.devices == DeviceSelection::Void {
-            return Ok(Plan::default());
-        }
-        let caps = &request.capabilities;
-        check_core_libraries(inventory, request)?;
-        let mut plan = Plan::default();
-
-        let mut nodes = vec![required(
-            inventory.node(NodeRole::Control),
-            "/dev/nvidiactl",
-        )?];
-        if caps.contains(Capability::Compute) {
-            nodes.push(required(inventory.node(NodeRole::Uvm), "/dev/nvidia-uvm")?);
-            nodes.push(required(
-                inventory.node(NodeRole::UvmTools),
-                "/dev/nvidia-uvm-tools",
-            )?);
-        }
-        if caps.contains(Capability::Display) {
-            nodes.push(required(
-                inventory.node(NodeRole::Modeset),
-                "/dev/nvidia-modeset",
-            )?);
-        }
-        let mut files: Vec<(PathBuf, PathBuf)> = ["params", "version", "registry"]
-            .into_iter()
-            .map(|name| (PathBuf::from(name), inventory.proc_dir.join(name)))
-            .collect();
-        let mut gpu_dirs: Vec<(String, PathBuf)> = Vec::new();
-        for device in select(inventory, &request.devices)? {
-            let gpu = device.gpu();
-            let path = PathBuf::from(format!("/dev/nvidia{}", gpu.minor));
-            nodes.push(required(inventory.node_at(&path), &path.to_string_lossy())?);
-            if !gpu_dirs.iter().any(|(bus, _)| *bus == gpu.bus) {
-                gpu_dirs.push((
-                    gpu.bus.clone(),
-                    inventory.proc_dir.join("gpus").join(&gpu.bus),
-                ));
-            }
-            if let Selected::Mig { mig, .. } = device {
-                for cap in [&mig.gi_access, &mig.ci_access] {
-                    nodes.push(capability_node(inventory, cap)?);
-                    files.push((cap.rel.clone(), cap.path.clone()));
-                }
-            }
-        }
-        for (wanted, cap) in [
-            (request.mig_config, &inventory.mig_config),
-            (request.mig_monitor, &inventory.mig_monitor),
-        ] {
-            if wanted {
-                let cap = cap.as_ref().ok_or(Error::NoMigCapabilities)?;
-                nodes.push(capability_node(inventory, cap)?);
-                files.push((cap.rel.clone(), cap.path.clone()));
-            }
-        }
-        // Two MIG devices of one GPU share its node.
-        let mut seen = Vec::new();
-        nodes.retain(|(node, _)| {
-            let new = !seen.contains(&node.path);
-            seen.push(node.path.clone());
-            new
-        });
-        plan.proc_mask = Some(ProcMask {
-            path: PathBuf::from("/proc/driver/nvidia"),
-            files,
-            gpus: gpu_dirs,
-        });
-        for (node, mode) in nodes {
-            plan.cgroup_rules.push(CgroupRule {
-                kind: 'c',
-                major: node.major,
-                minor: node.minor,
-                access: "rw",
-            });
-            plan.devices.push(DeviceNode {
-                host_path: node.host_path.clone(),
-                path: node.path.clone(),
-                major: node.major,
-                minor: node.minor,
-                mode,
-            });
-        }
-
-        for file in inventory
-            .binaries
-            .iter()
-            .filter(|f| f.capability.is_some_and(|c| caps.contains(c)))
-        {
-            plan.mount(MountKind::Binary, &file.path, file.destination.clone());
-        }
-        let host = Arch::host();
-        let archs: Vec<Arch> = [
-            Some(host),
-            caps.contains(Capability::Compat32)
-                .then(|| host.compat32())
-                .flatten(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        for arch in &archs {
-            let dir = layout.lib_dir(*arch);
-            let libs = inventory
-                .libraries
-                .iter()
-                .filter(|l| l.arch == arch.name && caps.contains(l.capability));
-            for lib in libs {
-                plan.add_library(lib, *arch, dir);
-            }
-            if plan.loader_entries.iter().any(|e| e.arch == arch.name) {
-                plan.loader_dirs.push(dir.to_path_buf());
-            }
-        }
-        if let Some(compat) = &image.compat {
-            plan.prefer_compat(inventory, caps, compat);
-        }
-        for file in &inventory.firmware {
-            plan.mount(MountKind::Firmware, &file.path, file.destination.clone());
-        }
-        for file in inventory
-            .configs
-            .iter()
-            .filter(|f| f.capability.is_some_and(|c| caps.contains(c)))
-        {
-            plan.mount(MountKind::Config, &file.path, file.destination.clone());
-        }
-        for ipc in inventory
-            .ipcs
-            .iter()
-            .filter(|i| caps.contains(i.capability))
-        {
-            let kind = match ipc.kind {
-                catalog::IpcKind::Socket => MountKind::Socket,
-                catalog::IpcKind::Directory => MountKind::Directory,
-            };
-            plan.mount(kind, &ipc.path, ipc.destination.clone());
-        }
-        Ok(plan)
-    }
-
-    /// Puts the image's newer CUDA forward-compatibility libraries ahead of
-    /// the host's in the loader cache and configuration. They stay the
-    /// image's files: only their paths are written, nothing is mounted.
-    fn prefer_compat(
-        &mut self,
+    /// Plans what a container with `request` receives on the inventoried
+    /// host, its device nodes reaching it as `node_mode` says.
+    pub fn build(
         inventory: &Inventory,
-        caps: &crate::request::Capabilities,
-        compat: &Compat,
-    ) {
-        let host = Arch::host();
-        let entries: Vec<LoaderEntry> = inventory
-            .libraries
-            .iter()
-            .filter(|l| l.arch == host.name && caps.contains(l.capability))
-            .filter_map(|lib| {
-                let file = format!("{}.{}", lib.prefix, compat.driver_version);
-                compat.files.contains(&file).then(|| LoaderEntry {
-                    soname: lib.soname.clone(),
-                    path: compat.dir.join(&file),
-                    arch: host.name,
-                    flags: ldcache::FLAG_ELF_LIBC6 | host.cache_flags,
-                })
-            })
-            .collect();
-        if entries.is_empty() {
-            return;
-        }
-        // The cache is sorted stably: among equal names, ours listed first win.
-        self.loader_entries.splice(0..0, entries);
-        self.loader_dirs.insert(0, compat.dir.clone());
-    }
-
-    fn mount(&mut self, kind: MountKind, source: &Path, destination: PathBuf) {
-        self.mounts.push(Mount {
-            kind,
-            source: source.to_path_buf(),
-            destination,
-            options: kind.options(),
-        });
-    }
-
-    /// Mounts a library under its host basename and links its SONAME and development name to it.
-    fn add_library(&mut self, lib: &Library, arch: Arch, dir: &Path) {
-        let Some(basename) = lib.path.file_name() else {
-            return;
+        request: &Request,
+        image: &Image,
+        node_mode: NodeMode,
+    ) -> Result<Plan> {
+        let mut plan = Plan {
+            node_mode,
+            ..Plan::default()
         };
-        self.mount(MountKind::Library, &lib.path, dir.join(basename));
-        if lib.soname.as_str() != basename {
-            self.symlinks.push(Symlink {
-                path: dir.join(&lib.soname),
-                target: PathBuf::from(basename),
-            });
+        if request.devices == DeviceSelection::Void {
+            return Ok(plan);
         }
-        if lib.prefix != lib.soname {
-            self.symlinks.push(Symlink {
-                path: dir.join(lib.prefix),
-                target: PathBuf::from(&lib.soname),
-            });
-        }
-        self.loader_entries.push(LoaderEntry {
-            soname: lib.soname.clone(),
-            path: dir.join(&lib.soname),
-            arch: lib.arch,
-            flags: ldcache::FLAG_ELF_LIBC6 | arch.cache_flags,
-        });
+        check_core_libraries(inventory, request)?;
+        let devices = select(inventory, &request.devices)?;
+        let management = management_capabilities(inventory, request)?;
+        plan.selected = devices.iter().map(SelectedDevice::from).collect();
+        nodes::plan(&mut plan, inventory, request, &devices, &management)?;
+        plan.proc_mask = Some(procmask::plan(inventory, &devices, &management));
+        files::plan(&mut plan, inventory, &request.capabilities, image);
+        Ok(plan)
     }
 
     /// Host paths in listing order: devices, then binaries, libraries, firmware and the rest.
@@ -469,38 +350,28 @@ fn check_core_libraries(inventory: &Inventory, request: &Request) -> Result<()> 
     Ok(())
 }
 
-/// The `nvidia-capN` node a capability file grants.
-fn capability_node<'a>(inventory: &'a Inventory, cap: &CapFile) -> Result<(&'a Node, u32)> {
-    let path = format!("/dev/nvidia-caps/nvidia-cap{}", cap.minor);
-    let node = inventory
-        .nodes
-        .iter()
-        .find(|n| n.role == NodeRole::Capability && n.minor == cap.minor);
-    required(node, &path)
+/// The MIG management capabilities asked for (config, monitor), which the
+/// driver must have.
+fn management_capabilities<'a>(
+    inventory: &'a Inventory,
+    request: &Request,
+) -> Result<Vec<&'a CapFile>> {
+    [
+        (request.mig_config, &inventory.mig_config),
+        (request.mig_monitor, &inventory.mig_monitor),
+    ]
+    .into_iter()
+    .filter(|(wanted, _)| *wanted)
+    .map(|(_, cap)| cap.as_ref().ok_or(Error::NoMigCapabilities))
+    .collect()
 }
 
-/// A node that must be usable, with its permission bits.
-fn required<'a>(node: Option<&'a Node>, path: &str) -> Result<(&'a Node, u32)> {
-    let node = node.ok_or_else(|| Error::NodeUnusable {
-        path: PathBuf::from(path),
-        problem: "not known to the driver".into(),
-    })?;
-    match &node.state {
-        NodeState::Ok { mode } => Ok((node, *mode)),
-        NodeState::Missing => Err(Error::NodeUnusable {
-            path: node.host_path.clone(),
-            problem: "it does not exist".into(),
-        }),
-        NodeState::Wrong(problem) => Err(Error::NodeUnusable {
-            path: node.host_path.clone(),
-            problem: problem.clone(),
-        }),
-    }
-}
-
+mod files;
+mod nodes;
+mod procmask;
 mod select;
 
 pub use select::{select, Selected};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

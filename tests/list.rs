@@ -310,3 +310,63 @@ fn a_reader_that_went_away_is_not_a_failure() {
     assert_eq!(out.status.code(), Some(0), "{:?}: {stderr}", out.status);
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_mig_device_lists_with_compute_alone_as_the_hook_takes_it() {
+    // NVML is a utility library: list once failed here for want of it.
+    let sim = SimHost::shared_mig(4);
+    let mig = &sim.host["mig"][0];
+    let position = format!("{}:{}", mig["gpu"], mig["mig_index"]);
+    let plan = sim.json(&[
+        "list",
+        "--device",
+        &position,
+        "--capabilities",
+        "compute",
+        "--json",
+    ]);
+    let devices: Vec<&str> = plan["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    for minor in ["gi_access_minor", "ci_access_minor"] {
+        let cap = format!("/dev/nvidia-caps/nvidia-cap{}", mig[minor]);
+        assert!(devices.contains(&cap.as_str()), "{cap} in {devices:?}");
+    }
+    assert_eq!(s(&plan, "/selected/0/mig"), s(mig, "/uuid"));
+    // Utility was looked for, not given.
+    assert!(
+        !plan["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| s(m, "/source").contains("libnvidia-ml")),
+        "{plan:#}"
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn unsupported_capabilities_are_not_listed() {
+    let sim = SimHost::shared("synthetic", 4, "new");
+    let config = sim.path("utility-only.toml");
+    let base = std::fs::read_to_string(&sim.config).unwrap();
+    std::fs::write(
+        &config,
+        format!("supported-capabilities = \"utility\"\n{base}"),
+    )
+    .unwrap();
+    let out = hook(&config, &["list", "--capabilities", "compute,utility"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(!listed.contains("nvidia-uvm"), "{listed}");
+    assert!(!listed.contains("libcuda"), "{listed}");
+    assert!(listed.contains("libnvidia-ml"), "{listed}");
+}

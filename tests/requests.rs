@@ -13,7 +13,21 @@ use common::SimHost;
 use runtime_support::{run, serial, Hook, Run, Runtime, Scenario};
 use serde_json::Value;
 
+/// Runs a container through the hook, then checks that `list --bundle`
+/// agrees with what the hook did: the plan the hook logged and applied, or
+/// the same refusal.
 fn run_on(
+    host: &SimHost,
+    name: &str,
+    env: &[(&str, &str)],
+    prepare: Option<&dyn Fn(&Path)>,
+) -> Run {
+    let run = run_only(host, name, env, prepare);
+    assert_list_agrees(&run);
+    run
+}
+
+fn run_only(
     host: &SimHost,
     name: &str,
     env: &[(&str, &str)],
@@ -33,6 +47,82 @@ fn run_on(
             prepare,
         },
     )
+}
+
+/// The message of the hook's log lines at `level` whose message starts with `prefix`.
+fn logged<'a>(run: &'a Run, level: &str, prefix: &str) -> Vec<&'a str> {
+    let marker = format!("]: {level}: ");
+    run.hook_log
+        .as_deref()
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| Some(line.split_once(&marker)?.1))
+        .filter(|message| message.starts_with(prefix))
+        .collect()
+}
+
+/// `list --json --bundle` for the run's bundle and hook config equals the
+/// plan the hook logged, whose device nodes are exactly those the
+/// container saw; when the hook refused, `list` refuses with its reason.
+fn assert_list_agrees(run: &Run) {
+    // The hook's config less its debug log to the bundle's log file.
+    let hook_config = std::fs::read_to_string(run.bundle.join("hook-config.toml")).unwrap();
+    let config = run.bundle.join("list-config.toml");
+    let base = hook_config.split("\n[log]").next().unwrap_or_default();
+    std::fs::write(&config, base).unwrap();
+    let bundle = run.bundle.to_str().expect("UTF-8 bundle path");
+    let args = ["list", "--json", "--bundle", bundle];
+    let out = common::hook(&config, &args);
+    if !run.succeeded() {
+        let listed = common::failure(out, &args);
+        let reason = listed
+            .split_once("error: ")
+            .map_or(listed.as_str(), |(_, r)| r)
+            .trim_end();
+        let refusals = logged(run, "error", "");
+        assert!(
+            refusals.iter().any(|r| r.ends_with(reason)),
+            "list refused with {listed:?}, the hook with {refusals:?}"
+        );
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "list --bundle failed where the hook succeeded: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).expect("list --json output");
+    let plans = logged(run, "debug", "container ");
+    let applied: Vec<Value> = plans
+        .iter()
+        .filter_map(|m| m.split_once(": planned ").map(|(_, json)| json))
+        .map(|json| serde_json::from_str(json).expect("the hook's logged plan"))
+        .collect();
+    assert_eq!(applied.len(), 1, "one plan logged:{}", run.describe());
+    assert_eq!(
+        listed, applied[0],
+        "list --bundle differs from the hook's plan"
+    );
+    let planned: BTreeSet<&str> = listed["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| d["path"].as_str().expect("device path"))
+        .collect();
+    let seen: BTreeSet<&str> = run
+        .report
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.kind == 'c')
+        .map(|(path, _)| path.as_str())
+        .filter(|path| path.starts_with("/dev/nvidia"))
+        .collect();
+    assert_eq!(
+        planned,
+        seen,
+        "planned nodes against the container's:{}",
+        run.describe()
+    );
 }
 
 /// The nvidia nodes the container has, and what opening each gave.

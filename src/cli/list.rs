@@ -1,44 +1,72 @@
-//! `list`: what a container with a given request would receive.
+//! `list`: what a container with a given request would receive, planned by
+//! the same planner as the hook.
 
 use std::io::Write;
+use std::path::Path;
 
 use super::Result;
+use crate::bundle;
 use crate::config::Config;
-use crate::driver::Inventory;
 use crate::image::ImageLayout;
-use crate::plan::Plan;
-use crate::request::{Capabilities, DeviceSelection, Request};
+use crate::planner::{self, ImageSource, Source};
+
+/// Where `list` takes its request from.
+#[derive(Debug, Clone, Copy)]
+pub enum Ask<'a> {
+    /// Flags: devices and capabilities, for an image of `layout`.
+    Flags {
+        /// As `NVIDIA_VISIBLE_DEVICES` takes them.
+        devices: &'a str,
+        /// As `NVIDIA_DRIVER_CAPABILITIES` takes them.
+        capabilities: &'a str,
+        /// Where the image keeps libraries.
+        layout: ImageLayout,
+    },
+    /// A container's bundle, read as the hook reads it.
+    Bundle(&'a Path),
+}
 
 /// Plans the request and prints host paths, or the whole plan as JSON.
-pub fn run(
-    config: &Config,
-    devices: &str,
-    capabilities: &str,
-    layout: ImageLayout,
-    json: bool,
-    out: &mut impl Write,
-) -> Result<()> {
-    let request = Request::new(
-        DeviceSelection::parse(Some(devices))?,
-        Capabilities::parse(capabilities)?,
-    );
-    let mut inventory = Inventory::discover(&config.driver, &request.capabilities)?;
-    if request.needs_nvml() {
-        inventory.load_nvml()?;
-    }
-    for missing in inventory.missing_libraries.iter().filter(|m| !m.core) {
+pub fn run(config: &Config, ask: Ask<'_>, json: bool, out: &mut impl Write) -> Result<()> {
+    let container;
+    let (source, image) = match ask {
+        Ask::Flags {
+            devices,
+            capabilities,
+            layout,
+        } => (
+            Source::Flags {
+                devices,
+                capabilities,
+            },
+            ImageSource::Layout(layout),
+        ),
+        Ask::Bundle(dir) => {
+            container = bundle::load(dir)?;
+            (
+                Source::Container(&container),
+                ImageSource::Rootfs(&container.rootfs),
+            )
+        }
+    };
+    let planned = planner::plan_for(config, source, image)?;
+    for missing in planned
+        .inventory
+        .iter()
+        .flat_map(|i| &i.missing_libraries)
+        .filter(|m| !m.core)
+    {
         log::debug!(
             "{} library {} not found",
             missing.capability,
             missing.prefix
         );
     }
-    let plan = Plan::build(&inventory, &request, &layout.into())?;
     if json {
-        serde_json::to_writer_pretty(&mut *out, &plan)?;
+        serde_json::to_writer_pretty(&mut *out, &planned.plan)?;
         writeln!(out)?;
     } else {
-        for path in plan.host_paths() {
+        for path in planned.plan.host_paths() {
             writeln!(out, "{}", path.display())?;
         }
     }

@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use crate::config::Config;
 use crate::image::ImageLayout;
-use crate::{driver, hook, plan, request};
+use crate::{bundle, driver, hook, planner};
 
 /// Why a command failed.
 #[derive(Debug, Error)]
@@ -21,9 +21,9 @@ pub enum Error {
     #[error(transparent)]
     Driver(#[from] driver::Error),
     #[error(transparent)]
-    Request(#[from] request::Error),
+    Planner(#[from] planner::Error),
     #[error(transparent)]
-    Plan(#[from] plan::Error),
+    Bundle(#[from] bundle::Error),
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
     #[error("cannot encode JSON: {0}")]
@@ -79,6 +79,10 @@ pub enum Command {
         /// Print JSON with each item's container destination and mount options.
         #[arg(long)]
         json: bool,
+        /// Plan for the container this OCI bundle describes, as the hook would: its
+        /// environment, device mounts, privilege and rootfs (instead of the flags).
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["device", "capabilities", "layout"])]
+        bundle: Option<PathBuf>,
     },
     /// OCI hook: inject the GPUs the container asks for (state JSON on stdin).
     Prestart,
@@ -119,14 +123,18 @@ pub fn run(command: &Command, config: &Config) -> Result<()> {
             capabilities,
             layout,
             json,
-        } => list::run(
-            config,
-            device,
-            capabilities,
-            (*layout).into(),
-            *json,
-            &mut out,
-        )?,
+            bundle,
+        } => {
+            let ask = match bundle {
+                Some(dir) => list::Ask::Bundle(dir),
+                None => list::Ask::Flags {
+                    devices: device,
+                    capabilities,
+                    layout: (*layout).into(),
+                },
+            };
+            list::run(config, ask, *json, &mut out)?
+        }
         Command::Prestart | Command::CreateRuntime => hook::run(config, io::stdin())?,
         Command::Other(args) => {
             return Err(Error::Stage {

@@ -33,7 +33,7 @@ pub use sources::{mask_params, Source, Sources, DEVICE_OPTIONS};
 pub use sys::{LinuxSys, Sys};
 
 use crate::ldcache;
-use crate::plan::{MountKind, Plan};
+use crate::plan::{MountKind, NodeMode, Plan};
 use crate::reopen::{self, kind_name, Expect, Reopener};
 
 /// Largest image `ld.so.cache` we read; real ones are well under 1 MiB.
@@ -116,15 +116,6 @@ pub enum Error {
 
 /// Result of injection.
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// How device nodes reach the container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeMode {
-    /// `mknod` them: the normal, privileged case.
-    Mknod,
-    /// Bind-mount the host nodes: in a user namespace mknod is not allowed.
-    Bind,
-}
 
 /// Counts of what was injected, for the hook's log line.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -234,13 +225,7 @@ fn split(path: &Path) -> Result<(&Path, &OsStr)> {
 
 /// Injects `plan` into the rootfs at `rootfs`, as seen from the current
 /// (container) mount namespace, taking host data from `sources`.
-pub fn apply(
-    sys: &impl Sys,
-    plan: &Plan,
-    sources: &mut Sources,
-    rootfs: &Path,
-    nodes: NodeMode,
-) -> Result<Summary> {
+pub fn apply(sys: &impl Sys, plan: &Plan, sources: &mut Sources, rootfs: &Path) -> Result<Summary> {
     let root = Root::open(rootfs).map_err(|source| Error::OpenRoot {
         path: rootfs.to_path_buf(),
         source,
@@ -250,7 +235,7 @@ pub fn apply(
 
     for (index, node) in plan.devices.iter().enumerate() {
         let place = dirs.place(&node.path)?;
-        match nodes {
+        match plan.node_mode {
             NodeMode::Mknod => sys.mknod(place, node.mode, node.major, node.minor)?,
             NodeMode::Bind => {
                 let source = sources

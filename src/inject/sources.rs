@@ -17,7 +17,7 @@ use nix::libc;
 
 use super::Sys;
 use super::{Error, Result};
-use crate::plan::{DeviceNode, MountKind, MountOptions, Plan};
+use crate::plan::{DeviceNode, MountKind, MountOptions, NodeMode, Plan, ProcCopy};
 use crate::reopen::{kind_name, Reopener};
 
 /// Largest procfs file copied into the masked `/proc/driver/nvidia`.
@@ -167,7 +167,7 @@ pub fn mask_params(params: &[u8]) -> Vec<u8> {
 
 impl Sources {
     /// Opens the plan's sources; device nodes too when they will be bind-mounted.
-    pub fn open(sys: &impl Sys, plan: &Plan, bind_devices: bool) -> Result<Sources> {
+    pub fn open(sys: &impl Sys, plan: &Plan) -> Result<Sources> {
         let mounts = plan
             .mounts
             .iter()
@@ -185,7 +185,7 @@ impl Sources {
                 source(sys, &m.source, checked, m.options)
             })
             .collect::<Result<Vec<_>>>()?;
-        let devices = if bind_devices {
+        let devices = if plan.node_mode == NodeMode::Bind {
             plan.devices
                 .iter()
                 .map(|node| source(sys, &node.host_path, open_device(node)?, DEVICE_OPTIONS))
@@ -196,16 +196,18 @@ impl Sources {
         let mut proc_files = Vec::new();
         let mut proc_gpus = Vec::new();
         if let Some(mask) = &plan.proc_mask {
-            for (name, path) in &mask.files {
-                match read_proc_file(path)? {
-                    Some(data) if name.as_os_str() == "params" => {
-                        proc_files.push((name.clone(), mask_params(&data)))
+            for file in &mask.files {
+                match (read_proc_file(&file.source)?, file.copy) {
+                    (Some(data), ProcCopy::ModifyDeviceFilesOff) => {
+                        proc_files.push((file.path.clone(), mask_params(&data)))
                     }
-                    Some(data) => proc_files.push((name.clone(), data)),
-                    None if name.as_os_str() == "registry" => {}
-                    None => {
+                    (Some(data), ProcCopy::Verbatim | ProcCopy::IfPresent) => {
+                        proc_files.push((file.path.clone(), data))
+                    }
+                    (None, ProcCopy::IfPresent) => {}
+                    (None, ProcCopy::Verbatim | ProcCopy::ModifyDeviceFilesOff) => {
                         return Err(Error::Source {
-                            path: path.clone(),
+                            path: file.source.clone(),
                             source: std::io::ErrorKind::NotFound.into(),
                         })
                     }

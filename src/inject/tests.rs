@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::ldcache::{Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
-use crate::plan::{DeviceNode, LoaderEntry, Mount, MountOptions, ProcMask, Symlink};
+use crate::plan::{
+    DeviceNode, LoaderEntry, Mount, MountOptions, ProcCopy, ProcFile, ProcMask, Symlink,
+};
 
 const X86: i32 = FLAG_ELF_LIBC6 | FLAG_X8664_LIB64;
 
@@ -111,6 +113,8 @@ impl World {
         fs::write(rootfs.join("etc/ld.so.cache"), image_cache.to_bytes()).unwrap();
         let lib_dir = PathBuf::from("/usr/lib/x86_64-linux-gnu");
         let plan = Plan {
+            selected: Vec::new(),
+            node_mode: NodeMode::Mknod,
             devices: vec![DeviceNode {
                 host_path: "/dev/null".into(),
                 path: "/dev/nvidia0".into(),
@@ -152,10 +156,18 @@ impl World {
             loader_dirs: vec![lib_dir],
             proc_mask: Some(ProcMask {
                 path: "/proc/driver/nvidia".into(),
-                files: ["params", "version", "registry"]
-                    .iter()
-                    .map(|n| (PathBuf::from(n), host.join("proc").join(n)))
-                    .collect(),
+                files: [
+                    ("params", ProcCopy::ModifyDeviceFilesOff),
+                    ("version", ProcCopy::Verbatim),
+                    ("registry", ProcCopy::IfPresent),
+                ]
+                .into_iter()
+                .map(|(n, copy)| ProcFile {
+                    path: PathBuf::from(n),
+                    source: host.join("proc").join(n),
+                    copy,
+                })
+                .collect(),
                 gpus: vec![("0000:3b:00.0".into(), host.join("proc/gpus/0000:3b:00.0"))],
             }),
         };
@@ -167,14 +179,8 @@ impl World {
     }
 
     fn apply(&self, sys: &FakeSys) -> Result<Summary> {
-        let mut sources = Sources::open(sys, &self.plan, false)?;
-        apply(
-            sys,
-            &self.plan,
-            &mut sources,
-            &self.rootfs(),
-            NodeMode::Mknod,
-        )
+        let mut sources = Sources::open(sys, &self.plan)?;
+        apply(sys, &self.plan, &mut sources, &self.rootfs())
     }
 }
 
@@ -472,7 +478,7 @@ fn corrupt_image_cache_is_an_error_naming_it() {
 fn source_of_the_wrong_kind_is_refused_before_entering() {
     let mut world = World::new();
     world.plan.mounts[0].source = world.dir.path().join("host");
-    let err = Sources::open(&FakeSys::default(), &world.plan, false).unwrap_err();
+    let err = Sources::open(&FakeSys::default(), &world.plan).unwrap_err();
     assert!(
         matches!(
             err,
@@ -487,7 +493,7 @@ fn source_of_the_wrong_kind_is_refused_before_entering() {
     symlink(&world.plan.mounts[1].source, &link).unwrap();
     world.plan.mounts[0].source = link;
     assert!(matches!(
-        Sources::open(&FakeSys::default(), &world.plan, false),
+        Sources::open(&FakeSys::default(), &world.plan),
         Err(Error::SourceKind {
             found: "symlink",
             ..
@@ -508,16 +514,10 @@ fn user_namespace_binds_host_nodes_instead_of_mknod() {
     // /dev/null (1:3) stands in for the host node: the numbers are checked.
     world.plan.devices[0].major = 1;
     world.plan.devices[0].minor = 3;
+    world.plan.node_mode = NodeMode::Bind;
     let sys = FakeSys::default();
-    let mut sources = Sources::open(&sys, &world.plan, true).unwrap();
-    apply(
-        &sys,
-        &world.plan,
-        &mut sources,
-        &world.rootfs(),
-        NodeMode::Bind,
-    )
-    .unwrap();
+    let mut sources = Sources::open(&sys, &world.plan).unwrap();
+    apply(&sys, &world.plan, &mut sources, &world.rootfs()).unwrap();
     assert!(sys.mknods.borrow().is_empty());
     assert_eq!(
         sys.binds.borrow()[0],
@@ -535,7 +535,7 @@ fn user_namespace_binds_host_nodes_instead_of_mknod() {
 
     // A host node with other numbers than planned is refused before entering.
     world.plan.devices[0].minor = 5;
-    let err = Sources::open(&sys, &world.plan, true).unwrap_err();
+    let err = Sources::open(&sys, &world.plan).unwrap_err();
     assert!(matches!(err, Error::NodeMismatch { .. }), "{err}");
 }
 

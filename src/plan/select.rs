@@ -1,7 +1,7 @@
 //! Matches a device selection against the host's GPUs and MIG devices.
 
 use super::{Error, Result};
-use crate::driver::{Gpu, Inventory, MigDevice};
+use crate::driver::{CapFile, Gpu, Inventory, MigDevice};
 use crate::request::{DeviceId, DeviceSelection};
 
 /// One selected device.
@@ -24,6 +24,15 @@ impl<'a> Selected<'a> {
         match self {
             Selected::Gpu(gpu) => gpu,
             Selected::Mig { parent, .. } => parent,
+        }
+    }
+
+    /// The capability files a MIG device needs: its GPU instance's and its
+    /// compute instance's `access` files; none for a whole GPU.
+    pub fn access_files(&self) -> Vec<&'a CapFile> {
+        match self {
+            Selected::Gpu(_) => Vec::new(),
+            Selected::Mig { mig, .. } => vec![&mig.gi_access, &mig.ci_access],
         }
     }
 }

@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::driver::catalog::IpcKind;
-use crate::driver::{Gpu, HostFile, Ipc};
+use crate::driver::{Gpu, HostFile, Ipc, Library, Node, NodeRole, NodeState};
 use crate::image::{Image, ImageLayout};
 use crate::request::Capabilities;
 
@@ -37,7 +37,7 @@ fn lib(capability: Capability, prefix: &'static str, soname: &str, arch: &'stati
 }
 
 /// Three GPUs whose minors differ from their PCI-order indices.
-fn inventory() -> Inventory {
+pub(crate) fn inventory() -> Inventory {
     let gpus: Vec<Gpu> = [
         ("0000:1b:00.0", 2),
         ("0000:3b:00.0", 0),
@@ -141,6 +141,7 @@ fn plan(devices: &str, caps: &str) -> Result<Plan> {
         &inventory(),
         &request(devices, caps),
         &ImageLayout::Debian.into(),
+        NodeMode::Mknod,
     )
 }
 
@@ -155,7 +156,13 @@ fn device_paths(plan: &Plan) -> Vec<String> {
 fn void_request_gets_nothing() {
     let req = Request::new(DeviceSelection::Void, Capabilities::all());
     assert_eq!(
-        Plan::build(&inventory(), &req, &ImageLayout::Debian.into()).unwrap(),
+        Plan::build(
+            &inventory(),
+            &req,
+            &ImageLayout::Debian.into(),
+            NodeMode::Mknod
+        )
+        .unwrap(),
         Plan::default()
     );
 }
@@ -235,7 +242,13 @@ fn missing_node_is_an_error_naming_it() {
 fn wrong_gpu_node_is_an_error() {
     let mut inv = inventory();
     inv.nodes[4].state = NodeState::Wrong("is character device 1:3, expected 195:2".into());
-    let err = Plan::build(&inv, &request("0", "utility"), &ImageLayout::Debian.into()).unwrap_err();
+    let err = Plan::build(
+        &inv,
+        &request("0", "utility"),
+        &ImageLayout::Debian.into(),
+        NodeMode::Mknod,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("1:3"), "{err}");
 }
 
@@ -248,6 +261,7 @@ fn missing_core_library_is_an_error_for_its_capability_only() {
         &inv,
         &request("all", "compute"),
         &ImageLayout::Debian.into(),
+        NodeMode::Mknod,
     )
     .unwrap_err();
     assert!(
@@ -264,6 +278,7 @@ fn missing_core_library_is_an_error_for_its_capability_only() {
         &inv,
         &request("all", "utility"),
         &ImageLayout::Debian.into(),
+        NodeMode::Mknod,
     )
     .unwrap();
 }
@@ -316,6 +331,7 @@ fn rpm_layout_uses_lib64() {
         &inventory(),
         &request("0", "compute,compat32"),
         &ImageLayout::Rpm.into(),
+        NodeMode::Mknod,
     )
     .unwrap();
     let dests: Vec<_> = plan
@@ -400,10 +416,23 @@ fn proc_mask_holds_driver_files_and_selected_gpus_only() {
     let names: Vec<&str> = mask
         .files
         .iter()
-        .map(|(n, _)| n.to_str().unwrap())
+        .map(|f| f.path.to_str().unwrap())
         .collect();
     assert_eq!(names, ["params", "version", "registry"]);
-    assert_eq!(mask.files[0].1, Path::new("/sim/proc/driver/nvidia/params"));
+    assert_eq!(
+        mask.files[0].source,
+        Path::new("/sim/proc/driver/nvidia/params")
+    );
+    // The plan, not the injector, decides what is rewritten and what may be absent.
+    let copies: Vec<ProcCopy> = mask.files.iter().map(|f| f.copy).collect();
+    assert_eq!(
+        copies,
+        [
+            ProcCopy::ModifyDeviceFilesOff,
+            ProcCopy::Verbatim,
+            ProcCopy::IfPresent
+        ]
+    );
     assert_eq!(
         mask.gpus,
         [(
@@ -424,7 +453,13 @@ fn newer_compat_libraries_come_first_in_the_loader_cache() {
             files: vec!["libcuda.so.550.54.15".into()],
         }),
     };
-    let plan = Plan::build(&inventory(), &request("0", "compute,utility"), &image).unwrap();
+    let plan = Plan::build(
+        &inventory(),
+        &request("0", "compute,utility"),
+        &image,
+        NodeMode::Mknod,
+    )
+    .unwrap();
     let entries: Vec<(&str, String)> = plan
         .loader_entries
         .iter()
@@ -470,7 +505,7 @@ fn mig_config_and_monitor_bring_their_capability_nodes_and_files() {
     }
     let mut req = request("0", "utility");
     req.mig_config = true;
-    let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into()).unwrap();
+    let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
     assert!(device_paths(&plan).contains(&"/dev/nvidia-caps/nvidia-cap1".to_string()));
     assert!(!device_paths(&plan).contains(&"/dev/nvidia-caps/nvidia-cap2".to_string()));
     let files: Vec<&Path> = plan
@@ -479,16 +514,16 @@ fn mig_config_and_monitor_bring_their_capability_nodes_and_files() {
         .unwrap()
         .files
         .iter()
-        .map(|(rel, _)| rel.as_path())
+        .map(|f| f.path.as_path())
         .collect();
     assert!(files.contains(&Path::new("capabilities/mig/config")));
     req.mig_monitor = true;
-    let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into()).unwrap();
+    let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
     assert!(device_paths(&plan).contains(&"/dev/nvidia-caps/nvidia-cap2".to_string()));
     // A driver without MIG capabilities cannot grant them.
     inv.mig_config = None;
     assert_eq!(
-        Plan::build(&inv, &req, &ImageLayout::Debian.into()).unwrap_err(),
+        Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap_err(),
         Error::NoMigCapabilities
     );
 }

@@ -1,6 +1,7 @@
-//! Reads what the hook needs from the bundle's `config.json`: the rootfs,
-//! the container's own environment (the only place the request comes from),
-//! and whether it runs in a user namespace.
+//! Reads what a container's bundle says about it, from `config.json`: the
+//! rootfs, the container's own environment (the only place its request
+//! comes from), its device mounts, privilege and user namespace. The hook
+//! and `list --bundle` read it; the planner takes the [`Container`].
 //!
 //! Only those parts are decoded, each into `oci-spec`'s own type; the rest
 //! is skipped unparsed. A Podman or CRI-O config carries a seccomp profile
@@ -13,8 +14,22 @@ use oci_spec::runtime::{
     Capability, LinuxCapabilities, LinuxNamespace, LinuxNamespaceType, Mount, Root,
 };
 use serde::Deserialize;
+use thiserror::Error;
 
-use super::{Error, Result};
+/// Why a bundle's `config.json` could not be read.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("cannot read bundle config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("bad bundle config {path}: {reason}")]
+    Spec { path: PathBuf, reason: String },
+}
+
+/// Result of reading a bundle.
+pub type Result<T> = std::result::Result<T, Error>;
 
 /// The parts of `config.json` the hook reads.
 #[derive(Debug, Deserialize)]
@@ -59,9 +74,9 @@ const DEVICE_MOUNT_DIR: &str = "/var/run/nvidia-container-devices";
 /// Loads `<bundle>/config.json`.
 pub fn load(bundle: &Path) -> Result<Container> {
     let path = bundle.join("config.json");
-    let data = std::fs::read(&path).map_err(|source| Error::Spec {
+    let data = std::fs::read(&path).map_err(|source| Error::Read {
         path: path.clone(),
-        reason: source.to_string(),
+        source,
     })?;
     let spec: Config = serde_json::from_slice(&data).map_err(|source| Error::Spec {
         path: path.clone(),

@@ -1,0 +1,135 @@
+//! Plans the host files a container gets: binaries, libraries (bind
+//! mounts, SONAME and development links, loader-cache entries), CUDA
+//! compat preference, firmware, graphics configs and daemon sockets. Every
+//! source is a file discovery found inside the driver root.
+
+use std::path::{Path, PathBuf};
+
+use super::{LoaderEntry, Mount, MountKind, Plan, Symlink};
+use crate::driver::{catalog, Inventory, Library};
+use crate::elf::Arch;
+use crate::image::{Compat, Image};
+use crate::ldcache;
+use crate::request::{Capabilities, Capability};
+
+/// Adds every host file that `caps` brings to `plan`, placed for `image`.
+pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, caps: &Capabilities, image: &Image) {
+    for file in inventory
+        .binaries
+        .iter()
+        .filter(|f| f.capability.is_some_and(|c| caps.contains(c)))
+    {
+        plan.mount(MountKind::Binary, &file.path, file.destination.clone());
+    }
+    let host = Arch::host();
+    let archs: Vec<Arch> = [
+        Some(host),
+        caps.contains(Capability::Compat32)
+            .then(|| host.compat32())
+            .flatten(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for arch in &archs {
+        let dir = image.layout.lib_dir(*arch);
+        let libs = inventory
+            .libraries
+            .iter()
+            .filter(|l| l.arch == arch.name && caps.contains(l.capability));
+        for lib in libs {
+            plan.add_library(lib, *arch, dir);
+        }
+        if plan.loader_entries.iter().any(|e| e.arch == arch.name) {
+            plan.loader_dirs.push(dir.to_path_buf());
+        }
+    }
+    if let Some(compat) = &image.compat {
+        plan.prefer_compat(inventory, caps, compat);
+    }
+    for file in &inventory.firmware {
+        plan.mount(MountKind::Firmware, &file.path, file.destination.clone());
+    }
+    for file in inventory
+        .configs
+        .iter()
+        .filter(|f| f.capability.is_some_and(|c| caps.contains(c)))
+    {
+        plan.mount(MountKind::Config, &file.path, file.destination.clone());
+    }
+    for ipc in inventory
+        .ipcs
+        .iter()
+        .filter(|i| caps.contains(i.capability))
+    {
+        let kind = match ipc.kind {
+            catalog::IpcKind::Socket => MountKind::Socket,
+            catalog::IpcKind::Directory => MountKind::Directory,
+        };
+        plan.mount(kind, &ipc.path, ipc.destination.clone());
+    }
+}
+
+impl Plan {
+    /// Puts the image's newer CUDA forward-compatibility libraries ahead of
+    /// the host's in the loader cache and configuration. They stay the
+    /// image's files: only their paths are written, nothing is mounted.
+    fn prefer_compat(&mut self, inventory: &Inventory, caps: &Capabilities, compat: &Compat) {
+        let host = Arch::host();
+        let entries: Vec<LoaderEntry> = inventory
+            .libraries
+            .iter()
+            .filter(|l| l.arch == host.name && caps.contains(l.capability))
+            .filter_map(|lib| {
+                let file = format!("{}.{}", lib.prefix, compat.driver_version);
+                compat.files.contains(&file).then(|| LoaderEntry {
+                    soname: lib.soname.clone(),
+                    path: compat.dir.join(&file),
+                    arch: host.name,
+                    flags: ldcache::FLAG_ELF_LIBC6 | host.cache_flags,
+                })
+            })
+            .collect();
+        if entries.is_empty() {
+            return;
+        }
+        // The cache is sorted stably: among equal names, ours listed first win.
+        self.loader_entries.splice(0..0, entries);
+        self.loader_dirs.insert(0, compat.dir.clone());
+    }
+
+    fn mount(&mut self, kind: MountKind, source: &Path, destination: PathBuf) {
+        self.mounts.push(Mount {
+            kind,
+            source: source.to_path_buf(),
+            destination,
+            options: kind.options(),
+        });
+    }
+
+    /// Mounts a library under its host basename and links its SONAME and development name to it.
+    fn add_library(&mut self, lib: &Library, arch: Arch, dir: &Path) {
+        let Some(basename) = lib.path.file_name() else {
+            return;
+        };
+        self.mount(MountKind::Library, &lib.path, dir.join(basename));
+        if lib.soname.as_str() != basename {
+            self.symlinks.push(Symlink {
+                path: dir.join(&lib.soname),
+                target: PathBuf::from(basename),
+            });
+        }
+        if lib.prefix != lib.soname {
+            self.symlinks.push(Symlink {
+                path: dir.join(lib.prefix),
+                target: PathBuf::from(&lib.soname),
+            });
+        }
+        self.loader_entries.push(LoaderEntry {
+            soname: lib.soname.clone(),
+            path: dir.join(&lib.soname),
+            arch: lib.arch,
+            flags: ldcache::FLAG_ELF_LIBC6 | arch.cache_flags,
+        });
+    }
+}

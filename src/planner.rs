@@ -1,0 +1,299 @@
+//! The one planner: from the configuration, a request source and the host
+//! inventory to the effective request and the [`Plan`].
+//!
+//! The hook, `list` and every other consumer call it, so a host and a
+//! request are shown the same way everywhere: policy (device mounts against
+//! the variable, unprivileged containers, supported capabilities, MIG
+//! privilege), discovery's scope (NVML only where `/proc` cannot answer),
+//! the image's layout and compat libraries, and the requirement checks all
+//! live here, not on a consumer's side. It never touches a container.
+
+use std::path::Path;
+
+use thiserror::Error;
+
+use crate::bundle::Container;
+use crate::config::Config;
+use crate::driver::{self, Inventory};
+use crate::image::{self, Image, ImageLayout};
+use crate::plan::{self, NodeMode, Plan};
+use crate::request::{self, Capabilities, Capability, DeviceSelection, Request};
+use crate::require::{self, DeviceFacts, Facts, Requirements};
+
+/// Why a request cannot be planned on this host.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error(transparent)]
+    Request(#[from] request::Error),
+    #[error("{what}=all is refused: only privileged containers (CAP_SYS_ADMIN in the bounding set) may manage or monitor MIG")]
+    Unprivileged { what: &'static str },
+    #[error(transparent)]
+    Require(#[from] require::Error),
+    #[error(transparent)]
+    Driver(#[from] driver::Error),
+    #[error(transparent)]
+    Image(#[from] image::Error),
+    #[error(transparent)]
+    Plan(#[from] plan::Error),
+}
+
+/// Result of planning.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Where a request comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    /// A container, as its bundle describes it: its environment and device
+    /// mounts ask, its privilege and user namespace decide what it may get.
+    Container(&'a Container),
+    /// A command's flags (`list`): the host's operator asks directly, so
+    /// there is no environment to distrust and no privilege to check.
+    Flags {
+        /// Devices, as `NVIDIA_VISIBLE_DEVICES` takes them.
+        devices: &'a str,
+        /// Capabilities, as `NVIDIA_DRIVER_CAPABILITIES` takes them.
+        capabilities: &'a str,
+    },
+}
+
+/// Where the image the plan places files for is described.
+#[derive(Debug, Clone, Copy)]
+pub enum ImageSource<'a> {
+    /// A rootfs to inspect (layout, CUDA compat libraries), resolved inside it.
+    Rootfs(&'a Path),
+    /// Only a layout, as `list` plans for.
+    Layout(ImageLayout),
+}
+
+/// The request as policy lets it stand, and the requirements it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Effective {
+    /// What the container gets asked for, after policy.
+    pub request: Request,
+    /// The `NVIDIA_REQUIRE_*` rules to check; none when disabled.
+    pub requirements: Requirements,
+    /// How its device nodes reach it.
+    pub node_mode: NodeMode,
+}
+
+impl Effective {
+    /// Whether the request asks for nothing: not a GPU container.
+    pub fn is_void(&self) -> bool {
+        self.request.devices == DeviceSelection::Void
+    }
+
+    /// Whether NVML must be asked: MIG devices, or `arch`/`brand` requirements.
+    pub fn needs_nvml(&self) -> bool {
+        let needs = self.requirements.needs();
+        self.request.needs_nvml() || needs.arch || needs.brand
+    }
+
+    /// The capabilities discovery looks for: NVML is found as a utility
+    /// library, whatever the container asked for.
+    pub fn discovery_scope(&self) -> Capabilities {
+        if self.needs_nvml() {
+            self.request.capabilities.with(Capability::Utility)
+        } else {
+            self.request.capabilities.clone()
+        }
+    }
+}
+
+/// What planning gives: the effective request, the host it was planned on, and the plan.
+#[derive(Debug)]
+pub struct Planned {
+    /// The request as policy let it stand.
+    pub effective: Effective,
+    /// The host inventory, scoped to the request; `None` for a void request.
+    pub inventory: Option<Inventory>,
+    /// What the container receives.
+    pub plan: Plan,
+}
+
+/// The request `source` makes, as `config`'s policy lets it stand. Pure:
+/// the hook calls it first, so a container that asks for nothing costs no
+/// discovery.
+pub fn effective(config: &Config, source: Source<'_>) -> Result<Effective> {
+    match source {
+        Source::Flags {
+            devices,
+            capabilities,
+        } => {
+            let request = Request::new(
+                DeviceSelection::parse(Some(devices))?,
+                restrict(Capabilities::parse(capabilities)?, config),
+            );
+            Ok(Effective {
+                request,
+                requirements: Requirements::default(),
+                node_mode: NodeMode::Mknod,
+            })
+        }
+        Source::Container(container) => container_request(config, container),
+    }
+}
+
+/// A container's request: device mounts win over the variable when
+/// accepted, an unprivileged container's variable is ignored when the
+/// config says so, capabilities the host does not offer are dropped, and
+/// the MIG management capabilities need a privileged container.
+fn container_request(config: &Config, container: &Container) -> Result<Effective> {
+    let mut request = Request::from_env(&container.env)?;
+    if config.accept_volume_mounts && !container.device_mounts.is_empty() {
+        let list = if container.device_mounts.iter().any(|d| d == "all") {
+            "all".to_string()
+        } else {
+            container.device_mounts.join(",")
+        };
+        request.devices = DeviceSelection::parse(Some(&list))?;
+    } else if !config.accept_env_when_unprivileged && !container.privileged {
+        if request.devices != DeviceSelection::Void {
+            log::info!(
+                "ignoring NVIDIA_VISIBLE_DEVICES of an unprivileged container (accept-env-when-unprivileged = false)"
+            );
+        }
+        request.devices = DeviceSelection::Void;
+    }
+    request.capabilities = restrict(request.capabilities, config);
+    for (wanted, name) in [
+        (request.mig_config, "NVIDIA_MIG_CONFIG_DEVICES"),
+        (request.mig_monitor, "NVIDIA_MIG_MONITOR_DEVICES"),
+    ] {
+        if wanted && !container.privileged {
+            return Err(Error::Unprivileged { what: name });
+        }
+    }
+    // A container that asks for no GPU is not checked: its image's
+    // variables are none of our business.
+    let requirements = if config.disable_require || request.devices == DeviceSelection::Void {
+        Requirements::default()
+    } else {
+        Requirements::from_env(&container.env)?
+    };
+    Ok(Effective {
+        request,
+        requirements,
+        node_mode: if container.user_namespace {
+            NodeMode::Bind
+        } else {
+            NodeMode::Mknod
+        },
+    })
+}
+
+/// `capabilities` less those the host does not offer, which are logged.
+fn restrict(capabilities: Capabilities, config: &Config) -> Capabilities {
+    let (kept, dropped) = capabilities.restrict(config.supported());
+    if !dropped.is_empty() {
+        let names: Vec<&str> = dropped.iter().map(|c| c.name()).collect();
+        log::warn!(
+            "capabilities not offered on this host (supported-capabilities): {}",
+            names.join(",")
+        );
+    }
+    kept
+}
+
+/// Inventories the host for `effective`: only the files its capabilities
+/// need, and NVML only when the request or its requirements need it.
+pub fn discover(config: &Config, effective: &Effective) -> Result<Inventory> {
+    let mut inventory = Inventory::discover(&config.driver, &effective.discovery_scope())?;
+    if effective.needs_nvml() {
+        inventory.load_nvml()?;
+    }
+    Ok(inventory)
+}
+
+/// Examines the image the plan is for.
+pub fn image(config: &Config, inventory: &Inventory, source: ImageSource<'_>) -> Result<Image> {
+    Ok(match source {
+        ImageSource::Rootfs(rootfs) => {
+            Image::inspect(rootfs, &inventory.driver_version, config.cuda_compat.mode)?
+        }
+        ImageSource::Layout(layout) => layout.into(),
+    })
+}
+
+/// Plans `effective` on the inventoried host for `image`, then checks its
+/// requirements on every GPU the plan selected, before anything changes.
+pub fn plan(effective: &Effective, inventory: &Inventory, image: &Image) -> Result<Plan> {
+    let plan = Plan::build(inventory, &effective.request, image, effective.node_mode)?;
+    if !effective.requirements.is_empty() {
+        check_requirements(&effective.requirements, inventory, &plan, image)?;
+    }
+    Ok(plan)
+}
+
+/// All of it: the effective request, discovery, the image and the plan.
+/// A void request stops after the first step, with an empty plan.
+pub fn plan_for(config: &Config, source: Source<'_>, image: ImageSource<'_>) -> Result<Planned> {
+    let effective = effective(config, source)?;
+    if effective.is_void() {
+        return Ok(Planned {
+            plan: Plan {
+                node_mode: effective.node_mode,
+                ..Plan::default()
+            },
+            effective,
+            inventory: None,
+        });
+    }
+    let inventory = discover(config, &effective)?;
+    let image = self::image(config, &inventory, image)?;
+    let plan = plan(&effective, &inventory, &image)?;
+    Ok(Planned {
+        effective,
+        inventory: Some(inventory),
+        plan,
+    })
+}
+
+/// Checks `requirements` on every GPU `plan` selected (a MIG device's
+/// parent), once each: a refusal here replaces "CUDA driver version is
+/// insufficient" at run time.
+fn check_requirements(
+    requirements: &Requirements,
+    inventory: &Inventory,
+    plan: &Plan,
+    image: &Image,
+) -> Result<()> {
+    let cuda = if requirements.needs().cuda {
+        Some(inventory.cuda_version()?)
+    } else {
+        None
+    };
+    let mut facts = Facts {
+        driver: inventory.driver_version.clone(),
+        cuda,
+        compat_cuda: image.compat.as_ref().map(|c| c.cuda),
+        device: None,
+    };
+    let mut checked: Vec<u32> = Vec::new();
+    for device in &plan.selected {
+        if checked.contains(&device.gpu) {
+            continue;
+        }
+        checked.push(device.gpu);
+        let nvml = inventory.nvml.as_ref().and_then(|r| {
+            r.gpus
+                .iter()
+                .find(|g| g.uuid.eq_ignore_ascii_case(&device.uuid))
+        });
+        facts.device = Some(DeviceFacts {
+            name: format!("GPU {} ({})", device.gpu, device.uuid),
+            arch: nvml.and_then(|g| {
+                let (major, minor) = g.compute_capability.split_once('.')?;
+                Some((major.parse().ok()?, minor.parse().ok()?))
+            }),
+            brand: nvml.map(|g| g.brand.clone()),
+        });
+        requirements.check(&facts)?;
+    }
+    if checked.is_empty() {
+        requirements.check(&facts)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,301 @@
+use super::*;
+use crate::driver::{CapFile, MigDevice};
+use crate::plan::tests::inventory;
+
+fn container(env: &[&str], privileged: bool, device_mounts: &[&str]) -> Container {
+    Container {
+        rootfs: "/r".into(),
+        env: env.iter().map(|e| e.to_string()).collect(),
+        user_namespace: false,
+        privileged,
+        device_mounts: device_mounts.iter().map(|d| d.to_string()).collect(),
+    }
+}
+
+fn of_container(config: &Config, c: &Container) -> Result<Effective> {
+    effective(config, Source::Container(c))
+}
+
+fn flags<'a>(devices: &'a str, capabilities: &'a str) -> Source<'a> {
+    Source::Flags {
+        devices,
+        capabilities,
+    }
+}
+
+fn config_supporting(caps: &str) -> Config {
+    Config {
+        supported_capabilities: Capabilities::parse(caps).unwrap(),
+        ..Config::default()
+    }
+}
+
+/// The plan for `source` on the synthetic three-GPU host, for a Debian image.
+fn plan_on(inventory: &Inventory, config: &Config, source: Source<'_>) -> Result<Plan> {
+    let effective = effective(config, source)?;
+    plan(&effective, inventory, &ImageLayout::Debian.into())
+}
+
+#[test]
+fn volume_mounts_win_over_the_variable_only_when_accepted() {
+    let c = container(
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+        false,
+        &["1", "GPU-abcdef01-2345-6789-abcd-ef0123456789"],
+    );
+    let req = of_container(&Config::default(), &c).unwrap().request;
+    assert_eq!(req.devices, DeviceSelection::All);
+    let config = Config {
+        accept_volume_mounts: true,
+        ..Config::default()
+    };
+    let req = of_container(&config, &c).unwrap().request;
+    assert_eq!(
+        req.devices,
+        DeviceSelection::parse(Some("1,GPU-abcdef01-2345-6789-abcd-ef0123456789")).unwrap()
+    );
+}
+
+#[test]
+fn unprivileged_env_is_ignored_when_configured() {
+    let config = Config {
+        accept_env_when_unprivileged: false,
+        ..Config::default()
+    };
+    let c = container(&["NVIDIA_VISIBLE_DEVICES=all"], false, &[]);
+    assert!(of_container(&config, &c).unwrap().is_void());
+    let c = container(&["NVIDIA_VISIBLE_DEVICES=all"], true, &[]);
+    assert_eq!(
+        of_container(&config, &c).unwrap().request.devices,
+        DeviceSelection::All
+    );
+}
+
+#[test]
+fn unsupported_capabilities_are_dropped_for_containers_and_flags_alike() {
+    let config = config_supporting("utility,compute");
+    let c = container(
+        &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"],
+        false,
+        &[],
+    );
+    assert_eq!(
+        of_container(&config, &c)
+            .unwrap()
+            .request
+            .capabilities
+            .to_string(),
+        "compute,utility"
+    );
+    let listed = effective(&config, flags("0", "all")).unwrap();
+    assert_eq!(listed.request.capabilities.to_string(), "compute,utility");
+}
+
+#[test]
+fn list_drops_what_the_host_does_not_offer_as_the_hook_does() {
+    // supported-capabilities = "utility": a compute request gets no nvidia-uvm, through either source.
+    let config = config_supporting("utility");
+    let inventory = inventory();
+    let listed = plan_on(&inventory, &config, flags("0", "compute")).unwrap();
+    let c = container(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_DRIVER_CAPABILITIES=compute",
+        ],
+        false,
+        &[],
+    );
+    let hooked = plan_on(&inventory, &config, Source::Container(&c)).unwrap();
+    assert_eq!(listed, hooked);
+    assert!(
+        !listed
+            .devices
+            .iter()
+            .any(|d| d.path.to_string_lossy().contains("uvm")),
+        "{listed:#?}"
+    );
+}
+
+#[test]
+fn flags_and_environment_plan_the_same_for_the_same_request() {
+    let inventory = inventory();
+    let config = Config::default();
+    for (devices, caps) in [
+        ("all", "utility,compute"),
+        ("0,2", "compute,utility,graphics,compat32"),
+        ("none", "utility"),
+        ("GPU-00000001-0000-0000-0000-000000000000", "compute"),
+        ("0000:db:00.0", "video"),
+    ] {
+        let env = [
+            format!("NVIDIA_VISIBLE_DEVICES={devices}"),
+            format!("NVIDIA_DRIVER_CAPABILITIES={caps}"),
+        ];
+        let env: Vec<&str> = env.iter().map(String::as_str).collect();
+        let c = container(&env, false, &[]);
+        assert_eq!(
+            plan_on(&inventory, &config, flags(devices, caps)).unwrap(),
+            plan_on(&inventory, &config, Source::Container(&c)).unwrap(),
+            "{devices} {caps}"
+        );
+    }
+}
+
+#[test]
+fn mig_management_needs_a_privileged_container() {
+    let env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"];
+    let err = of_container(&Config::default(), &container(&env, false, &[])).unwrap_err();
+    assert!(
+        err.to_string().contains("NVIDIA_MIG_CONFIG_DEVICES")
+            && err.to_string().contains("CAP_SYS_ADMIN"),
+        "{err}"
+    );
+    assert!(
+        of_container(&Config::default(), &container(&env, true, &[]))
+            .unwrap()
+            .request
+            .mig_config
+    );
+    let env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=all"];
+    assert!(of_container(&Config::default(), &container(&env, false, &[])).is_err());
+}
+
+#[test]
+fn a_container_asking_for_no_gpu_is_never_checked() {
+    // A malformed requirement in a non-GPU image must not stop it.
+    let c = container(&["NVIDIA_REQUIRE_CUDA=cuda>>=12"], false, &[]);
+    let effective = of_container(&Config::default(), &c).unwrap();
+    assert!(effective.is_void());
+    assert!(effective.requirements.is_empty());
+    let c = container(
+        &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>>=12"],
+        false,
+        &[],
+    );
+    assert!(of_container(&Config::default(), &c).is_err());
+}
+
+#[test]
+fn user_namespace_binds_device_nodes() {
+    let mut c = container(&["NVIDIA_VISIBLE_DEVICES=0"], false, &[]);
+    assert_eq!(
+        of_container(&Config::default(), &c).unwrap().node_mode,
+        NodeMode::Mknod
+    );
+    c.user_namespace = true;
+    let effective = of_container(&Config::default(), &c).unwrap();
+    assert_eq!(effective.node_mode, NodeMode::Bind);
+    let plan = plan(&effective, &inventory(), &ImageLayout::Debian.into()).unwrap();
+    assert_eq!(plan.node_mode, NodeMode::Bind);
+}
+
+#[test]
+fn plan_records_the_selected_devices_once_each_in_the_order_asked() {
+    let plan = plan_on(&inventory(), &Config::default(), flags("2,0,2", "utility")).unwrap();
+    let selected: Vec<(u32, &str)> = plan
+        .selected
+        .iter()
+        .map(|d| (d.gpu, d.bus.as_str()))
+        .collect();
+    assert_eq!(selected, [(2, "0000:db:00.0"), (0, "0000:1b:00.0")]);
+}
+
+/// The synthetic host with NVML's answer: GPU 1 split into one MIG device.
+fn mig_inventory() -> Inventory {
+    let mut inventory = inventory();
+    let cap = |minor: u32| CapFile {
+        rel: format!("capabilities/gpu1/mig/gi1/access{minor}").into(),
+        path: format!("/sim/proc/driver/nvidia/capabilities/gpu1/mig/gi1/access{minor}").into(),
+        minor,
+    };
+    for minor in [12, 13] {
+        inventory.nodes.push(crate::driver::Node {
+            role: crate::driver::NodeRole::Capability,
+            path: format!("/dev/nvidia-caps/nvidia-cap{minor}").into(),
+            host_path: format!("/sim/dev/nvidia-caps/nvidia-cap{minor}").into(),
+            major: 508,
+            minor,
+            state: crate::driver::NodeState::Ok { mode: 0o444 },
+        });
+    }
+    inventory.mig = Some(vec![MigDevice {
+        parent: 1,
+        index: 0,
+        uuid: "MIG-11111111-2222-3333-4444-555555555555".into(),
+        gpu_instance: 1,
+        compute_instance: 0,
+        gi_access: cap(12),
+        ci_access: cap(13),
+    }]);
+    inventory
+}
+
+#[test]
+fn a_mig_device_plans_the_same_through_flags_and_environment() {
+    let inventory = mig_inventory();
+    let config = Config::default();
+    let listed = plan_on(&inventory, &config, flags("1:0", "compute")).unwrap();
+    let c = container(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=MIG-11111111-2222-3333-4444-555555555555",
+            "NVIDIA_DRIVER_CAPABILITIES=compute",
+        ],
+        false,
+        &[],
+    );
+    assert_eq!(
+        listed,
+        plan_on(&inventory, &config, Source::Container(&c)).unwrap()
+    );
+    let caps: Vec<u32> = listed
+        .devices
+        .iter()
+        .filter(|d| d.major == 508)
+        .map(|d| d.minor)
+        .collect();
+    assert_eq!(caps, [12, 13]);
+    assert_eq!(
+        listed.selected[0].mig.as_deref(),
+        Some("MIG-11111111-2222-3333-4444-555555555555")
+    );
+}
+
+#[test]
+fn a_mig_request_looks_for_nvml_whatever_capabilities_it_asks() {
+    // NVML is a utility library: a compute-only MIG request must still find it.
+    let effective = effective(&Config::default(), flags("0:0", "compute")).unwrap();
+    assert!(effective.needs_nvml());
+    assert!(effective.discovery_scope().contains(Capability::Utility));
+    assert!(!effective.request.capabilities.contains(Capability::Utility));
+    let whole = effective_for_gpu();
+    assert!(!whole.needs_nvml());
+    assert!(!whole.discovery_scope().contains(Capability::Utility));
+}
+
+fn effective_for_gpu() -> Effective {
+    effective(&Config::default(), flags("0", "compute")).unwrap()
+}
+
+#[test]
+fn requirements_are_checked_on_the_planned_gpus() {
+    let inventory = inventory();
+    let c = container(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=1",
+            "NVIDIA_REQUIRE_DRIVER=driver>=550",
+        ],
+        false,
+        &[],
+    );
+    let err = plan_on(&inventory, &Config::default(), Source::Container(&c)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("GPU 1") && text.contains("535.261.03"),
+        "{text}"
+    );
+    let config = Config {
+        disable_require: true,
+        ..Config::default()
+    };
+    plan_on(&inventory, &config, Source::Container(&c)).unwrap();
+}
