@@ -1,0 +1,223 @@
+//! The flow stays one-way: no module of `src/` imports a module that
+//! imports it back, at the top level (config, request, driver, plan, …) or
+//! among the sibling submodules of one module (driver's proc, nodes, …).
+//! Read from the source text, so the check runs without building anything.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file below `dir`.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).expect("read src/") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module path of a source file: `src/driver/proc.rs` → `[driver, proc]`,
+/// `src/driver/mod.rs` → `[driver]`; `lib.rs` and `main.rs` are the crate.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).expect("below src/");
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// Whether a file is test code, which may reach anywhere.
+fn is_test(module: &[String]) -> bool {
+    module.iter().any(|m| m == "tests" || m.ends_with("_tests"))
+}
+
+/// The code of a file without its `#[cfg(test)]` module, whose imports don't count.
+fn non_test_code(text: &str) -> &str {
+    text.find("#[cfg(test)]\nmod tests")
+        .or_else(|| text.find("#[cfg(test)]\npub(crate) mod tests"))
+        .map_or(text, |at| &text[..at])
+}
+
+/// The module paths a file names with `crate::a::b…`, in `use` lines or inline,
+/// with `use crate::{a, b::c}` groups expanded.
+fn crate_references(text: &str) -> Vec<Vec<String>> {
+    references(text, "crate::")
+}
+
+/// The paths a file names after `prefix` (`crate::`, `super::`).
+fn references(text: &str, prefix: &str) -> Vec<Vec<String>> {
+    let mut refs = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(prefix) {
+        rest = &rest[at + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for item in group[..end].split(',') {
+                let path: Vec<String> = item
+                    .trim()
+                    .split("::")
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                if !path.is_empty() {
+                    refs.push(path);
+                }
+            }
+            continue;
+        }
+        let path: Vec<String> = rest
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .next()
+            .unwrap_or_default()
+            .split("::")
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        refs.push(path);
+    }
+    refs
+}
+
+/// A cycle in `graph`, if there is one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            let mut cycle = stack[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, stack, done) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+/// Import edges at one level: between top-level modules (`parent` empty),
+/// or between the children of `parent`.
+fn edges(src: &Path, parent: &[String]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let module = module_of(src, &file);
+        if is_test(&module) || module.len() <= parent.len() || !module.starts_with(parent) {
+            continue;
+        }
+        let from = module[parent.len()].clone();
+        let text = fs::read_to_string(&file).expect("read source");
+        let code = non_test_code(&text);
+        let mut targets = crate_references(code);
+        // `super::x` from a child names a sibling.
+        if module.len() == parent.len() + 1 && !parent.is_empty() {
+            for path in references(code, "super::") {
+                let mut full = parent.to_vec();
+                full.extend(path);
+                targets.push(full);
+            }
+        }
+        for target in targets {
+            if target.len() > parent.len() && target.starts_with(parent) {
+                let to = &target[parent.len()];
+                let is_module = src.join(parent.join("/")).join(format!("{to}.rs")).exists()
+                    || src.join(parent.join("/")).join(to).join("mod.rs").exists();
+                if *to != from && !to.is_empty() && is_module {
+                    graph.entry(from.clone()).or_default().insert(to.clone());
+                }
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn no_module_imports_a_module_that_imports_it_back() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let top = edges(&src, &[]);
+    assert!(
+        top.contains_key("hook") && top["hook"].contains("planner"),
+        "the reader found no edges: {top:?}"
+    );
+    if let Some(cycle) = find_cycle(&top) {
+        panic!(
+            "import cycle between top-level modules: {}",
+            cycle.join(" → ")
+        );
+    }
+    let parents: BTreeSet<String> = top.keys().cloned().collect();
+    for parent in parents {
+        let graph = edges(&src, std::slice::from_ref(&parent));
+        if let Some(cycle) = find_cycle(&graph) {
+            panic!("import cycle inside {parent}: {}", cycle.join(" → "));
+        }
+    }
+}
+
+#[test]
+fn the_cycle_finder_finds_a_cycle() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("image", &["config"][..]),
+        ("plan", &["image"]),
+        ("config", &["plan"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+    .collect();
+    assert!(find_cycle(&graph).is_some());
+    let acyclic: BTreeMap<String, BTreeSet<String>> = [("plan", &["image"][..])]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    assert!(find_cycle(&acyclic).is_none());
+}
+
+#[test]
+fn the_reader_sees_use_lines_groups_and_super_paths() {
+    let dir = std::env::temp_dir().join(format!("architecture-{}", std::process::id()));
+    let write = |rel: &str, text: &str| {
+        let path = dir.join(rel);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    };
+    write("lib.rs", "pub mod driver;\npub mod plan;\n");
+    write("plan.rs", "use crate::{driver::Inventory, request};\n");
+    write("driver/mod.rs", "mod a;\nmod b;\nuse crate::plan::Plan;\n");
+    write("driver/a.rs", "use super::{b::Thing, Error};\n");
+    write(
+        "driver/b.rs",
+        "use crate::driver::a::Other;\n#[cfg(test)]\nmod tests {\n    use crate::plan::X;\n}\n",
+    );
+    let top = edges(&dir, &[]);
+    let inner = edges(&dir, &["driver".to_string()]);
+    fs::remove_dir_all(&dir).unwrap();
+    assert!(find_cycle(&top).is_some(), "{top:?}");
+    assert_eq!(find_cycle(&inner).map(|c| c.len()), Some(3), "{inner:?}");
+    assert!(top["plan"].contains("driver") && top["driver"].contains("plan"));
+}
