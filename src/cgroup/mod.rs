@@ -12,8 +12,8 @@
 //! manages and drops ours (NVIDIA's "Failed to initialize NVML: Unknown
 //! Error"); CDI avoids that by putting the devices in the container spec.
 
-// Only `bpf_sys` may opt out: it holds every raw syscall.
-#![deny(unsafe_code)]
+// The raw bpf(2) calls live in `crate::sys::bpf`.
+#![forbid(unsafe_code)]
 
 mod bpf_sys;
 mod discovery;

@@ -157,7 +157,7 @@ fn assert_zero_and_null_open_but_not_full(report: &str) {
 }
 
 /// Loads the runc-like program (char 1:3 and a few others, default deny).
-fn load_runc_like() -> std::os::fd::OwnedFd {
+fn load_runc_like() -> bpf_sys::ProgFd {
     let insns = program::encode(&runc_like());
     let mut log = vec![0u8; 64 * 1024];
     bpf_sys::prog_load(
@@ -186,8 +186,8 @@ fn v2_scenario(name: &str, flags: u32, programs: usize) {
         let dir = cgroup.open();
         for _ in 0..programs {
             let prog = load_runc_like();
-            bpf_sys::prog_attach(dir.fd.as_fd(), prog.as_fd(), CGROUP_DEVICE, flags, None).unwrap();
-            old_ids.push(bpf_sys::prog_info(prog.as_fd()).unwrap().id);
+            bpf_sys::prog_attach(dir.fd.as_fd(), &prog, CGROUP_DEVICE, flags, None).unwrap();
+            old_ids.push(bpf_sys::prog_info(&prog).unwrap().id);
         }
     }
     let before = Prober::spawn();
@@ -369,9 +369,9 @@ const NULL: CgroupRule = CgroupRule {
 fn attach_runc_like(cgroup: &TempCgroup, flags: u32) -> u32 {
     let prog = load_runc_like();
     let dir = cgroup.open();
-    bpf_sys::prog_attach(dir.fd.as_fd(), prog.as_fd(), CGROUP_DEVICE, flags, None)
+    bpf_sys::prog_attach(dir.fd.as_fd(), &prog, CGROUP_DEVICE, flags, None)
         .unwrap_or_else(|e| panic!("attach to {}: {e}", cgroup.path.display()));
-    bpf_sys::prog_info(prog.as_fd()).unwrap().id
+    bpf_sys::prog_info(&prog).unwrap().id
 }
 
 /// A parent cgroup and a child cgroup below it, for ancestor scenarios.
@@ -466,7 +466,7 @@ fn v2_extends_the_containers_program_when_ancestors_already_allow_the_rules() {
     .unwrap();
     bpf_sys::prog_attach(
         parent.open().fd.as_fd(),
-        prog.as_fd(),
+        &prog,
         CGROUP_DEVICE,
         F_ALLOW_MULTI,
         None,
@@ -552,7 +552,7 @@ fn v2_names_a_restricting_ancestor_above_the_visible_mount() {
 }
 
 /// Loads a program that denies every access: a runtime tightening the rules.
-fn load_deny_all() -> std::os::fd::OwnedFd {
+fn load_deny_all() -> bpf_sys::ProgFd {
     let insns = program::encode(&[
         program::Insn::new(program::ALU64_MOV_K, 0, 0, 0, 0),
         program::Insn::new(program::JMP_EXIT, 0, 0, 0, 0),
@@ -576,13 +576,12 @@ fn v2_single_program_race(name: &str, step: v2::Step) {
     let cgroup = TempCgroup::new(&mount, name);
     attach_runc_like(&cgroup, 0);
     let tighter = load_deny_all();
-    let tighter_id = bpf_sys::prog_info(tighter.as_fd()).unwrap().id;
+    let tighter_id = bpf_sys::prog_info(&tighter).unwrap().id;
     let runtime = cgroup.open();
     let mut raced = false;
     let mut observe = |at: v2::Step| {
         if at == step {
-            bpf_sys::prog_attach(runtime.fd.as_fd(), tighter.as_fd(), CGROUP_DEVICE, 0, None)
-                .unwrap();
+            bpf_sys::prog_attach(runtime.fd.as_fd(), &tighter, CGROUP_DEVICE, 0, None).unwrap();
             raced = true;
         }
     };
@@ -617,4 +616,46 @@ fn v2_fails_when_a_single_program_changes_between_query_and_attach() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
 fn v2_fails_when_a_single_program_changes_right_after_the_attach() {
     v2_single_program_race("race-after", v2::Step::AfterAttach);
+}
+
+/// Attaches `n` allow-all programs to `cgroup` with `multi`.
+fn attach_allow_all(cgroup: &TempCgroup, n: usize) {
+    let insns = program::encode(&[
+        program::Insn::new(program::ALU64_MOV_K, 0, 0, 0, 1),
+        program::Insn::new(program::JMP_EXIT, 0, 0, 0, 0),
+    ]);
+    let dir = cgroup.open();
+    for _ in 0..n {
+        let prog = bpf_sys::prog_load(
+            bpf_sys::PROG_TYPE_CGROUP_DEVICE,
+            &insns,
+            c"Apache-2.0",
+            "test_allow_all",
+            None,
+        )
+        .unwrap();
+        bpf_sys::prog_attach(dir.fd.as_fd(), &prog, CGROUP_DEVICE, F_ALLOW_MULTI, None).unwrap();
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v2_sees_more_effective_programs_than_one_cgroup_can_hold() {
+    let (parent, child) = parent_and_child("many");
+    attach_allow_all(&parent, 40);
+    attach_allow_all(&child, 30);
+    let dir = child.open();
+
+    let (_, effective) =
+        bpf_sys::prog_query(dir.fd.as_fd(), CGROUP_DEVICE, bpf_sys::F_QUERY_EFFECTIVE).unwrap();
+
+    assert_eq!(effective.len(), 70);
+    let prober = Prober::spawn();
+    child.write("cgroup.procs", &prober.pid().to_string());
+    let outcomes = allow(Path::new("/proc"), prober.pid(), &[ZERO]).unwrap();
+    let v2 = Outcome::V2 {
+        dir: child.path.clone(),
+        replaced: 30,
+    };
+    assert!(outcomes.contains(&v2), "{outcomes:?}");
 }

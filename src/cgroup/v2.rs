@@ -20,7 +20,8 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
 use super::bpf_sys::{
-    self, CGROUP_DEVICE, F_ALLOW_MULTI, F_QUERY_EFFECTIVE, F_REPLACE, PROG_TYPE_CGROUP_DEVICE,
+    self, ProgFd, CGROUP_DEVICE, F_ALLOW_MULTI, F_QUERY_EFFECTIVE, F_REPLACE,
+    PROG_TYPE_CGROUP_DEVICE,
 };
 use super::discovery::CgroupDir;
 use super::eval;
@@ -147,7 +148,7 @@ fn without(effective: &[u32], own: &[u32]) -> Vec<u32> {
 fn ancestor_allows(id: u32, rules: &[CgroupRule]) -> std::result::Result<(), String> {
     let fd = bpf_sys::prog_get_fd_by_id(id)
         .map_err(|e| format!("cannot be read: BPF_PROG_GET_FD_BY_ID: {e}"))?;
-    let info = bpf_sys::prog_info(fd.as_fd())
+    let info = bpf_sys::prog_info(&fd)
         .map_err(|e| format!("cannot be read: BPF_OBJ_GET_INFO_BY_FD: {e}"))?;
     if info.xlated.is_empty() {
         return Err(
@@ -227,7 +228,7 @@ fn replace(
     };
 
     let old_fd = bpf_sys::prog_get_fd_by_id(id).map_err(prog_err("BPF_PROG_GET_FD_BY_ID"))?;
-    let info = bpf_sys::prog_info(old_fd.as_fd()).map_err(prog_err("BPF_OBJ_GET_INFO_BY_FD"))?;
+    let info = bpf_sys::prog_info(&old_fd).map_err(prog_err("BPF_OBJ_GET_INFO_BY_FD"))?;
     if info.prog_type != PROG_TYPE_CGROUP_DEVICE {
         return Err(not_reusable(&format!(
             "it is of program type {}, not cgroup_device",
@@ -254,7 +255,7 @@ fn replace(
 
     let insns = program::encode(&program::prepend(block, &old));
     let new_fd = load(dir, id, &insns)?;
-    let new_id = bpf_sys::prog_info(new_fd.as_fd())
+    let new_id = bpf_sys::prog_info(&new_fd)
         .map_err(prog_err("BPF_OBJ_GET_INFO_BY_FD (extended program)"))?
         .id;
     let swap = Swap {
@@ -269,7 +270,7 @@ fn replace(
 }
 
 /// Loads the extended program; on failure, loads again to get the verifier's log.
-fn load(dir: &CgroupDir, id: u32, insns: &[u64]) -> Result<OwnedFd> {
+fn load(dir: &CgroupDir, id: u32, insns: &[u64]) -> Result<ProgFd> {
     let load = |log| bpf_sys::prog_load(PROG_TYPE_CGROUP_DEVICE, insns, LICENSE, PROG_NAME, log);
     match load(None) {
         Ok(fd) => Ok(fd),
@@ -298,9 +299,9 @@ struct Swap<'a> {
     /// The cgroup's attach flags, as queried.
     flags: u32,
     old_id: u32,
-    old: &'a OwnedFd,
+    old: &'a ProgFd,
     new_id: u32,
-    new: &'a OwnedFd,
+    new: &'a ProgFd,
 }
 
 /// Puts `new` in place of `old` in the cgroup, in one step where the kernel can.
@@ -336,7 +337,7 @@ fn attach(dir: &CgroupDir, swap: &Swap<'_>, observe: &mut dyn FnMut(Step)) -> Re
             swap.old_id,
             "before the hook attached its extension",
         )?;
-        bpf_sys::prog_attach(cg, swap.new.as_fd(), CGROUP_DEVICE, swap.flags, None)
+        bpf_sys::prog_attach(cg, swap.new, CGROUP_DEVICE, swap.flags, None)
             .map_err(err("BPF_PROG_ATTACH"))?;
         observe(Step::AfterAttach);
         // Ours is not detached on a change: it is no longer attached then.
@@ -348,13 +349,7 @@ fn attach(dir: &CgroupDir, swap: &Swap<'_>, observe: &mut dyn FnMut(Step)) -> Re
         );
     }
     let replace = F_ALLOW_MULTI | F_REPLACE;
-    match bpf_sys::prog_attach(
-        cg,
-        swap.new.as_fd(),
-        CGROUP_DEVICE,
-        replace,
-        Some(swap.old.as_fd()),
-    ) {
+    match bpf_sys::prog_attach(cg, swap.new, CGROUP_DEVICE, replace, Some(swap.old)) {
         Ok(()) => Ok(()),
         // Before 5.6 BPF_F_REPLACE is an unknown flag. Attaching first and
         // detaching second only ever makes the window more restrictive.
@@ -363,10 +358,9 @@ fn attach(dir: &CgroupDir, swap: &Swap<'_>, observe: &mut dyn FnMut(Step)) -> Re
                 "{}: no BPF_F_REPLACE; attach, then detach",
                 dir.path.display()
             );
-            bpf_sys::prog_attach(cg, swap.new.as_fd(), CGROUP_DEVICE, F_ALLOW_MULTI, None)
+            bpf_sys::prog_attach(cg, swap.new, CGROUP_DEVICE, F_ALLOW_MULTI, None)
                 .map_err(err("BPF_PROG_ATTACH"))?;
-            bpf_sys::prog_detach(cg, swap.old.as_fd(), CGROUP_DEVICE)
-                .map_err(err("BPF_PROG_DETACH"))
+            bpf_sys::prog_detach(cg, swap.old, CGROUP_DEVICE).map_err(err("BPF_PROG_DETACH"))
         }
         Err(errno) => Err(err("BPF_PROG_ATTACH (BPF_F_REPLACE)")(errno)),
     }
