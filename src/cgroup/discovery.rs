@@ -77,6 +77,9 @@ pub struct CgroupDir {
     pub path: PathBuf,
     /// The open directory.
     pub fd: OwnedFd,
+    /// How many levels it lies below the mount's root: how far up its
+    /// ancestors stay in view.
+    pub depth: usize,
 }
 
 /// Parses `/proc/<pid>/cgroup`.
@@ -213,6 +216,7 @@ pub fn open_cgroup_dir(
             continue;
         };
         // Joining "" would add a trailing slash to the path we report.
+        let depth = rel.components().count();
         let (path, rel) = if rel.as_os_str().is_empty() {
             (mount.mount_point.clone(), PathBuf::from("."))
         } else {
@@ -220,7 +224,7 @@ pub fn open_cgroup_dir(
         };
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
         return match openat(&mount_fd, &rel, flags, Mode::empty()) {
-            Ok(fd) => Ok(Some(CgroupDir { path, fd })),
+            Ok(fd) => Ok(Some(CgroupDir { path, fd, depth })),
             Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => Err(Error::CgroupDirMissing { path }),
             Err(errno) => Err(Error::OpenCgroupDir { path, errno }),
         };

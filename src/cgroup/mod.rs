@@ -12,11 +12,12 @@
 //! manages and drops ours (NVIDIA's "Failed to initialize NVML: Unknown
 //! Error"); CDI avoids that by putting the devices in the container spec.
 
-// Only `bpf_sys` may opt out: it holds every raw syscall.
-#![deny(unsafe_code)]
+// The raw bpf(2) calls live in `crate::sys::bpf`.
+#![forbid(unsafe_code)]
 
 mod bpf_sys;
 mod discovery;
+mod eval;
 /// The v2 device program as pure data; public for the benchmarks.
 pub mod program;
 mod v1;
@@ -99,6 +100,24 @@ pub enum Error {
         path: PathBuf,
         reason: String,
     },
+    /// A program of an ancestor cgroup applies to the container and denies a
+    /// rule (or cannot be read): ours, at the container's cgroup, cannot override it.
+    #[error("{} restricts devices with a BPF program the hook cannot extend: its program {id} {reason}; allow the devices in that cgroup", whose(.ancestor, .path))]
+    AncestorRestricts {
+        ancestor: Ancestor,
+        path: PathBuf,
+        id: u32,
+        reason: String,
+    },
+    /// The cgroup's only program (no `multi`) changed while the hook swapped
+    /// it: the runtime is changing the rules concurrently, so nothing is granted.
+    #[error("device programs of cgroup {path} changed {when}: expected only program {expected}, found {found:?}; not granting")]
+    ProgramChanged {
+        path: PathBuf,
+        expected: u32,
+        found: Vec<u32>,
+        when: &'static str,
+    },
     /// The verifier rejected the extended program.
     #[error("BPF_PROG_LOAD of device program {id} extended for cgroup {path}: {errno}; verifier log: {log}")]
     Load {
@@ -107,6 +126,34 @@ pub enum Error {
         errno: Errno,
         log: String,
     },
+}
+
+/// Where a restricting program of an ancestor cgroup is attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ancestor {
+    /// A visible ancestor cgroup directory.
+    Dir(PathBuf),
+    /// A cgroup above this mount's root, which the hook cannot see.
+    AboveMount(PathBuf),
+    /// An ancestor that could not be read while looking for it.
+    Unknown,
+}
+
+/// The error's subject: which cgroup restricts, and whose ancestor it is.
+fn whose(ancestor: &Ancestor, path: &Path) -> String {
+    match ancestor {
+        Ancestor::Dir(dir) => format!(
+            "device cgroup {} (an ancestor of the container's {})",
+            dir.display(),
+            path.display()
+        ),
+        Ancestor::AboveMount(mount) => format!(
+            "a device cgroup above {} (out of the hook's view; an ancestor of the container's {})",
+            mount.display(),
+            path.display()
+        ),
+        Ancestor::Unknown => format!("an ancestor of the container's {}", path.display()),
+    }
 }
 
 /// Result of granting devices.
@@ -119,6 +166,9 @@ pub enum Outcome {
     V1 { dir: PathBuf },
     /// `replaced` device programs of `dir` were swapped for extended ones.
     V2 { dir: PathBuf, replaced: usize },
+    /// `dir` has no device program of its own, and the `programs` of its
+    /// ancestors that apply already allow every rule: nothing was changed.
+    V2AllowedAbove { dir: PathBuf, programs: usize },
     /// No device controller restricts this container: nothing was changed.
     Unrestricted,
 }
@@ -131,6 +181,11 @@ impl fmt::Display for Outcome {
             Outcome::V2 { dir, replaced } => write!(
                 f,
                 "{replaced} cgroup v2 device program(s) of {} extended",
+                dir.display()
+            ),
+            Outcome::V2AllowedAbove { dir, programs } => write!(
+                f,
+                "{programs} cgroup v2 device program(s) of ancestors of {} already allow the devices",
                 dir.display()
             ),
             Outcome::Unrestricted => f.write_str("no device cgroup restricts the container"),
@@ -194,14 +249,18 @@ pub fn allow(proc: &Path, pid: u32, rules: &[CgroupRule]) -> Result<Vec<Outcome>
     if let Some(cgroup) = discovery::membership(&memberships, Hierarchy::V2) {
         let dir = discovery::open_cgroup_dir(proc, &mounts, Hierarchy::V2, pid, cgroup)?;
         if let Some(dir) = dir {
-            let replaced = v2::allow(&dir, rules)?;
-            if replaced > 0 {
-                outcomes.push(Outcome::V2 {
+            match v2::allow(&dir, rules)? {
+                v2::Grant::Extended { replaced } => outcomes.push(Outcome::V2 {
                     dir: dir.path,
                     replaced,
-                });
-            } else {
-                log::debug!("{}: no device program attached", dir.path.display());
+                }),
+                v2::Grant::AllowedAbove { programs } => outcomes.push(Outcome::V2AllowedAbove {
+                    dir: dir.path,
+                    programs,
+                }),
+                v2::Grant::Unrestricted => {
+                    log::debug!("{}: no device program applies", dir.path.display());
+                }
             }
         }
     }

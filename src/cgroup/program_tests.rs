@@ -130,7 +130,7 @@ fn deny_tail() -> Vec<Insn> {
 }
 
 /// Runs `insns` over one `bpf_cgroup_dev_ctx`, with R0 and R2..R9 poisoned first.
-fn run(insns: &[Insn], dev: u32, major: u32, minor: u32, access: u32) -> u64 {
+pub(in crate::cgroup) fn run(insns: &[Insn], dev: u32, major: u32, minor: u32, access: u32) -> u64 {
     let mut prog = vec![Insn::new(ALU64_MOV_K, 0, 0, 0, POISON as i32)];
     prog.extend((2..=9).map(|r| Insn::new(ALU64_MOV_K, r, 0, 0, 0x5a5a_5a5a)));
     prog.extend_from_slice(insns);
@@ -144,7 +144,7 @@ fn run(insns: &[Insn], dev: u32, major: u32, minor: u32, access: u32) -> u64 {
 }
 
 /// Calls `f` for every point of the matrix.
-fn each(mut f: impl FnMut(u32, u32, u32, u32)) {
+pub(in crate::cgroup) fn each(mut f: impl FnMut(u32, u32, u32, u32)) {
     for dev in TYPES {
         for major in MAJORS {
             for minor in MINORS {

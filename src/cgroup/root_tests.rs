@@ -59,10 +59,14 @@ impl TempCgroup {
             .unwrap_or_else(|e| panic!("write {line:?} to {}: {e}", path.display()));
     }
 
+    /// Opens a cgroup2 test cgroup as discovery would.
     fn open(&self) -> CgroupDir {
+        let mount = visible_mount(Hierarchy::V2).unwrap();
+        let depth = self.path.strip_prefix(&mount).unwrap().components().count();
         CgroupDir {
             path: self.path.clone(),
             fd: fs::File::open(&self.path).unwrap().into(),
+            depth,
         }
     }
 }
@@ -153,7 +157,7 @@ fn assert_zero_and_null_open_but_not_full(report: &str) {
 }
 
 /// Loads the runc-like program (char 1:3 and a few others, default deny).
-fn load_runc_like() -> std::os::fd::OwnedFd {
+fn load_runc_like() -> bpf_sys::ProgFd {
     let insns = program::encode(&runc_like());
     let mut log = vec![0u8; 64 * 1024];
     bpf_sys::prog_load(
@@ -182,8 +186,8 @@ fn v2_scenario(name: &str, flags: u32, programs: usize) {
         let dir = cgroup.open();
         for _ in 0..programs {
             let prog = load_runc_like();
-            bpf_sys::prog_attach(dir.fd.as_fd(), prog.as_fd(), CGROUP_DEVICE, flags, None).unwrap();
-            old_ids.push(bpf_sys::prog_info(prog.as_fd()).unwrap().id);
+            bpf_sys::prog_attach(dir.fd.as_fd(), &prog, CGROUP_DEVICE, flags, None).unwrap();
+            old_ids.push(bpf_sys::prog_info(&prog).unwrap().id);
         }
     }
     let before = Prober::spawn();
@@ -351,4 +355,307 @@ fn cgroup_below_no_visible_mount_is_an_error() {
         matches!(err, Error::CgroupNotVisible { pid: 9, .. }),
         "{err}"
     );
+}
+
+/// /dev/null, which every runc-like program already allows.
+const NULL: CgroupRule = CgroupRule {
+    kind: 'c',
+    major: 1,
+    minor: 3,
+    access: "rw",
+};
+
+/// Attaches a freshly loaded runc-like program to `cgroup` with `flags`; returns its id.
+fn attach_runc_like(cgroup: &TempCgroup, flags: u32) -> u32 {
+    let prog = load_runc_like();
+    let dir = cgroup.open();
+    bpf_sys::prog_attach(dir.fd.as_fd(), &prog, CGROUP_DEVICE, flags, None)
+        .unwrap_or_else(|e| panic!("attach to {}: {e}", cgroup.path.display()));
+    bpf_sys::prog_info(&prog).unwrap().id
+}
+
+/// A parent cgroup and a child cgroup below it, for ancestor scenarios.
+fn parent_and_child(name: &str) -> (TempCgroup, TempCgroup) {
+    require_root();
+    let mount = visible_mount(Hierarchy::V2).expect("this test needs a visible cgroup2 mount");
+    let parent = TempCgroup::new(&mount, name);
+    let child = TempCgroup::new(&parent.path, "ctr");
+    (parent, child)
+}
+
+/// Checks that a shell in `cgroup` really is denied /dev/zero now.
+fn assert_restricted(cgroup: &TempCgroup) {
+    let before = Prober::spawn();
+    cgroup.write("cgroup.procs", &before.pid().to_string());
+    assert_only_null_opens(&before.run());
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v2_refuses_a_grant_that_an_ancestors_program_denies_and_names_the_ancestor() {
+    let (parent, child) = parent_and_child("anc-deny");
+    attach_runc_like(&parent, F_ALLOW_MULTI);
+    assert_restricted(&child);
+    let prober = Prober::spawn();
+    child.write("cgroup.procs", &prober.pid().to_string());
+
+    let err = allow(Path::new("/proc"), prober.pid(), &[ZERO]).unwrap_err();
+
+    let line = err.to_string();
+    let want = format!(
+        "device cgroup {} (an ancestor of the container's {}) restricts devices",
+        parent.path.display(),
+        child.path.display()
+    );
+    assert!(line.contains(&want), "{line}");
+    assert!(line.contains("c 1:5 rw"), "{line}");
+    assert!(attached(&child).1.is_empty(), "attached to the child");
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v2_leaves_the_containers_program_alone_when_an_ancestor_denies() {
+    let (parent, child) = parent_and_child("anc-deny2");
+    attach_runc_like(&parent, F_ALLOW_MULTI);
+    let own = attach_runc_like(&child, F_ALLOW_MULTI);
+    let prober = Prober::spawn();
+    child.write("cgroup.procs", &prober.pid().to_string());
+
+    let err = allow(Path::new("/proc"), prober.pid(), &[ZERO]).unwrap_err();
+
+    assert!(matches!(&err, Error::AncestorRestricts { .. }), "{err}");
+    assert_eq!(
+        attached(&child).1,
+        [own],
+        "the container's program was changed"
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v2_passes_when_the_ancestors_programs_already_allow_the_rules() {
+    let (parent, child) = parent_and_child("anc-allow");
+    attach_runc_like(&parent, F_ALLOW_MULTI);
+    let prober = Prober::spawn();
+    child.write("cgroup.procs", &prober.pid().to_string());
+
+    let outcomes = allow(Path::new("/proc"), prober.pid(), &[NULL]).unwrap();
+
+    let want = Outcome::V2AllowedAbove {
+        dir: child.path.clone(),
+        programs: 1,
+    };
+    assert!(outcomes.contains(&want), "{outcomes:?}");
+    assert!(attached(&child).1.is_empty(), "attached to the child");
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v2_extends_the_containers_program_when_ancestors_already_allow_the_rules() {
+    let (parent, child) = parent_and_child("anc-allow2");
+    // The parent allows /dev/zero and /dev/null, the container only /dev/null.
+    let block = program::allow_block(&[ZERO]).unwrap();
+    let insns = program::encode(&program::prepend(&block, &runc_like()));
+    let prog = bpf_sys::prog_load(
+        bpf_sys::PROG_TYPE_CGROUP_DEVICE,
+        &insns,
+        c"Apache-2.0",
+        "test_zero_too",
+        None,
+    )
+    .unwrap();
+    bpf_sys::prog_attach(
+        parent.open().fd.as_fd(),
+        &prog,
+        CGROUP_DEVICE,
+        F_ALLOW_MULTI,
+        None,
+    )
+    .unwrap();
+    let own = attach_runc_like(&child, F_ALLOW_MULTI);
+    assert_restricted(&child);
+    let prober = Prober::spawn();
+    child.write("cgroup.procs", &prober.pid().to_string());
+
+    let outcomes = allow(Path::new("/proc"), prober.pid(), &[ZERO]).unwrap();
+
+    let v2 = Outcome::V2 {
+        dir: child.path.clone(),
+        replaced: 1,
+    };
+    assert!(outcomes.contains(&v2), "{outcomes:?}");
+    assert_ne!(attached(&child).1, [own]);
+    assert_zero_and_null_open_but_not_full(&prober.run());
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v2_extends_a_program_that_overrides_the_ancestors() {
+    let (parent, child) = parent_and_child("anc-override");
+    // Deny-all-but-null above, overridden below: the container gets only its own.
+    attach_runc_like(&parent, F_ALLOW_OVERRIDE);
+    attach_runc_like(&child, F_ALLOW_OVERRIDE);
+    assert_restricted(&child);
+    let prober = Prober::spawn();
+    child.write("cgroup.procs", &prober.pid().to_string());
+
+    let outcomes = allow(Path::new("/proc"), prober.pid(), &[ZERO]).unwrap();
+
+    let v2 = Outcome::V2 {
+        dir: child.path.clone(),
+        replaced: 1,
+    };
+    assert!(outcomes.contains(&v2), "{outcomes:?}");
+    assert_zero_and_null_open_but_not_full(&prober.run());
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v2_names_a_restricting_ancestor_above_the_visible_mount() {
+    let (grandparent, parent) = parent_and_child("anc-hidden");
+    let child = TempCgroup::new(&parent.path, "ctr");
+    attach_runc_like(&grandparent, F_ALLOW_MULTI);
+    let prober = Prober::spawn();
+    child.write("cgroup.procs", &prober.pid().to_string());
+    // Only the parent is mounted, as in a cgroup namespace: the grandparent
+    // is out of the hook's view.
+    let real = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mounts = discovery::parse_mountinfo(&real).unwrap();
+    let mount = visible_mount(Hierarchy::V2).unwrap();
+    let id = mounts
+        .iter()
+        .rev()
+        .find(|m| m.mount_point == mount)
+        .unwrap()
+        .id;
+    let root = Path::new("/").join(parent.path.strip_prefix(&mount).unwrap());
+    let mountinfo = format!(
+        "{id} 1 0:99 {} {} rw - cgroup2 cgroup2 rw\n",
+        root.display(),
+        parent.path.display()
+    );
+    let cgroup = Path::new("/").join(child.path.strip_prefix(&mount).unwrap());
+    let proc = proc_with_cgroup_file(
+        prober.pid(),
+        &format!("0::{}\n", cgroup.display()),
+        &mountinfo,
+    );
+
+    let err = allow(proc.path(), prober.pid(), &[ZERO]).unwrap_err();
+
+    let want = format!(
+        "a device cgroup above {} (out of the hook's view; an ancestor of the container's {})",
+        parent.path.display(),
+        child.path.display()
+    );
+    assert!(err.to_string().contains(&want), "{err}");
+}
+
+/// Loads a program that denies every access: a runtime tightening the rules.
+fn load_deny_all() -> bpf_sys::ProgFd {
+    let insns = program::encode(&[
+        program::Insn::new(program::ALU64_MOV_K, 0, 0, 0, 0),
+        program::Insn::new(program::JMP_EXIT, 0, 0, 0, 0),
+    ]);
+    bpf_sys::prog_load(
+        bpf_sys::PROG_TYPE_CGROUP_DEVICE,
+        &insns,
+        c"Apache-2.0",
+        "test_deny_all",
+        None,
+    )
+    .unwrap()
+}
+
+/// A cgroup whose only program (no `multi`) a "runtime" replaces with a
+/// deny-all one at `step` of the hook's swap: the hook must fail and the
+/// runtime's program must stay.
+fn v2_single_program_race(name: &str, step: v2::Step) {
+    require_root();
+    let mount = visible_mount(Hierarchy::V2).expect("this test needs a visible cgroup2 mount");
+    let cgroup = TempCgroup::new(&mount, name);
+    attach_runc_like(&cgroup, 0);
+    let tighter = load_deny_all();
+    let tighter_id = bpf_sys::prog_info(&tighter).unwrap().id;
+    let runtime = cgroup.open();
+    let mut raced = false;
+    let mut observe = |at: v2::Step| {
+        if at == step {
+            bpf_sys::prog_attach(runtime.fd.as_fd(), &tighter, CGROUP_DEVICE, 0, None).unwrap();
+            raced = true;
+        }
+    };
+
+    let err = v2::allow_observed(&cgroup.open(), &[ZERO], &mut observe).unwrap_err();
+
+    assert!(raced, "the hook never reached {step:?}");
+    assert!(
+        matches!(&err, Error::ProgramChanged { found, .. } if *found == [tighter_id]),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&cgroup.path.display().to_string()));
+    assert_eq!(
+        attached(&cgroup),
+        (0, vec![tighter_id]),
+        "tightening undone"
+    );
+    let prober = Prober::spawn();
+    cgroup.write("cgroup.procs", &prober.pid().to_string());
+    let report = prober.run();
+    assert!(!report.contains("zero: ok"), "{report}");
+    assert!(!report.contains("null: ok"), "{report}");
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v2_fails_when_a_single_program_changes_between_query_and_attach() {
+    v2_single_program_race("race-before", v2::Step::BeforeRecheck);
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v2_fails_when_a_single_program_changes_right_after_the_attach() {
+    v2_single_program_race("race-after", v2::Step::AfterAttach);
+}
+
+/// Attaches `n` allow-all programs to `cgroup` with `multi`.
+fn attach_allow_all(cgroup: &TempCgroup, n: usize) {
+    let insns = program::encode(&[
+        program::Insn::new(program::ALU64_MOV_K, 0, 0, 0, 1),
+        program::Insn::new(program::JMP_EXIT, 0, 0, 0, 0),
+    ]);
+    let dir = cgroup.open();
+    for _ in 0..n {
+        let prog = bpf_sys::prog_load(
+            bpf_sys::PROG_TYPE_CGROUP_DEVICE,
+            &insns,
+            c"Apache-2.0",
+            "test_allow_all",
+            None,
+        )
+        .unwrap();
+        bpf_sys::prog_attach(dir.fd.as_fd(), &prog, CGROUP_DEVICE, F_ALLOW_MULTI, None).unwrap();
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v2_sees_more_effective_programs_than_one_cgroup_can_hold() {
+    let (parent, child) = parent_and_child("many");
+    attach_allow_all(&parent, 40);
+    attach_allow_all(&child, 30);
+    let dir = child.open();
+
+    let (_, effective) =
+        bpf_sys::prog_query(dir.fd.as_fd(), CGROUP_DEVICE, bpf_sys::F_QUERY_EFFECTIVE).unwrap();
+
+    assert_eq!(effective.len(), 70);
+    let prober = Prober::spawn();
+    child.write("cgroup.procs", &prober.pid().to_string());
+    let outcomes = allow(Path::new("/proc"), prober.pid(), &[ZERO]).unwrap();
+    let v2 = Outcome::V2 {
+        dir: child.path.clone(),
+        replaced: 30,
+    };
+    assert!(outcomes.contains(&v2), "{outcomes:?}");
 }

@@ -5,3 +5,5 @@
 //!
 //! Nothing here decides policy: callers pass descriptors and values already
 //! checked, and get plain `io::Result`s back.
+
+pub mod bpf;
