@@ -5,3 +5,8 @@
 //!
 //! Nothing here decides policy: callers pass descriptors and values already
 //! checked, and get plain `io::Result`s back.
+
+pub mod dl;
+pub mod mount;
+pub mod process;
+pub mod signal;
