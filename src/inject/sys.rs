@@ -27,13 +27,20 @@ use rustix::mount::{MoveMountFlags, OpenTreeFlags};
 
 use super::{Error, Place, Result, Source};
 use crate::plan::MountOptions;
-use crate::sys::mount;
+use crate::sys::{mount, process};
 
 /// The privileged operations injection needs; the Linux implementation makes
 /// the syscalls, tests substitute a recorder.
 pub trait Sys {
-    /// Moves this process into the mount namespace of `pid`.
-    fn enter_mount_namespace(&self, proc: &Path, pid: u32) -> Result<()>;
+    /// Moves this process into the mount namespace of `pid`, held by
+    /// `pidfd` where the kernel has pidfds, so that the namespace entered is
+    /// that of the process checked, even if `pid` now names another.
+    fn enter_mount_namespace(
+        &self,
+        proc: &Path,
+        pid: u32,
+        pidfd: Option<BorrowedFd<'_>>,
+    ) -> Result<()>;
     /// Creates character device `place` and verifies it with `fstatat`.
     fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<()>;
     /// In the host's namespace, clones the mount of `source` (at host `path`)
@@ -111,16 +118,53 @@ fn open_place(place: Place<'_>) -> Result<OwnedFd> {
 }
 
 impl Sys for LinuxSys {
-    fn enter_mount_namespace(&self, proc: &Path, pid: u32) -> Result<()> {
+    fn enter_mount_namespace(
+        &self,
+        proc: &Path,
+        pid: u32,
+        pidfd: Option<BorrowedFd<'_>>,
+    ) -> Result<()> {
         let open =
             |path: PathBuf| File::open(&path).map_err(|source| Error::Namespace { path, source });
         let host = open(proc.join("self/ns/mnt"))?;
         let ns = proc.join(pid.to_string()).join("ns/mnt");
-        let container = open(ns.clone())?;
-        setns(container.as_fd(), CloneFlags::CLONE_NEWNS).map_err(|errno| Error::Namespace {
+        let entered = |errno: Errno| Error::Namespace {
             path: ns.clone(),
             source: errno.into(),
-        })?;
+        };
+        // Since Linux 5.8 setns takes the pidfd itself: the namespace is the
+        // held process's, whatever its pid names by now. The way back from
+        // the host's (`clone_in_host`) then takes this one as now ours.
+        if let Some(pidfd) = pidfd {
+            match setns(pidfd, CloneFlags::CLONE_NEWNS) {
+                Ok(()) => {
+                    let container = open(proc.join("self/ns/mnt"))?;
+                    *self.namespaces.borrow_mut() = Some((host, container, ns));
+                    return Ok(());
+                }
+                // Older kernels take only namespace files: by path below.
+                Err(Errno::EINVAL) => {
+                    log::debug!(
+                        "setns on a pidfd needs Linux 5.8: entering {}",
+                        ns.display()
+                    )
+                }
+                Err(errno) => return Err(entered(errno)),
+            }
+        }
+        let container = open(ns.clone())?;
+        // The file opened must be the held process's namespace: its pid
+        // cannot have been reused while the process still exists.
+        if let Some(pidfd) = pidfd {
+            let alive = process::pidfd_is_alive(pidfd).map_err(|source| Error::Namespace {
+                path: ns.clone(),
+                source,
+            })?;
+            if !alive {
+                return Err(entered(Errno::ESRCH));
+            }
+        }
+        setns(container.as_fd(), CloneFlags::CLONE_NEWNS).map_err(entered)?;
         *self.namespaces.borrow_mut() = Some((host, container, ns));
         Ok(())
     }

@@ -1,10 +1,12 @@
-//! Processes: a forked child that runs one closure and exits. Never waits
-//! for, signals nor kills anything: timeouts and reaping are the caller's.
+//! Processes: a forked child that runs one closure and exits, and whether a
+//! process held by a pidfd still exists. Neither waits for, signals nor
+//! kills anything: timeouts and reaping are the caller's.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use nix::errno::Errno;
 use nix::libc;
 use nix::unistd::{fork, ForkResult, Pid};
 
@@ -49,13 +51,67 @@ fn close_all_but(keep: i32) {
     }
 }
 
+/// Whether the process `pidfd` refers to still exists (not yet reaped), by
+/// `pidfd_send_signal(pidfd, 0)`, which sends nothing. While it does, its
+/// pid cannot name another process, so what was read under `/proc/<pid>`
+/// since the pidfd was opened was about it.
+pub fn pidfd_is_alive(pidfd: BorrowedFd<'_>) -> io::Result<bool> {
+    // SAFETY: signal 0 sends nothing; a null siginfo with flags 0 is the
+    // documented plain form, and the borrowed descriptor stays open for the
+    // call. Nothing is read or written through a pointer.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            0,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if ret == 0 {
+        return Ok(true);
+    }
+    match Errno::last() {
+        Errno::ESRCH => Ok(false),
+        // Not allowed to signal it (after switching to a container's
+        // user), but that needs a process to refuse.
+        Errno::EPERM => Ok(true),
+        errno => Err(errno.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsFd;
 
     use nix::sys::wait::waitpid;
+    use rustix::process::{pidfd_open, PidfdFlags};
 
     use super::*;
+
+    fn pidfd(pid: Pid) -> std::os::fd::OwnedFd {
+        pidfd_open(
+            rustix::process::Pid::from_raw(pid.as_raw()).unwrap(),
+            PidfdFlags::empty(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pidfd_of_a_running_process_is_alive() {
+        let ours = pidfd(nix::unistd::getpid());
+        assert!(pidfd_is_alive(ours.as_fd()).unwrap());
+    }
+
+    #[test]
+    fn a_pidfd_outlives_its_reaped_process_and_says_so() {
+        let (reader, writer) = std::io::pipe().unwrap();
+        let child = fork_and_run(writer.as_fd(), || 0).unwrap();
+        let held = pidfd(child);
+        drop((reader, writer));
+        waitpid(child, None).unwrap();
+        assert!(!pidfd_is_alive(held.as_fd()).unwrap());
+    }
 
     #[test]
     fn a_panicking_child_exits_with_101_and_never_returns() {
