@@ -7,18 +7,16 @@
 //! killed when the time is up; the hook itself never loads them.
 
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::time::Duration;
 
-use nix::libc;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::waitpid;
-use nix::unistd::{fork, ForkResult};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::bounded;
+use crate::{bounded, sys};
 
 /// Largest answer a child may send.
 const MAX_ANSWER: usize = 4 * 1024 * 1024;
@@ -51,63 +49,32 @@ where
     F: FnOnce() -> Result<T, String>,
 {
     let (reader, writer) = io::pipe().map_err(|source| Error::Spawn { what, source })?;
-    // SAFETY: the hook is single-threaded, so the child starts with a
-    // consistent copy of the process; it only runs `query`, writes to the
-    // pipe and leaves with `_exit`, never returning into the caller.
-    match unsafe { fork() }.map_err(|e| Error::Spawn {
+    let child = sys::process::fork_and_run(writer.as_fd(), || {
+        let answer = serde_json::to_vec(&query()).unwrap_or_default();
+        i32::from((&writer).write_all(&answer).is_err())
+    })
+    .map_err(|source| Error::Spawn { what, source })?;
+    drop(writer);
+    let answer = bounded::read_to_end(reader, MAX_ANSWER, timeout);
+    if answer.is_err() {
+        let _ = kill(child, Signal::SIGKILL);
+    }
+    let status = waitpid(child, None);
+    let data = match answer {
+        Ok(data) => data,
+        Err(bounded::Error::Timeout { timeout }) => return Err(Error::Timeout { what, timeout }),
+        Err(e) => {
+            return Err(Error::NoAnswer {
+                what,
+                reason: e.to_string(),
+            })
+        }
+    };
+    let answer: Result<T, String> = serde_json::from_slice(&data).map_err(|_| Error::NoAnswer {
         what,
-        source: e.into(),
-    })? {
-        ForkResult::Child => {
-            drop(reader);
-            close_other_fds(writer.as_raw_fd());
-            let answer = serde_json::to_vec(&query()).unwrap_or_default();
-            let status = i32::from((&writer).write_all(&answer).is_err());
-            // SAFETY: `_exit` ends the child without running the parent's
-            // atexit handlers or destructors on its copied state.
-            unsafe { libc::_exit(status) }
-        }
-        ForkResult::Parent { child } => {
-            drop(writer);
-            let answer = bounded::read_to_end(reader, MAX_ANSWER, timeout);
-            if answer.is_err() {
-                let _ = kill(child, Signal::SIGKILL);
-            }
-            let status = waitpid(child, None);
-            let data = match answer {
-                Ok(data) => data,
-                Err(bounded::Error::Timeout { timeout }) => {
-                    return Err(Error::Timeout { what, timeout })
-                }
-                Err(e) => {
-                    return Err(Error::NoAnswer {
-                        what,
-                        reason: e.to_string(),
-                    })
-                }
-            };
-            let answer: Result<T, String> =
-                serde_json::from_slice(&data).map_err(|_| Error::NoAnswer {
-                    what,
-                    reason: format!("{status:?}"),
-                })?;
-            answer.map_err(|message| Error::Failed { what, message })
-        }
-    }
-}
-
-/// Closes every descriptor but stdio and `keep`: driver code in the child
-/// gets none of the hook's (sources, log file, what the runtime passed).
-fn close_other_fds(keep: i32) {
-    let keep = keep as libc::c_uint;
-    // SAFETY: close_range only closes descriptors; the child owns its copies
-    // and uses none of them but `keep` and stdio from here on.
-    unsafe {
-        if keep > 3 {
-            libc::close_range(3, keep - 1, 0);
-        }
-        libc::close_range(keep + 1, libc::c_uint::MAX, 0);
-    }
+        reason: format!("{status:?}"),
+    })?;
+    answer.map_err(|message| Error::Failed { what, message })
 }
 
 #[cfg(test)]
@@ -145,7 +112,7 @@ mod tests {
     #[test]
     fn the_child_inherits_no_stray_descriptors() {
         let stray = std::fs::File::open("/dev/null").unwrap();
-        let fd = stray.as_raw_fd();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&stray);
         let open: bool = query("fds", Duration::from_secs(5), move || {
             Ok(std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists())
         })
@@ -157,8 +124,9 @@ mod tests {
     #[test]
     fn a_child_that_dies_is_an_error() {
         let err = query::<u32, _>("NVML", Duration::from_secs(5), || {
-            // SAFETY: ends the forked child at once, as a crash in a driver library would.
-            unsafe { libc::_exit(3) }
+            // Ends the forked child at once, as a crash in a driver library would.
+            let _ = nix::sys::signal::raise(Signal::SIGKILL);
+            Err("still alive after SIGKILL".into())
         })
         .unwrap_err();
         assert!(matches!(err, Error::NoAnswer { .. }), "{err}");

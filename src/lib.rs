@@ -3,6 +3,7 @@
 //! The flow is one-way: inputs ([`config`], [`request`]) → host inventory
 //! ([`driver`]) → [`plan`] → apply. Everything up to the plan is pure or
 //! read-only, so it is tested without root.
+#![deny(unsafe_code)]
 
 pub mod bounded;
 pub mod bundle;

@@ -7,23 +7,25 @@
 //! to a closed pipe is an error (`list | head`), not a fatal `SIGPIPE`, and
 //! stdout is flushed before exit. A stack overflow is then a plain `SIGSEGV`.
 #![no_main]
+#![deny(unsafe_code)]
 
 use std::ffi::{c_char, c_int};
 use std::io::Write;
 
 use clap::Parser;
-use nix::sys::signal::{signal, SigHandler, Signal};
 use oci_nvidia_hook::cli::{self, Cli};
 use oci_nvidia_hook::config::Config;
-use oci_nvidia_hook::logging;
+use oci_nvidia_hook::{logging, sys};
 
 /// The process entry point, called by the C runtime (std still reads the
 /// arguments, which glibc hands it before `main`).
+// `no_mangle` counts as unsafe code (the symbol could clash with another);
+// this is the one C `main` of the binary, which is what `#![no_main]` wants.
+#[allow(unsafe_code)]
 #[no_mangle]
 pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
-    // SAFETY: no other thread exists yet, and SIG_IGN runs no handler code.
-    if let Err(errno) = unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) } {
-        return fail(&errno) as c_int;
+    if let Err(e) = sys::signal::ignore_sigpipe() {
+        return fail(&e) as c_int;
     }
     let status = run();
     match std::io::stdout().flush() {

@@ -96,7 +96,8 @@ fn query_here(lib: &Path) -> Result<Report, NvmlError> {
                     Err(NvmlError::NotFound) => continue,
                     Err(e) => return Err(e),
                 };
-                let (gpu_instance, compute_instance) = instance_ids(&nvml, &mig)?;
+                let (gpu_instance, compute_instance) =
+                    crate::sys::dl::mig_instance_ids(&nvml, &mig)?;
                 migs.push(MigInfo {
                     index: mig_index,
                     uuid: mig.uuid()?,
@@ -114,26 +115,4 @@ fn query_here(lib: &Path) -> Result<Report, NvmlError> {
         });
     }
     Ok(Report { gpus })
-}
-
-/// The GPU and compute instance ids of a MIG device, which nvml-wrapper does not wrap.
-fn instance_ids(nvml: &Nvml, mig: &nvml_wrapper::Device<'_>) -> Result<(u32, u32), NvmlError> {
-    let lib = nvml.lib();
-    let gi = lib
-        .nvmlDeviceGetGpuInstanceId
-        .as_ref()
-        .map_err(|_| NvmlError::FailedToLoadSymbol("nvmlDeviceGetGpuInstanceId".into()))?;
-    let ci = lib
-        .nvmlDeviceGetComputeInstanceId
-        .as_ref()
-        .map_err(|_| NvmlError::FailedToLoadSymbol("nvmlDeviceGetComputeInstanceId".into()))?;
-    let (mut gpu_instance, mut compute_instance) = (0, 0);
-    // SAFETY: both symbols come from the loaded NVML with their C signatures;
-    // the handle is a live MIG device of this NVML instance, and the out
-    // pointers are valid for the calls.
-    unsafe {
-        nvml_wrapper::error::nvml_try(gi(mig.handle(), &mut gpu_instance))?;
-        nvml_wrapper::error::nvml_try(ci(mig.handle(), &mut compute_instance))?;
-    }
-    Ok((gpu_instance, compute_instance))
 }

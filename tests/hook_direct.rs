@@ -333,6 +333,125 @@ impl Drop for Grandchild {
     }
 }
 
+/// A process in its own mount namespace, not pivoted, whose parent is pid 1:
+/// how a service with a private mount namespace (systemd's `PrivateTmp`)
+/// looks. `setsid -f` orphans it; it is killed when dropped.
+struct Orphan(u32);
+
+impl Orphan {
+    fn start() -> Orphan {
+        // The shell prints its pid, then becomes unshare, then sleep; stdout
+        // is closed at that exec, so `output` returns once setsid has exited.
+        let out = std::process::Command::new("setsid")
+            .args(["-f", "sh", "-c"])
+            .arg("echo $$; exec unshare -m sleep 30 >/dev/null 2>&1")
+            .output()
+            .expect("run setsid (util-linux)");
+        assert!(out.status.success(), "setsid -f failed: {out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let orphan = Orphan(stdout.trim().parse().expect("the orphan's pid"));
+        let pid = orphan.0;
+        let ours = fs::read_link("/proc/self/ns/mnt").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c != "sleep\n")
+            || fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|ns| ns == ours)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "unshare -m sleep did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let parent = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(1);
+        assert_eq!(
+            parent,
+            Some("1"),
+            "the orphan must be pid 1's child (is a child subreaper above this test?): {stat}"
+        );
+        orphan
+    }
+
+    fn pid(&self) -> u32 {
+        self.0
+    }
+}
+
+impl Drop for Orphan {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0 as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn an_orphan_of_pid_1_is_not_the_container_being_created() {
+    let sim = SimHost::shared("synthetic", 2, "new");
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
+    let orphan = Orphan::start();
+    let ns_before = fs::read_link(format!("/proc/{}/ns/mnt", orphan.pid())).unwrap();
+
+    let out = hook_with_stdin(&sim.config, &["prestart"], &state(orphan.pid(), &bundle));
+
+    let err = failure(out, &["an orphan of pid 1"]);
+    assert!(
+        err.contains(&format!(
+            "process {} is not the container being created",
+            orphan.pid()
+        )) && err.contains("its parent 1 is not the runtime running this hook"),
+        "{err}"
+    );
+    // Refused before anything changed: nothing injected, the orphan untouched.
+    assert!(!bundle.join("rootfs/usr").exists());
+    assert_eq!(
+        fs::read_link(format!("/proc/{}/ns/mnt", orphan.pid())).unwrap(),
+        ns_before
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_forking_wrapper_between_the_runtime_and_the_hook_is_accepted() {
+    let sim = SimHost::shared("synthetic", 2, "new");
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
+    let container = Namespaced::start();
+
+    // The shell forks the hook (a command follows it), so the hook's parent
+    // is the wrapper, and the wrapper's the process that started the container.
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "\"$0\" \"$@\"; exit $?"])
+        .arg(direct_support::HOOK)
+        .arg("--config")
+        .arg(&sim.config)
+        .arg("prestart")
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        child.stdin.as_mut().unwrap(),
+        &state(container.pid(), &bundle),
+    )
+    .unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+
+    assert!(
+        out.status.success(),
+        "hook failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = container.exec(&format!("ls {}", bundle.join("rootfs/dev").display()));
+    assert!(seen.contains("nvidiactl"), "injected: {seen}");
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn unwritable_device_cgroup_is_a_clear_error() {

@@ -5,7 +5,6 @@
 //! place the hook loads driver code, and only when the answer is needed
 //! (`info`, or a `cuda` requirement): loading libcuda costs milliseconds.
 
-use std::ffi::c_int;
 use std::fmt;
 use std::path::Path;
 
@@ -38,38 +37,23 @@ impl fmt::Display for CudaVersion {
     }
 }
 
-/// `CUresult cuDriverGetVersion(int *driverVersion)`.
-type CuDriverGetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
-
 /// Loads `libcuda` (a resolved host path inside the driver root) and calls `cuDriverGetVersion`.
 pub fn query(libcuda: &Path) -> Result<CudaVersion> {
     let err = |reason: String| Error::Cuda {
         path: libcuda.to_path_buf(),
         reason,
     };
-    // SAFETY: the path is the driver's libcuda, found and ELF-checked by
-    // discovery; loading it runs its initialisers, which is what every CUDA
-    // program does. The library is never unloaded (libcuda does not support
-    // it well), so the function pointer stays valid.
-    unsafe {
-        let library =
-            libloading::Library::new(libcuda).map_err(|e| err(format!("cannot load: {e}")))?;
-        let get: libloading::Symbol<CuDriverGetVersion> = library
-            .get(b"cuDriverGetVersion\0")
-            .map_err(|e| err(format!("no cuDriverGetVersion: {e}")))?;
-        let mut version: c_int = 0;
-        let status = get(&mut version);
-        std::mem::forget(library);
-        if status != 0 {
-            return Err(err(format!(
-                "cuDriverGetVersion returned CUresult {status}"
-            )));
-        }
-        if version <= 0 {
-            return Err(err(format!("cuDriverGetVersion reported {version}")));
-        }
-        Ok(CudaVersion(version))
+    let (status, version) =
+        crate::sys::dl::cu_driver_get_version(libcuda).map_err(|e| err(e.to_string()))?;
+    if status != 0 {
+        return Err(err(format!(
+            "cuDriverGetVersion returned CUresult {status}"
+        )));
     }
+    if version <= 0 {
+        return Err(err(format!("cuDriverGetVersion reported {version}")));
+    }
+    Ok(CudaVersion(version))
 }
 
 #[cfg(test)]

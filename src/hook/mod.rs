@@ -45,7 +45,7 @@ pub enum Error {
     InsideContainer { pid: u32 },
     #[error("process {pid} is not a container being created: its root is not the runtime's, so it has already pivoted (a running container, or another process)")]
     NotCreating { pid: u32 },
-    #[error("process {pid} is not the container being created: its parent {parent} is not the runtime running this hook ({runtime}) nor one of its ancestors")]
+    #[error("process {pid} is not the container being created: its parent {parent} is not the runtime running this hook ({runtime}) nor one of its ancestors below pid 1")]
     NotSibling { pid: u32, parent: u32, runtime: u32 },
     #[error("cannot inspect {path}: {source}")]
     Inspect { path: PathBuf, source: io::Error },
@@ -74,7 +74,7 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     umask(Mode::empty());
     let state = state::parse(&state::read(stdin)?)?;
     let proc = Path::new(PROC);
-    pid::refuse_inside_container(proc, state.pid)?;
+    let pidfd = pid::refuse_inside_container(proc, state.pid)?;
 
     let mut container = bundle::load(&state.bundle)?;
     let name_container = |source: planner::Error| match source {
@@ -146,7 +146,7 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         );
         inject::userns::act_as(uid, gid)?;
     }
-    sys.enter_mount_namespace(proc, state.pid)?;
+    sys.enter_mount_namespace(proc, state.pid, pidfd.as_ref().map(AsFd::as_fd))?;
     let summary = inject::apply(&sys, &plan, &mut sources, &container.rootfs)?;
     log::debug!(
         "container {}: took {} µs: plan {}, cgroup {}, sources {}, inject {}",

@@ -1,13 +1,21 @@
 //! Which process the hook was told to act on, and whether it may: the
 //! container's init, created by the runtime that runs this hook and not yet
 //! pivoted into its rootfs. The hook changes that process's device cgroup
-//! and mount namespace, so it must never accept any other.
+//! and mount namespace, so it must never accept any other: not pid 1's
+//! orphans (a service in a private mount namespace looks like a container
+//! being created), and not a process that took a checked pid after the
+//! checked one died.
 
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use rustix::io::Errno;
+use rustix::process::{pidfd_open, Pid, PidfdFlags};
+
 use super::{Error, Result};
+use crate::sys::process::pidfd_is_alive;
 
 /// Refuses a `pid` that cannot be a container being created.
 ///
@@ -17,7 +25,48 @@ use super::{Error, Result};
 /// this process's, it has already pivoted into a rootfs: a running
 /// container or some other process, never one at `prestart`/`createRuntime`,
 /// which run before `pivot_root`.
-pub(super) fn refuse_inside_container(proc: &Path, pid: u32) -> Result<()> {
+///
+/// Returns the process held by a pidfd, taken before the checks and found
+/// alive after them, so that the checks were about it and entering its
+/// mount namespace by the pidfd enters the one checked. `None` before Linux
+/// 5.3, which has no pidfds: there, as before them, a pid recycled between
+/// the checks and `setns` goes unnoticed.
+pub(super) fn refuse_inside_container(proc: &Path, pid: u32) -> Result<Option<OwnedFd>> {
+    let pidfd = hold(proc, pid)?;
+    check(proc, pid)?;
+    if let Some(fd) = &pidfd {
+        let alive = pidfd_is_alive(fd.as_fd()).map_err(|source| Error::Inspect {
+            path: proc.join(pid.to_string()),
+            source,
+        })?;
+        if !alive {
+            return Err(Error::DeadPid { pid });
+        }
+    }
+    Ok(pidfd)
+}
+
+/// A pidfd of `pid`, or `None` where the kernel has no `pidfd_open`.
+fn hold(proc: &Path, pid: u32) -> Result<Option<OwnedFd>> {
+    let Some(raw) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return Err(Error::DeadPid { pid });
+    };
+    match pidfd_open(raw, PidfdFlags::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(Errno::SRCH) => Err(Error::DeadPid { pid }),
+        Err(Errno::NOSYS) => {
+            log::debug!("no pidfd_open (Linux < 5.3): process {pid} is checked by pid only");
+            Ok(None)
+        }
+        Err(errno) => Err(Error::Inspect {
+            path: proc.join(pid.to_string()),
+            source: io::Error::other(format!("pidfd_open: {errno}")),
+        }),
+    }
+}
+
+/// The checks themselves, on `/proc/<pid>`.
+fn check(proc: &Path, pid: u32) -> Result<()> {
     let theirs = |what: &str| -> Result<std::fs::Metadata> {
         let path = proc.join(pid.to_string()).join(what);
         std::fs::metadata(&path).map_err(|source| match source.kind() {
@@ -54,15 +103,17 @@ pub(super) fn refuse_inside_container(proc: &Path, pid: u32) -> Result<()> {
             source: io::Error::other("no parent pid in it"),
         })
     };
+    // Pid 1 never counts as the runtime or a wrapper: it is every orphan's
+    // parent, so the walk stops below it.
     let parent = parent_pid(pid)?;
     let runtime = nix::unistd::getppid().as_raw() as u32;
     let mut ancestor = runtime;
     for _ in 0..MAX_WRAPPERS {
-        if ancestor == parent {
-            return Ok(());
-        }
         if ancestor <= 1 {
             break;
+        }
+        if ancestor == parent {
+            return Ok(());
         }
         ancestor = parent_pid(ancestor)?;
     }

@@ -11,10 +11,9 @@
 //! file checked before entering the container.
 
 use std::cell::RefCell;
-use std::ffi::{c_uint, CStr};
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -24,15 +23,24 @@ use nix::libc;
 use nix::mount::{mount, MsFlags};
 use nix::sched::{setns, CloneFlags};
 use nix::sys::stat::{fstatat, major, makedev, minor, mknodat, Mode, SFlag};
+use rustix::mount::{MoveMountFlags, OpenTreeFlags};
 
 use super::{Error, Place, Result, Source};
 use crate::plan::MountOptions;
+use crate::sys::{mount, process};
 
 /// The privileged operations injection needs; the Linux implementation makes
 /// the syscalls, tests substitute a recorder.
 pub trait Sys {
-    /// Moves this process into the mount namespace of `pid`.
-    fn enter_mount_namespace(&self, proc: &Path, pid: u32) -> Result<()>;
+    /// Moves this process into the mount namespace of `pid`, held by
+    /// `pidfd` where the kernel has pidfds, so that the namespace entered is
+    /// that of the process checked, even if `pid` now names another.
+    fn enter_mount_namespace(
+        &self,
+        proc: &Path,
+        pid: u32,
+        pidfd: Option<BorrowedFd<'_>>,
+    ) -> Result<()>;
     /// Creates character device `place` and verifies it with `fstatat`.
     fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<()>;
     /// In the host's namespace, clones the mount of `source` (at host `path`)
@@ -110,16 +118,53 @@ fn open_place(place: Place<'_>) -> Result<OwnedFd> {
 }
 
 impl Sys for LinuxSys {
-    fn enter_mount_namespace(&self, proc: &Path, pid: u32) -> Result<()> {
+    fn enter_mount_namespace(
+        &self,
+        proc: &Path,
+        pid: u32,
+        pidfd: Option<BorrowedFd<'_>>,
+    ) -> Result<()> {
         let open =
             |path: PathBuf| File::open(&path).map_err(|source| Error::Namespace { path, source });
         let host = open(proc.join("self/ns/mnt"))?;
         let ns = proc.join(pid.to_string()).join("ns/mnt");
-        let container = open(ns.clone())?;
-        setns(container.as_fd(), CloneFlags::CLONE_NEWNS).map_err(|errno| Error::Namespace {
+        let entered = |errno: Errno| Error::Namespace {
             path: ns.clone(),
             source: errno.into(),
-        })?;
+        };
+        // Since Linux 5.8 setns takes the pidfd itself: the namespace is the
+        // held process's, whatever its pid names by now. The way back from
+        // the host's (`clone_in_host`) then takes this one as now ours.
+        if let Some(pidfd) = pidfd {
+            match setns(pidfd, CloneFlags::CLONE_NEWNS) {
+                Ok(()) => {
+                    let container = open(proc.join("self/ns/mnt"))?;
+                    *self.namespaces.borrow_mut() = Some((host, container, ns));
+                    return Ok(());
+                }
+                // Older kernels take only namespace files: by path below.
+                Err(Errno::EINVAL) => {
+                    log::debug!(
+                        "setns on a pidfd needs Linux 5.8: entering {}",
+                        ns.display()
+                    )
+                }
+                Err(errno) => return Err(entered(errno)),
+            }
+        }
+        let container = open(ns.clone())?;
+        // The file opened must be the held process's namespace: its pid
+        // cannot have been reused while the process still exists.
+        if let Some(pidfd) = pidfd {
+            let alive = process::pidfd_is_alive(pidfd).map_err(|source| Error::Namespace {
+                path: ns.clone(),
+                source,
+            })?;
+            if !alive {
+                return Err(entered(Errno::ESRCH));
+            }
+        }
+        setns(container.as_fd(), CloneFlags::CLONE_NEWNS).map_err(entered)?;
         *self.namespaces.borrow_mut() = Some((host, container, ns));
         Ok(())
     }
@@ -296,100 +341,31 @@ impl Sys for LinuxSys {
     }
 }
 
-/// `OPEN_TREE_CLONE`: a detached copy of the mount, not the mount itself.
-const OPEN_TREE_CLONE: c_uint = 1;
-/// `MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH`: both ends are descriptors.
-const MOVE_MOUNT_EMPTY_PATHS: c_uint = 0x04 | 0x40;
-/// `MOUNT_ATTR_RDONLY` of `struct mount_attr`.
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-/// `MOUNT_ATTR_NOSUID`.
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-/// `MOUNT_ATTR_NODEV`.
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-/// `MOUNT_ATTR_NOEXEC`.
-const MOUNT_ATTR_NOEXEC: u64 = 0x8;
-/// The empty path the `*_EMPTY_PATH` flags go with.
-const EMPTY: &CStr = c"";
-
-/// `struct mount_attr` of `mount_setattr(2)`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
-
-/// `open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)`.
+/// `open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)`:
+/// a detached copy of the mount of `source`, not the mount itself.
 fn open_tree(source: BorrowedFd<'_>) -> io::Result<OwnedFd> {
-    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as c_uint | libc::AT_EMPTY_PATH as c_uint;
-    // SAFETY: the descriptor is valid for the call, the path is a valid
-    // NUL-terminated string, and the flags are plain integers.
-    let fd = check(unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            source.as_raw_fd(),
-            EMPTY.as_ptr(),
-            flags,
-        )
-    })?;
-    // SAFETY: on success open_tree returns a new descriptor that we now own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let flags = OpenTreeFlags::OPEN_TREE_CLONE
+        | OpenTreeFlags::OPEN_TREE_CLOEXEC
+        | OpenTreeFlags::AT_EMPTY_PATH;
+    Ok(rustix::mount::open_tree(source, c"", flags)?)
 }
 
 /// `mount_setattr(tree, "", AT_EMPTY_PATH, {attr_set})`: the options, on the detached mount.
 fn mount_setattr(tree: BorrowedFd<'_>, options: MountOptions) -> io::Result<()> {
     let attr_set = [
-        (options.read_only, MOUNT_ATTR_RDONLY),
-        (options.nosuid, MOUNT_ATTR_NOSUID),
-        (options.nodev, MOUNT_ATTR_NODEV),
-        (options.noexec, MOUNT_ATTR_NOEXEC),
+        (options.read_only, mount::MOUNT_ATTR_RDONLY),
+        (options.nosuid, mount::MOUNT_ATTR_NOSUID),
+        (options.nodev, mount::MOUNT_ATTR_NODEV),
+        (options.noexec, mount::MOUNT_ATTR_NOEXEC),
     ]
     .into_iter()
     .filter(|(on, _)| *on)
     .fold(0, |bits, (_, bit)| bits | bit);
-    let attr = MountAttr {
-        attr_set,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: `attr` lives across the call and its size is passed with it;
-    // the descriptor and the empty path are valid.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            EMPTY.as_ptr(),
-            libc::AT_EMPTY_PATH as c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    })
-    .map(drop)
+    mount::mount_setattr(tree, attr_set)
 }
 
 /// `move_mount(tree, "", target, "", F_EMPTY_PATH | T_EMPTY_PATH)`: attaches the detached mount.
 fn move_mount(tree: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: both descriptors are valid for the call and the paths are
-    // valid NUL-terminated strings.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            EMPTY.as_ptr(),
-            target.as_raw_fd(),
-            EMPTY.as_ptr(),
-            MOVE_MOUNT_EMPTY_PATHS,
-        )
-    })
-    .map(drop)
+    let flags = MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH;
+    Ok(rustix::mount::move_mount(tree, c"", target, c"", flags)?)
 }

@@ -27,7 +27,12 @@ struct FakeSys {
 }
 
 impl Sys for FakeSys {
-    fn enter_mount_namespace(&self, _proc: &Path, _pid: u32) -> Result<()> {
+    fn enter_mount_namespace(
+        &self,
+        _proc: &Path,
+        _pid: u32,
+        _pidfd: Option<BorrowedFd<'_>>,
+    ) -> Result<()> {
         Ok(())
     }
     fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<()> {

@@ -7,3 +7,7 @@
 //! checked, and get plain `io::Result`s back.
 
 pub mod bpf;
+pub mod dl;
+pub mod mount;
+pub mod process;
+pub mod signal;

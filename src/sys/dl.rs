@@ -1,0 +1,71 @@
+//! Foreign calls into driver libraries loaded at run time: libcuda's
+//! `cuDriverGetVersion`, and the two NVML calls nvml-wrapper does not wrap.
+//! Which library file is loaded, and in which process, is the caller's
+//! choice (a path discovered in the driver root, in a forked child); this
+//! module never looks a library up on the loader's search path itself.
+
+use std::ffi::c_int;
+use std::path::Path;
+
+use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::{Device, Nvml};
+use thiserror::Error;
+
+/// Why a symbol of a library could not be called.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("cannot load: {0}")]
+    Load(libloading::Error),
+    #[error("no {symbol}: {source}")]
+    Symbol {
+        symbol: &'static str,
+        source: libloading::Error,
+    },
+}
+
+/// `CUresult cuDriverGetVersion(int *driverVersion)`.
+type CuDriverGetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+
+/// Loads `libcuda` for good (libcuda does not support unloading well) and
+/// calls its `cuDriverGetVersion`: the `CUresult` and the version it wrote.
+pub fn cu_driver_get_version(libcuda: &Path) -> Result<(c_int, c_int), Error> {
+    // SAFETY: loading runs the library's initialisers, as every CUDA program
+    // does; the caller passes the driver's own libcuda, found and ELF-checked
+    // by discovery. The symbol is declared with its C signature, the out
+    // pointer is valid for the call, and the library is never unloaded, so
+    // the function pointer never dangles.
+    unsafe {
+        let library = libloading::Library::new(libcuda).map_err(Error::Load)?;
+        let symbol = "cuDriverGetVersion";
+        let get: libloading::Symbol<CuDriverGetVersion> = library
+            .get(b"cuDriverGetVersion\0")
+            .map_err(|source| Error::Symbol { symbol, source })?;
+        let mut version: c_int = 0;
+        let status = get(&mut version);
+        std::mem::forget(library);
+        Ok((status, version))
+    }
+}
+
+/// The GPU and compute instance ids of the MIG device `mig` of `nvml`
+/// (`nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId`).
+pub fn mig_instance_ids(nvml: &Nvml, mig: &Device<'_>) -> Result<(u32, u32), NvmlError> {
+    let lib = nvml.lib();
+    let gi = lib
+        .nvmlDeviceGetGpuInstanceId
+        .as_ref()
+        .map_err(|_| NvmlError::FailedToLoadSymbol("nvmlDeviceGetGpuInstanceId".into()))?;
+    let ci = lib
+        .nvmlDeviceGetComputeInstanceId
+        .as_ref()
+        .map_err(|_| NvmlError::FailedToLoadSymbol("nvmlDeviceGetComputeInstanceId".into()))?;
+    let (mut gpu_instance, mut compute_instance) = (0, 0);
+    // SAFETY: both symbols come from the loaded NVML with their C signatures;
+    // the handle is a live device of this NVML instance (borrowed from it),
+    // and the out pointers are valid for the calls.
+    unsafe {
+        nvml_try(gi(mig.handle(), &mut gpu_instance))?;
+        nvml_try(ci(mig.handle(), &mut compute_instance))?;
+    }
+    Ok((gpu_instance, compute_instance))
+}

@@ -1,0 +1,127 @@
+//! Processes: a forked child that runs one closure and exits, and whether a
+//! process held by a pidfd still exists. Neither waits for, signals nor
+//! kills anything: timeouts and reaping are the caller's.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use nix::errno::Errno;
+use nix::libc;
+use nix::unistd::{fork, ForkResult, Pid};
+
+/// Forks a child that closes every descriptor but stdio and `keep`, runs
+/// `child` and leaves with `_exit` and its status (101 if it panics); the
+/// parent gets the child's pid. Driver code run in the child thus reaches
+/// none of the hook's descriptors, and never returns into the hook's code.
+///
+/// Call it only while the process is single-threaded (the hook always is),
+/// with a `child` that uses no descriptor it captured but `keep`.
+pub(crate) fn fork_and_run<F: FnOnce() -> i32>(keep: BorrowedFd<'_>, child: F) -> io::Result<Pid> {
+    // SAFETY: after fork the child has only this thread. Its copy of the
+    // process is consistent where no other thread existed (the hook); in the
+    // test harness, which has others, the child only allocates and writes to
+    // a pipe, and glibc's fork handlers reset malloc's locks for it. The
+    // child never returns from this function, so no caller's code runs twice.
+    match unsafe { fork() }? {
+        ForkResult::Child => {
+            close_all_but(keep.as_raw_fd());
+            let status = catch_unwind(AssertUnwindSafe(child)).unwrap_or(101);
+            // SAFETY: `_exit` ends the child at once; unlike `exit`, it runs
+            // none of the parent's atexit handlers or destructors on the
+            // child's copy of its state.
+            unsafe { libc::_exit(status) }
+        }
+        ForkResult::Parent { child } => Ok(child),
+    }
+}
+
+/// Closes every descriptor of the child but stdio and `keep`.
+fn close_all_but(keep: i32) {
+    let keep = keep as libc::c_uint;
+    // SAFETY: only called in the forked child, which then runs nothing but
+    // `fork_and_run`'s closure (using no descriptor but `keep` and stdio)
+    // and `_exit`: the owners of the closed descriptors, in the child's copy
+    // of the caller's frames, never run again to use or close them.
+    unsafe {
+        if keep > 3 {
+            libc::close_range(3, keep - 1, 0);
+        }
+        libc::close_range(keep + 1, libc::c_uint::MAX, 0);
+    }
+}
+
+/// Whether the process `pidfd` refers to still exists (not yet reaped), by
+/// `pidfd_send_signal(pidfd, 0)`, which sends nothing. While it does, its
+/// pid cannot name another process, so what was read under `/proc/<pid>`
+/// since the pidfd was opened was about it.
+pub fn pidfd_is_alive(pidfd: BorrowedFd<'_>) -> io::Result<bool> {
+    // SAFETY: signal 0 sends nothing; a null siginfo with flags 0 is the
+    // documented plain form, and the borrowed descriptor stays open for the
+    // call. Nothing is read or written through a pointer.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            0,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if ret == 0 {
+        return Ok(true);
+    }
+    match Errno::last() {
+        Errno::ESRCH => Ok(false),
+        // Not allowed to signal it (after switching to a container's
+        // user), but that needs a process to refuse.
+        Errno::EPERM => Ok(true),
+        errno => Err(errno.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use nix::sys::wait::waitpid;
+    use rustix::process::{pidfd_open, PidfdFlags};
+
+    use super::*;
+
+    fn pidfd(pid: Pid) -> std::os::fd::OwnedFd {
+        pidfd_open(
+            rustix::process::Pid::from_raw(pid.as_raw()).unwrap(),
+            PidfdFlags::empty(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pidfd_of_a_running_process_is_alive() {
+        let ours = pidfd(nix::unistd::getpid());
+        assert!(pidfd_is_alive(ours.as_fd()).unwrap());
+    }
+
+    #[test]
+    fn a_pidfd_outlives_its_reaped_process_and_says_so() {
+        let (reader, writer) = std::io::pipe().unwrap();
+        let child = fork_and_run(writer.as_fd(), || 0).unwrap();
+        let held = pidfd(child);
+        drop((reader, writer));
+        waitpid(child, None).unwrap();
+        assert!(!pidfd_is_alive(held.as_fd()).unwrap());
+    }
+
+    #[test]
+    fn a_panicking_child_exits_with_101_and_never_returns() {
+        let (_reader, writer) = std::io::pipe().unwrap();
+        let child = fork_and_run(writer.as_fd(), || panic!("in the child")).unwrap();
+        let status = waitpid(child, None).unwrap();
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(child, 101),
+            "{status:?}"
+        );
+    }
+}
