@@ -48,6 +48,14 @@ fn non_test_code(text: &str) -> &str {
         .map_or(text, |at| &text[..at])
 }
 
+/// The code without `//` comments, whose paths name nothing imported.
+fn without_comments(text: &str) -> String {
+    text.lines()
+        .map(|line| line.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The module paths a file names with `crate::a::b…`, in `use` lines or inline,
 /// with `use crate::{a, b::c}` groups expanded.
 fn crate_references(text: &str) -> Vec<Vec<String>> {
@@ -133,7 +141,8 @@ fn edges(src: &Path, parent: &[String]) -> BTreeMap<String, BTreeSet<String>> {
         }
         let from = module[parent.len()].clone();
         let text = fs::read_to_string(&file).expect("read source");
-        let code = non_test_code(&text);
+        let code = without_comments(non_test_code(&text));
+        let code = code.as_str();
         let mut targets = crate_references(code);
         // `super::x` from a child names a sibling.
         if module.len() == parent.len() + 1 && !parent.is_empty() {
@@ -220,4 +229,40 @@ fn the_reader_sees_use_lines_groups_and_super_paths() {
     assert!(find_cycle(&top).is_some(), "{top:?}");
     assert_eq!(find_cycle(&inner).map(|c| c.len()), Some(3), "{inner:?}");
     assert!(top["plan"].contains("driver") && top["driver"].contains("plan"));
+}
+
+#[test]
+fn unsafe_code_lives_in_src_sys_alone() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = fs::read_to_string(src.join("lib.rs")).expect("read lib.rs");
+    assert!(
+        lib.contains("#![deny(unsafe_code)]"),
+        "lib.rs must deny unsafe code"
+    );
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        if file.starts_with(src.join("sys")) {
+            continue;
+        }
+        let text = fs::read_to_string(&file).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            let allowed = code.contains("#[allow(unsafe_code)]")
+                && (file.ends_with("main.rs") || text.lines().nth(n + 1) == Some("pub mod sys;"));
+            if (code.contains("unsafe ")
+                || code.contains("unsafe{")
+                || code.contains("allow(unsafe_code)"))
+                && !allowed
+            {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "unsafe code outside src/sys:\n{}",
+        found.join("\n")
+    );
 }

@@ -133,6 +133,9 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
             log::debug!("container {}: device cgroup: {outcome:?}", state.id);
         }
     }
+    // cgroup::allow and userns::detect read /proc/<pid> by number: they
+    // were about the process checked only if it is still the one held.
+    pid::still_held(proc, state.pid, pidfd.as_ref())?;
     let granted = Instant::now();
     let sys = LinuxSys::default();
     let mut sources = Sources::open(&sys, &plan)?;

@@ -20,8 +20,12 @@ use crate::sys::process::pidfd_is_alive;
 /// Refuses a `pid` that cannot be a container being created.
 ///
 /// When it shares this process's mount namespace, this is the
-/// `createContainer` stage, where an image's environment (`LD_PRELOAD`)
-/// reached NVIDIA's privileged hook (CVE-2025-23266). When its root is not
+/// `createContainer` stage. Refusing it keeps the hook from changing a
+/// namespace it is already in, but it is no defence against
+/// CVE-2025-23266: a dynamically linked hook started there under the
+/// image's environment has run the image's `LD_PRELOAD` before `main`.
+/// The defence is the explicit `env` of every hook entry this project ships
+/// or writes (`tests/hook_entries.rs`). When its root is not
 /// this process's, it has already pivoted into a rootfs: a running
 /// container or some other process, never one at `prestart`/`createRuntime`,
 /// which run before `pivot_root`.
@@ -34,16 +38,26 @@ use crate::sys::process::pidfd_is_alive;
 pub(super) fn refuse_inside_container(proc: &Path, pid: u32) -> Result<Option<OwnedFd>> {
     let pidfd = hold(proc, pid)?;
     check(proc, pid)?;
-    if let Some(fd) = &pidfd {
-        let alive = pidfd_is_alive(fd.as_fd()).map_err(|source| Error::Inspect {
-            path: proc.join(pid.to_string()),
-            source,
-        })?;
-        if !alive {
-            return Err(Error::DeadPid { pid });
-        }
-    }
+    still_held(proc, pid, pidfd.as_ref())?;
     Ok(pidfd)
+}
+
+/// Fails unless the process `pidfd` holds is still alive, so that what was
+/// read of `/proc/<pid>` since it was taken was about that process and not
+/// one that recycled its pid. A no-op without a pidfd (Linux < 5.3).
+pub(super) fn still_held(proc: &Path, pid: u32, pidfd: Option<&OwnedFd>) -> Result<()> {
+    let Some(fd) = pidfd else {
+        return Ok(());
+    };
+    let alive = pidfd_is_alive(fd.as_fd()).map_err(|source| Error::Inspect {
+        path: proc.join(pid.to_string()),
+        source,
+    })?;
+    if alive {
+        Ok(())
+    } else {
+        Err(Error::DeadPid { pid })
+    }
 }
 
 /// A pidfd of `pid`, or `None` where the kernel has no `pidfd_open`.
