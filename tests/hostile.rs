@@ -3,7 +3,12 @@
 //! changed or mounted over. Each case points the image's paths at a canary
 //! directory outside the rootfs and checks it is untouched afterwards.
 
-mod common;
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod mounts;
+    pub mod project;
+    pub mod simhost;
+}
 mod direct_support;
 
 use std::collections::BTreeMap;
@@ -14,7 +19,8 @@ use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{host_mounts, SimHost};
+use common::mounts::{assert_mounts_unchanged, host_mounts};
+use common::simhost::SimHost;
 use direct_support::{bundle, hook_with_stdin, state, Namespaced};
 
 /// What a directory tree holds: path → kind, size, mtime, contents hash.
@@ -109,7 +115,7 @@ impl Case {
             before,
             "the canary outside the rootfs changed"
         );
-        common::assert_mounts_unchanged(&mounts_before, "");
+        assert_mounts_unchanged(&mounts_before, "");
         assert_eq!(
             snapshot(&sim.dir),
             driver_before,

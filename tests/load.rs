@@ -25,26 +25,52 @@
 //! `cargo test --features _test_as_root --test load -- --nocapture`
 //! (`--nocapture` shows the timings).
 
-mod common;
-mod runtime_support;
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod json;
+    pub mod ldconfig;
+    pub mod mounts;
+    pub mod project;
+    pub mod simhost;
+}
+/// The runtime harness (tests/runtime_support/): the parts this suite uses.
+mod runtime_support {
+    pub mod bundle;
+    pub mod cleanup;
+    pub mod container;
+    pub mod expected;
+    pub mod host_state;
+    pub mod oci_config;
+    pub mod prepared;
+    pub mod process;
+    pub mod report;
+    pub mod run;
+    pub mod runtimes;
+}
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::SimHost;
-use runtime_support::{
-    cgroup_dirs_named, cuda_version, driver_version, gpus, host_mounts, listing_diff, prepare,
-    require_tool, run, run_bounded, scratch_dir, serial, tree_listing, uvm_major, BundleExtras,
-    Finished, Gpu, Hook, Prepared, Run, Runtime, Scenario, NVIDIA_MAJOR,
-};
+use common::mounts::{assert_mounts_unchanged, host_mounts};
+use common::project::hook_binary;
+use common::simhost::SimHost;
+use runtime_support::bundle::{work_root, BundleExtras, Hook, Scenario};
+use runtime_support::cleanup::cgroup_dirs;
+use runtime_support::container::run;
+use runtime_support::expected::{cuda_version, driver_version, gpus, node_specs, Gpu, LIB_DIR};
+use runtime_support::host_state::{listing_diff, tree_listing};
+use runtime_support::oci_config::{path_str, NVIDIA_MAJOR};
+use runtime_support::prepared::{prepare, Prepared};
+use runtime_support::process::{run_bounded, Finished};
+use runtime_support::run::{serial, Run};
+use runtime_support::runtimes::{require_tool, Runtime};
 
 /// GPUs on the simulated host, and containers started at once.
 const GPUS: u32 = 24;
@@ -59,17 +85,11 @@ const SEQUENTIAL_LIMIT: Duration = Duration::from_secs(150);
 /// How long freed cgroups may take to release their BPF programs (the
 /// kernel does it from a workqueue after the cgroup is gone).
 const BPF_SETTLE: Duration = Duration::from_secs(10);
-/// The image's library directory: the template has /etc/debian_version.
-const LIB_DIR: &str = "/usr/lib/x86_64-linux-gnu";
 /// What our v2 device programs are called (`bpftool prog` shows it).
 const PROG_NAME: &str = "oci_nvidia_dev";
 
 fn host() -> SimHost {
     SimHost::shared("synthetic", GPUS, "new")
-}
-
-fn hook_binary() -> &'static str {
-    env!("CARGO_BIN_EXE_oci-nvidia-hook")
 }
 
 // ================================================================ 24 at once
@@ -116,7 +136,7 @@ fn concurrent(runtime: Runtime) {
     let gpus = gpus(&host);
     assert_eq!(gpus.len(), GPUS as usize, "host.json GPUs");
 
-    let scratch = scratch_dir().join(format!("load-{}", runtime.name()));
+    let scratch = work_root().join(format!("load-{}", runtime.name()));
     let sync = scratch.join("sync");
     let log = scratch.join("hook.log");
     if sync.exists() {
@@ -388,16 +408,10 @@ fn assert_own_gpu(run: &Run, host: &SimHost, own: &Gpu, all: &[Gpu], decoys: boo
     assert!(run.succeeded(), "the container failed:{ctx}");
     let report = &run.report;
     assert!(report.complete, "the checker did not finish:{ctx}");
-    let uvm = uvm_major(host);
-    let mut expected: BTreeMap<String, (u32, u32, &str)> = BTreeMap::from([
-        ("/dev/nvidiactl".into(), (NVIDIA_MAJOR, 255, "ENXIO")),
-        ("/dev/nvidia-uvm".into(), (uvm, 0, "ENXIO")),
-        ("/dev/nvidia-uvm-tools".into(), (uvm, 1, "ENXIO")),
-        (
-            format!("/dev/nvidia{}", own.minor),
-            (NVIDIA_MAJOR, own.minor, "ENXIO"),
-        ),
-    ]);
+    let mut expected: BTreeMap<String, (u32, u32, &str)> = node_specs(host, &[own.minor])
+        .into_iter()
+        .map(|(path, (major, minor))| (path, (major, minor, "ENXIO")))
+        .collect();
     if decoys {
         for gpu in all.iter().filter(|g| g.index != own.index) {
             expected.insert(
@@ -553,37 +567,6 @@ fn twenty_four_containers_at_once_runc_cgroup_v2() {
 
 // ================================================================ restarts
 
-/// A bounded run for the restart loop: no polling, so the time measured is
-/// the runtime's. Returns None when it was killed at `limit`.
-fn run_quick(mut cmd: Command, limit: Duration) -> (Option<ExitStatus>, String) {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let output = match rx.recv_timeout(limit) {
-        Ok(output) => output,
-        Err(_) => {
-            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-            return match rx.recv_timeout(Duration::from_secs(5)) {
-                Ok(Ok(out)) => (None, String::from_utf8_lossy(&out.stderr).into_owned()),
-                _ => (None, "(output held by a leftover process)".into()),
-            };
-        }
-    };
-    let output = output.expect("wait for the runtime");
-    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&output.stderr));
-    (Some(output.status), text)
-}
-
 /// Deletes the container currently starting if the test stops mid-loop.
 struct Current<'a> {
     prepared: &'a Prepared,
@@ -646,9 +629,10 @@ fn restarts(runtime: Runtime, starts: usize) {
             let id = format!("{prefix}{i}");
             current.id = Some(id.clone());
             let t = Instant::now();
-            let (status, output) = run_quick(prepared.command_for(&id), START_LIMIT);
+            let finished = run_bounded(prepared.command_for(&id), START_LIMIT);
             times.push(t.elapsed());
-            match status {
+            let output = format!("{}{}", finished.stdout, finished.stderr);
+            match finished.status {
                 Some(s) if s.success() => {}
                 Some(s) => panic!("start {i} ({id}) failed: {s}:\n{output}"),
                 None => panic!("start {i} ({id}) was killed after {START_LIMIT:?}:\n{output}"),
@@ -926,12 +910,12 @@ fn assert_nothing_left(
     bpf_before: &BpfSnapshot,
     program_ids: &BTreeSet<u64>,
 ) {
-    common::assert_mounts_unchanged(mounts_before, "");
+    assert_mounts_unchanged(mounts_before, "");
 
     let cgroups = cgroup_dirs_named(prefix);
     assert!(cgroups.is_empty(), "cgroups left behind: {cgroups:#?}");
 
-    let processes = processes_mentioning(&[prefix, hook_binary()]);
+    let processes = processes_mentioning(&[prefix, &path_str(hook_binary())]);
     assert!(
         processes.is_empty(),
         "processes left behind: {processes:#?}"
@@ -1007,4 +991,10 @@ fn processes_mentioning(needles: &[&str]) -> Vec<String> {
         }
     }
     found
+}
+
+/// Every cgroup directory named `<prefix>…`, in any hierarchy: what
+/// containers whose ids start with `prefix` left behind.
+fn cgroup_dirs_named(prefix: &str) -> Vec<PathBuf> {
+    cgroup_dirs(|name| name.to_string_lossy().starts_with(prefix))
 }
