@@ -3,14 +3,53 @@
 //! namespace, where the rootfs can carry a `/proc/driver/nvidia` directory
 //! to mask (no runtime lets a container's procfs show one without a driver).
 
-mod common;
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod mig;
+    pub mod project;
+    pub mod refusal;
+    pub mod simhost;
+}
 mod direct_support;
 
 use std::fs;
 use std::path::Path;
+use std::process::Command;
 
-use common::{failure, SimHost};
-use direct_support::{bundle, hook_with_stdin, inject, state, Namespaced};
+use common::project::hook_binary;
+use common::refusal::failure;
+use common::simhost::SimHost;
+use direct_support::{bundle, hook_with_stdin, state, Namespaced};
+
+/// Starts a stand-in container, runs the hook on `bundle` for it and expects
+/// success; returns the container to look inside.
+fn inject(config: &Path, bundle: &Path) -> Namespaced {
+    let container = Namespaced::start();
+    let out = hook_with_stdin(config, &["prestart"], &state(container.pid(), bundle));
+    assert!(
+        out.status.success(),
+        "hook failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    container
+}
+
+/// Runs `cmd` inside `container`'s mount namespace; returns its stdout and stderr.
+fn exec_in(container: &Namespaced, cmd: &str) -> String {
+    let out = Command::new("nsenter")
+        .args([
+            "-t",
+            &container.pid().to_string(),
+            "-m",
+            "--",
+            "sh",
+            "-c",
+            cmd,
+        ])
+        .output()
+        .expect("run nsenter");
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
@@ -30,7 +69,7 @@ fn masks_proc_driver_nvidia_with_only_the_selected_gpu() {
     let m = masked.display();
     let bus = sim.host["gpus"][1]["bus"].as_str().unwrap();
     let other = sim.host["gpus"][0]["bus"].as_str().unwrap();
-    let seen = container.exec(&format!(
+    let seen = exec_in(&container, &format!(
         "grep ' {m} ' /proc/self/mountinfo; cat {m}/params; echo; ls {m}/gpus; cat {m}/gpus/{bus}/information; \
          touch {m}/x 2>&1; echo x > {m}/gpus/{bus}/information 2>&1"
     ));
@@ -73,11 +112,14 @@ fn mig_device_gets_its_access_files_in_the_masked_proc() {
     let container = inject(&sim.config, &bundle);
     let masked = bundle.join("rootfs/proc/driver/nvidia");
     let gi = format!("capabilities/gpu{}/mig/gi{}", mig["gpu_minor"], mig["gi"]);
-    let seen = container.exec(&format!(
-        "cd {}; find capabilities -type f | sort; cat {gi}/access {gi}/ci{}/access",
-        masked.display(),
-        mig["ci"]
-    ));
+    let seen = exec_in(
+        &container,
+        &format!(
+            "cd {}; find capabilities -type f | sort; cat {gi}/access {gi}/ci{}/access",
+            masked.display(),
+            mig["ci"]
+        ),
+    );
     let expected_files = format!("{gi}/access\n{gi}/ci{}/access\n", mig["ci"]);
     assert!(
         seen.starts_with(&expected_files),
@@ -102,7 +144,7 @@ fn bind_mounts_are_read_only_and_exactly_the_host_files() {
     let container = inject(&sim.config, &bundle);
     let lib = bundle.join("rootfs/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03");
     let host_lib = sim.host["libraries"]["libcuda.so.1"].as_str().unwrap();
-    let seen = container.exec(&format!(
+    let seen = exec_in(&container, &format!(
         "cmp {} {host_lib} && echo same; echo x >> {} 2>&1; stat -c '%t:%T %a' {}/rootfs/dev/nvidia{}",
         lib.display(),
         lib.display(),
@@ -467,7 +509,7 @@ fn unwritable_device_cgroup_is_a_clear_error() {
     let mut child = std::process::Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c"])
         .arg("mount -o remount,bind,ro /sys/fs/cgroup/devices && exec \"$0\" \"$@\"")
-        .arg(direct_support::HOOK)
+        .arg(hook_binary())
         .arg("--config")
         .arg(&sim.config)
         .arg("prestart")

@@ -1,9 +1,17 @@
 //! Hostile images: every path is resolved inside the rootfs, or the hook
 //! refuses clearly. In no case may a file outside the rootfs be created,
 //! changed or mounted over. Each case points the image's paths at a canary
-//! directory outside the rootfs and checks it is untouched afterwards.
+//! directory outside the rootfs and checks afterwards, from the test's own
+//! mount namespace and from the stand-in container's (where the hook's
+//! mounts live), that the canary is untouched and that every mount the hook
+//! added has its mount point inside the rootfs.
 
-mod common;
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod mounts;
+    pub mod project;
+    pub mod simhost;
+}
 mod direct_support;
 
 use std::collections::BTreeMap;
@@ -14,10 +22,13 @@ use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{host_mounts, SimHost};
+use common::mounts::{assert_mounts_unchanged, host_mounts, mount_table};
+use common::simhost::SimHost;
 use direct_support::{bundle, hook_with_stdin, state, Namespaced};
 
-/// What a directory tree holds: path → kind, size, mtime, contents hash.
+/// What a directory tree holds: path (relative to `dir`) → kind, size,
+/// mtime, contents hash. Relative, so that one tree seen through two
+/// mount namespaces compares equal.
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -35,7 +46,7 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
             String::new()
         };
         out.insert(
-            path.clone(),
+            path.strip_prefix(dir).unwrap().to_path_buf(),
             format!(
                 "{:o} {} {} {contents}",
                 meta.mode(),
@@ -93,35 +104,112 @@ impl Case {
     }
 
     /// Runs the hook on this image; checks the canary, the host's mounts and
-    /// the driver tree are untouched, and that a failure is one clear line.
+    /// the driver tree are untouched, that the hook's mounts in the
+    /// container stay inside the rootfs, and that a failure is one clear
+    /// line.
     fn run(&self, sim: &SimHost) -> Output {
+        self.run_seeing_mounts(sim).0
+    }
+
+    /// [`Case::run`], also returning the mounts the hook added in the
+    /// stand-in container's namespace ("mount-point fs-type source").
+    fn run_seeing_mounts(&self, sim: &SimHost) -> (Output, Vec<String>) {
         let before = snapshot(&self.canary());
         let driver_before = snapshot(&sim.dir);
         let mounts_before = host_mounts();
         let container = Namespaced::start();
+        let pid = container.pid().to_string();
+        let container_mounts_before = mount_table(&pid);
         let out = hook_with_stdin(
             &sim.config,
             &["prestart"],
             &state(container.pid(), &self.bundle),
         );
+
+        // Seen from the test's own mount namespace: the host.
         assert_eq!(
             snapshot(&self.canary()),
             before,
             "the canary outside the rootfs changed"
         );
-        common::assert_mounts_unchanged(&mounts_before, "");
+        assert_mounts_unchanged(&mounts_before, "");
         assert_eq!(
             snapshot(&sim.dir),
             driver_before,
             "the simulated driver tree changed"
         );
+        // Seen from the container's mount namespace, where a bind mount over
+        // a host path would show and the host's view would not.
+        let added = self.assert_mounts_inside_rootfs(&pid, &container_mounts_before, &out);
+        let canary_in_container = Path::new("/proc")
+            .join(&pid)
+            .join("root")
+            .join(self.canary().strip_prefix("/").unwrap());
+        assert_eq!(
+            snapshot(&canary_in_container),
+            before,
+            "the canary, seen from the container's mount namespace, changed"
+        );
+
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{stderr}");
         if !out.status.success() {
             assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
         }
-        out
+        (out, added)
     }
+
+    /// The mounts the hook added to the stand-in container's namespace
+    /// (pid `pid`, whose table was `before`): every one has its mount point
+    /// inside the rootfs, none went away, and a hook that succeeded has
+    /// added some (else this looked at the wrong namespace). Returns them.
+    fn assert_mounts_inside_rootfs(
+        &self,
+        pid: &str,
+        before: &[String],
+        out: &Output,
+    ) -> Vec<String> {
+        let after = mount_table(pid);
+        let added = multiset_minus(&after, before);
+        let removed = multiset_minus(before, &after);
+        let rootfs = fs::canonicalize(self.rootfs()).unwrap();
+        let inside = format!("{}/", rootfs.display());
+        let outside: Vec<&String> = added.iter().filter(|m| !m.starts_with(&inside)).collect();
+        assert!(
+            outside.is_empty(),
+            "the hook mounted outside the rootfs {} in the container's namespace: \
+             {outside:#?}\nall it added: {added:#?}",
+            rootfs.display()
+        );
+        assert!(
+            removed.is_empty(),
+            "mounts went away in the container's namespace: {removed:#?}"
+        );
+        assert!(
+            !out.status.success() || !added.is_empty(),
+            "the hook succeeded, yet pid {pid}'s mount table shows none of its mounts"
+        );
+        added
+    }
+}
+
+/// The lines of `a` not in `b`, counting repeats: a mount stacked on an
+/// identical one is a new mount too.
+fn multiset_minus(a: &[String], b: &[String]) -> Vec<String> {
+    let mut left: BTreeMap<&String, usize> = BTreeMap::new();
+    for line in b {
+        *left.entry(line).or_default() += 1;
+    }
+    a.iter()
+        .filter(|line| match left.get_mut(line) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                false
+            }
+            _ => true,
+        })
+        .cloned()
+        .collect()
 }
 
 /// The simulated host, and this binary's lock: the tests compare the host's
@@ -132,9 +220,26 @@ fn sim() -> (SimHost, std::sync::MutexGuard<'static, ()>) {
     (SimHost::shared("synthetic", 2, "new"), guard)
 }
 
+/// `rel` in a fresh image, linked out of the rootfs to the canary: with an
+/// absolute link (re-rooted: the canary's path does not exist inside, so
+/// the link dangles) and with a relative one climbing out (clamped at the
+/// rootfs, to the same dangling path).
+fn linked_out(rel: &str) -> [(&'static str, Case); 2] {
+    let absolute = Case::new();
+    absolute.link(rel, absolute.canary());
+    let relative = Case::new();
+    let up = "../".repeat(40);
+    relative.link(rel, format!("{up}{}", relative.canary().display()));
+    [("absolute", absolute), ("relative", relative)]
+}
+
+/// A directory the hook must create things in, linked out of the rootfs,
+/// is refused: the hook will not create it through the link (nor follow
+/// it out), and says which directory, before or while injecting, with
+/// everything it did inside the rootfs (Case::run checks the rest).
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
-fn directories_linked_out_of_the_rootfs_stay_inside_or_are_refused() {
+fn directories_linked_out_of_the_rootfs_are_refused() {
     let (sim, _serial) = sim();
     for rel in [
         "usr/lib/x86_64-linux-gnu",
@@ -142,29 +247,62 @@ fn directories_linked_out_of_the_rootfs_stay_inside_or_are_refused() {
         "etc",
         "etc/ld.so.conf.d",
         "lib/firmware",
-        "proc/driver",
         "dev",
     ] {
-        // Absolute links are re-rooted: the canary path does not exist inside, so
-        // this is a refusal or an injection elsewhere inside the rootfs.
-        let case = Case::new();
-        case.link(rel, case.canary());
-        let out = case.run(&sim);
-        eprintln!(
-            "{rel} -> absolute: success={} {}",
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        for (how, case) in linked_out(rel) {
+            let out = case.run(&sim);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success(),
+                "{rel} linked out ({how}) must be refused: {err}"
+            );
+            assert!(
+                err.contains(&format!("cannot create /{rel}"))
+                    && err.contains("inside the container rootfs")
+                    && err.contains("Not a directory"),
+                "{rel} linked out ({how}): the refusal names the directory: {err}"
+            );
+        }
+    }
+}
 
-        // Relative links climbing out are clamped at the rootfs.
-        let case = Case::new();
-        let up = "../".repeat(40);
-        case.link(rel, format!("{up}{}", case.canary().display()));
-        let out = case.run(&sim);
-        eprintln!(
-            "{rel} -> relative: success={} {}",
+/// `/proc/driver` linked out of the rootfs leaves no `/proc/driver/nvidia`
+/// directory inside it to mask: the hook masks nothing there, mounts
+/// nothing under it, and injects everything else inside the rootfs.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn proc_driver_linked_out_of_the_rootfs_is_not_masked_and_the_rest_lands_inside() {
+    let (sim, _serial) = sim();
+    for (how, case) in linked_out("proc/driver") {
+        let link = fs::read_link(case.rootfs().join("proc/driver")).unwrap();
+        let (out, added) = case.run_seeing_mounts(&sim);
+        assert!(
             out.status.success(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            "proc/driver linked out ({how}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rootfs = fs::canonicalize(case.rootfs()).unwrap();
+        let library = format!(
+            "{}/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03 ",
+            rootfs.display()
+        );
+        assert!(
+            added.iter().any(|m| m.starts_with(&library)),
+            "proc/driver linked out ({how}): libcuda is not mounted inside the rootfs: {added:#?}"
+        );
+        let proc_driver = format!("{}/proc/driver", rootfs.display());
+        let masked: Vec<&String> = added
+            .iter()
+            .filter(|m| m.starts_with(&proc_driver))
+            .collect();
+        assert!(
+            masked.is_empty(),
+            "proc/driver linked out ({how}): mounted under it: {masked:#?}"
+        );
+        assert_eq!(
+            fs::read_link(case.rootfs().join("proc/driver")).unwrap(),
+            link,
+            "proc/driver linked out ({how}): the image's link was changed"
         );
     }
 }

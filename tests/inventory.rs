@@ -1,11 +1,19 @@
 //! `info` against simulated GPU hosts: the inventory must match exactly what
 //! the fixture builder made, in both flavours.
 
-mod common;
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod cli;
+    pub mod json;
+    pub mod project;
+    pub mod refusal;
+    pub mod simhost;
+}
 
 use std::collections::BTreeMap;
 
-use common::{s, SimHost};
+use common::json::s;
+use common::simhost::SimHost;
 use oci_nvidia_hook::driver::catalog;
 use serde_json::Value;
 

@@ -1,10 +1,21 @@
 //! `list` against simulated GPU hosts: what a container would receive.
 
-mod common;
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod cli;
+    pub mod json;
+    pub mod project;
+    pub mod refusal;
+    pub mod simhost;
+}
 
 use std::path::Path;
 
-use common::{hook, s, SimHost};
+use common::cli::hook;
+use common::json::s;
+use common::project::hook_binary;
+use common::refusal::failure;
+use common::simhost::SimHost;
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
@@ -254,7 +265,7 @@ fn bad_requests_are_one_line_errors() {
 #[test]
 fn missing_explicit_config_names_the_file() {
     let out = hook(Path::new("/nonexistent/oci-nvidia-hook.toml"), &["list"]);
-    let err = common::failure(out, &["list"]);
+    let err = failure(out, &["list"]);
     assert!(err.contains("/nonexistent/oci-nvidia-hook.toml"), "{err}");
 }
 
@@ -263,7 +274,7 @@ fn invalid_config_names_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.toml");
     std::fs::write(&config, "[driver]\nroot = \"/\"\nbogus-key = 1\n").unwrap();
-    let err = common::failure(hook(&config, &["info"]), &["info"]);
+    let err = failure(hook(&config, &["info"]), &["info"]);
     assert!(
         err.contains(&config.display().to_string()) && err.contains("line 3"),
         "{err}"
@@ -284,7 +295,7 @@ fn log_file_receives_the_error_too() {
         ),
     )
     .unwrap();
-    let err = common::failure(hook(&config, &["info"]), &["info"]);
+    let err = failure(hook(&config, &["info"]), &["info"]);
     assert!(err.contains("NVIDIA kernel module not loaded"), "{err}");
     let logged = std::fs::read_to_string(&log).unwrap();
     assert_eq!(logged, err, "the log file gets the same line");
@@ -298,7 +309,7 @@ fn a_reader_that_went_away_is_not_a_failure() {
     let sim = SimHost::shared("synthetic", 4, "new");
     let (read, write) = nix::unistd::pipe().unwrap();
     drop(read);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oci-nvidia-hook"))
+    let out = std::process::Command::new(hook_binary())
         .env_clear()
         .arg("--config")
         .arg(&sim.config)

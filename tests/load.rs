@@ -25,26 +25,52 @@
 //! `cargo test --features _test_as_root --test load -- --nocapture`
 //! (`--nocapture` shows the timings).
 
-mod common;
-mod runtime_support;
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod json;
+    pub mod ldconfig;
+    pub mod mounts;
+    pub mod project;
+    pub mod simhost;
+}
+/// The runtime harness (tests/runtime_support/): the parts this suite uses.
+mod runtime_support {
+    pub mod bundle;
+    pub mod cleanup;
+    pub mod container;
+    pub mod expected;
+    pub mod host_state;
+    pub mod oci_config;
+    pub mod prepared;
+    pub mod process;
+    pub mod report;
+    pub mod run;
+    pub mod runtimes;
+}
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::SimHost;
-use runtime_support::{
-    cgroup_dirs_named, cuda_version, driver_version, gpus, host_mounts, listing_diff, prepare,
-    require_tool, run, run_bounded, scratch_dir, serial, tree_listing, uvm_major, BundleExtras,
-    Finished, Gpu, Hook, Prepared, Run, Runtime, Scenario, NVIDIA_MAJOR,
-};
+use common::mounts::{assert_mounts_unchanged, host_mounts};
+use common::project::hook_binary;
+use common::simhost::SimHost;
+use runtime_support::bundle::{work_root, BundleExtras, Hook, Scenario};
+use runtime_support::cleanup::cgroup_dirs;
+use runtime_support::container::run;
+use runtime_support::expected::{cuda_version, driver_version, gpus, node_specs, Gpu, LIB_DIR};
+use runtime_support::host_state::{listing_diff, tree_listing};
+use runtime_support::oci_config::{path_str, NVIDIA_MAJOR};
+use runtime_support::prepared::{prepare, Prepared};
+use runtime_support::process::{run_bounded, Finished};
+use runtime_support::run::{serial, Run, Serial};
+use runtime_support::runtimes::{require_tool, Runtime};
 
 /// GPUs on the simulated host, and containers started at once.
 const GPUS: u32 = 24;
@@ -59,17 +85,11 @@ const SEQUENTIAL_LIMIT: Duration = Duration::from_secs(150);
 /// How long freed cgroups may take to release their BPF programs (the
 /// kernel does it from a workqueue after the cgroup is gone).
 const BPF_SETTLE: Duration = Duration::from_secs(10);
-/// The image's library directory: the template has /etc/debian_version.
-const LIB_DIR: &str = "/usr/lib/x86_64-linux-gnu";
 /// What our v2 device programs are called (`bpftool prog` shows it).
 const PROG_NAME: &str = "oci_nvidia_dev";
 
 fn host() -> SimHost {
     SimHost::shared("synthetic", GPUS, "new")
-}
-
-fn hook_binary() -> &'static str {
-    env!("CARGO_BIN_EXE_oci-nvidia-hook")
 }
 
 // ================================================================ 24 at once
@@ -106,17 +126,24 @@ struct CgroupView {
     programs: Vec<(u64, String)>,
 }
 
-fn concurrent(runtime: Runtime) {
-    let serial = serial();
-    let v2 = runtime == Runtime::RuncV2;
-    if v2 {
-        require_tool("bpftool");
-    }
-    let host = host();
-    let gpus = gpus(&host);
-    assert_eq!(gpus.len(), GPUS as usize, "host.json GPUs");
+/// The 24 containers of one concurrent run, made but not started, each
+/// asking for its own GPU; on v2 every other GPU's node is a runc decoy.
+struct Fleet {
+    /// Bind-mounted at /sync in every container: its `running-<name>`
+    /// files and the `go` signal.
+    sync: PathBuf,
+    /// The one log file every hook appends to.
+    log: PathBuf,
+    /// The containers' names, in GPU order.
+    names: Vec<String>,
+    /// Dropped (containers deleted, cgroups removed) last, even on failure.
+    prepared: Vec<Prepared>,
+}
 
-    let scratch = scratch_dir().join(format!("load-{}", runtime.name()));
+/// Makes the scratch directories and the bundles of the 24 containers.
+fn prepare_fleet(serial: &Serial, runtime: Runtime, host: &SimHost, gpus: &[Gpu]) -> Fleet {
+    let v2 = runtime == Runtime::RuncV2;
+    let scratch = work_root().join(format!("load-{}", runtime.name()));
     let sync = scratch.join("sync");
     let log = scratch.join("hook.log");
     if sync.exists() {
@@ -129,37 +156,21 @@ fn concurrent(runtime: Runtime) {
         .iter()
         .map(|g| format!("load-{}-{:02}", runtime.name(), g.index))
         .collect();
-    let values: Vec<String> = gpus.iter().map(|g| g.index.to_string()).collect();
-    let envs: Vec<[(&str, &str); 1]> = values
-        .iter()
-        .map(|v| [("NVIDIA_VISIBLE_DEVICES", v.as_str())])
-        .collect();
-    // On v2, every other GPU's node is there, made by runc without a rule.
-    let decoys: Vec<Vec<u32>> = gpus
-        .iter()
-        .map(|own| {
-            if v2 {
-                gpus.iter()
-                    .filter(|g| g.index != own.index)
-                    .map(|g| g.minor)
-                    .collect()
-            } else {
-                Vec::new()
-            }
-        })
-        .collect();
-
-    let mounts_before = host_mounts();
-    let bpf_before = bpf_snapshot();
     let made = Instant::now();
-    // Dropped (containers deleted, cgroups removed) last, even on failure.
     let prepared: Vec<Prepared> = gpus
         .iter()
-        .enumerate()
-        .map(|(i, _)| {
+        .zip(&names)
+        .map(|(gpu, name)| {
+            let index = gpu.index.to_string();
+            // On v2, every other GPU's node is there, made by runc without a rule.
+            let decoys: Vec<u32> = gpus
+                .iter()
+                .filter(|g| v2 && g.index != gpu.index)
+                .map(|g| g.minor)
+                .collect();
             let extras = BundleExtras {
                 args: Some(
-                    ["/bin/sh", "-c", WAIT_THEN_CHECK, "sh", &names[i]]
+                    ["/bin/sh", "-c", WAIT_THEN_CHECK, "sh", name]
                         .map(String::from)
                         .to_vec(),
                 ),
@@ -168,14 +179,14 @@ fn concurrent(runtime: Runtime) {
                 log_level: Some("info"),
             };
             prepare(
-                &serial,
+                serial,
                 &Scenario {
-                    name: &names[i],
+                    name,
                     runtime,
-                    host: &host,
-                    env: &envs[i],
+                    host,
+                    env: &[("NVIDIA_VISIBLE_DEVICES", &index)],
                     hook: Hook::Prestart,
-                    decoy_minors: &decoys[i],
+                    decoy_minors: &decoys,
                     reuse_rootfs: false,
                     prepare: None,
                 },
@@ -189,13 +200,37 @@ fn concurrent(runtime: Runtime) {
         prepared.len(),
         made.elapsed().as_millis()
     );
+    Fleet {
+        sync,
+        log,
+        names,
+        prepared,
+    }
+}
 
-    let barrier = Barrier::new(prepared.len() + 1);
+/// What happened when the fleet ran.
+struct Concurrent {
+    /// Each container's run, in GPU order.
+    runs: Vec<Run>,
+    /// When all of them were running; `None` if they never all were.
+    all_running: Option<Duration>,
+    /// Each container's device cgroup, read while all of them ran.
+    views: Vec<Result<CgroupView, String>>,
+    /// From the first start to the last exit.
+    total: Duration,
+}
+
+/// Starts every container of the fleet at once (a barrier), waits until
+/// all are running (so every hook has run), reads their device cgroups,
+/// then lets them look and collects their runs.
+fn start_all_at_once(fleet: &Fleet, v2: bool) -> Concurrent {
+    let barrier = Barrier::new(fleet.prepared.len() + 1);
     let exited = AtomicUsize::new(0);
     let started = Instant::now();
     let (outcomes, all_running, views) = std::thread::scope(|scope| {
-        let go = Go(sync.join("go"));
-        let handles: Vec<_> = prepared
+        let go = Go(fleet.sync.join("go"));
+        let handles: Vec<_> = fleet
+            .prepared
             .iter()
             .map(|p| {
                 let (barrier, exited) = (&barrier, &exited);
@@ -210,21 +245,10 @@ fn concurrent(runtime: Runtime) {
             })
             .collect();
         barrier.wait();
-        let running = |name: &String| sync.join(format!("running-{name}")).exists();
-        let all_running = loop {
-            let count = names.iter().filter(|n| running(n)).count();
-            if count == names.len() {
-                break Some(started.elapsed());
-            }
-            // A container that exited before the go signal failed to start.
-            if exited.load(Ordering::SeqCst) > 0 || started.elapsed() > ALL_RUNNING_LIMIT {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let all_running = wait_all_running(fleet, &exited, started);
         // Every hook has run: look at each container's device cgroup now.
         let views: Vec<Result<CgroupView, String>> =
-            prepared.iter().map(|p| cgroup_view(p, v2)).collect();
+            fleet.prepared.iter().map(|p| cgroup_view(p, v2)).collect();
         drop(go);
         let outcomes: Vec<(Finished, Duration)> = handles
             .into_iter()
@@ -233,86 +257,88 @@ fn concurrent(runtime: Runtime) {
         (outcomes, all_running, views)
     });
     let total = started.elapsed();
-    let runs: Vec<Run> = prepared
+    let runs = fleet
+        .prepared
         .iter()
         .zip(outcomes)
         .map(|(p, (finished, elapsed))| p.finish(finished, elapsed))
         .collect();
+    Concurrent {
+        runs,
+        all_running,
+        views,
+        total,
+    }
+}
 
-    let mut elapsed: Vec<Duration> = runs.iter().map(|r| r.elapsed).collect();
+/// How long after `started` every container said it was running; `None`
+/// once one exited before the go signal (it failed to start) or after
+/// [`ALL_RUNNING_LIMIT`].
+fn wait_all_running(fleet: &Fleet, exited: &AtomicUsize, started: Instant) -> Option<Duration> {
+    let running = |name: &String| fleet.sync.join(format!("running-{name}")).exists();
+    loop {
+        let count = fleet.names.iter().filter(|n| running(n)).count();
+        if count == fleet.names.len() {
+            return Some(started.elapsed());
+        }
+        if exited.load(Ordering::SeqCst) > 0 || started.elapsed() > ALL_RUNNING_LIMIT {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn print_concurrent_timings(runtime: Runtime, outcome: &Concurrent) {
+    let mut elapsed: Vec<Duration> = outcome.runs.iter().map(|r| r.elapsed).collect();
     elapsed.sort();
     eprintln!(
         "{}: {} containers at once: all running after {}, all done after {} ms; \
          per container median {} ms, max {} ms",
         runtime.name(),
-        runs.len(),
-        all_running.map_or("never".to_string(), |d| format!("{} ms", d.as_millis())),
-        total.as_millis(),
+        outcome.runs.len(),
+        outcome
+            .all_running
+            .map_or("never".to_string(), |d| format!("{} ms", d.as_millis())),
+        outcome.total.as_millis(),
         elapsed[elapsed.len() / 2].as_millis(),
         elapsed[elapsed.len() - 1].as_millis(),
     );
+}
+
+fn concurrent(runtime: Runtime) {
+    let serial = serial();
+    let v2 = runtime == Runtime::RuncV2;
+    if v2 {
+        require_tool("bpftool");
+    }
+    let host = host();
+    let gpus = gpus(&host);
+    assert_eq!(gpus.len(), GPUS as usize, "host.json GPUs");
+    let mounts_before = host_mounts();
+    let bpf_before = bpf_snapshot();
+    let fleet = prepare_fleet(&serial, runtime, &host, &gpus);
+
+    let outcome = start_all_at_once(&fleet, v2);
+    print_concurrent_timings(runtime, &outcome);
 
     // Each container: ran, and saw its own GPU and nothing else.
-    for (run, gpu) in runs.iter().zip(&gpus) {
+    for (run, gpu) in outcome.runs.iter().zip(&gpus) {
         assert_own_gpu(run, &host, gpu, &gpus, v2);
     }
     assert!(
-        all_running.is_some(),
+        outcome.all_running.is_some(),
         "not all {} containers were running within {ALL_RUNNING_LIMIT:?}",
-        runs.len()
+        outcome.runs.len()
     );
-
-    // The device cgroups, seen from the host while all 24 ran.
-    let mut program_ids = BTreeMap::new();
-    for ((view, gpu), p) in views.iter().zip(&gpus).zip(&prepared) {
-        let view = view
-            .as_ref()
-            .unwrap_or_else(|e| panic!("container {} (GPU {}): {e}", p.id, gpu.index));
-        if v2 {
-            let names: Vec<&str> = view.programs.iter().map(|(_, n)| n.as_str()).collect();
-            assert_eq!(
-                names,
-                [PROG_NAME],
-                "container {} (GPU {}) should have exactly one device program, ours \
-                 (runc's, extended): {:?}",
-                p.id,
-                gpu.index,
-                view.programs
-            );
-            let id = view.programs[0].0;
-            if let Some(other) = program_ids.insert(id, p.id.clone()) {
-                panic!("containers {other} and {} share device program {id}", p.id);
-            }
-        } else {
-            assert!(
-                !view.allows_all,
-                "container {} (GPU {}): its devices.list allows everything",
-                p.id, gpu.index
-            );
-            let expected = BTreeSet::from([gpu.minor, 255]);
-            assert_eq!(
-                view.nvidia_minors, expected,
-                "container {} (GPU {}, minor {}): devices.list should allow 195:{} and \
-                 nvidiactl (195:255) only",
-                p.id, gpu.index, gpu.minor, gpu.minor
-            );
-        }
-    }
-
-    // One shared log: one intact line per container.
-    let ids: Vec<String> = prepared.iter().map(|p| p.id.clone()).collect();
-    check_shared_log(&log, &ids);
+    let program_ids = assert_own_device_cgroups(&outcome.views, &gpus, &fleet.prepared, v2);
+    let ids: Vec<String> = fleet.prepared.iter().map(|p| p.id.clone()).collect();
+    check_shared_log(&fleet.log, &ids);
 
     // Cleanup: delete every container, then nothing may remain.
     let prefix = format!("onh-load-{}-", runtime.name());
-    drop(runs);
-    drop(prepared);
-    assert_nothing_left(
-        &prefix,
-        &mounts_before,
-        &bpf_before,
-        &program_ids.keys().copied().collect(),
-    );
+    drop(outcome);
+    drop(fleet);
+    assert_nothing_left(&prefix, &mounts_before, &bpf_before, &program_ids);
 }
 
 /// Reads the device cgroup of a waiting container from the host.
@@ -377,8 +403,80 @@ fn cgroup_view(p: &Prepared, v2: bool) -> Result<CgroupView, String> {
     Ok(view)
 }
 
+/// The device cgroups, seen from the host while all 24 ran: on v2 each
+/// container has exactly one device program, ours, of its own; on v1 its
+/// `devices.list` allows its own GPU and nvidiactl only. Returns the v2
+/// programs' ids.
+fn assert_own_device_cgroups(
+    views: &[Result<CgroupView, String>],
+    gpus: &[Gpu],
+    prepared: &[Prepared],
+    v2: bool,
+) -> BTreeSet<u64> {
+    let mut program_ids = BTreeMap::new();
+    for ((view, gpu), p) in views.iter().zip(gpus).zip(prepared) {
+        let view = view
+            .as_ref()
+            .unwrap_or_else(|e| panic!("container {} (GPU {}): {e}", p.id, gpu.index));
+        if v2 {
+            let names: Vec<&str> = view.programs.iter().map(|(_, n)| n.as_str()).collect();
+            assert_eq!(
+                names,
+                [PROG_NAME],
+                "container {} (GPU {}) should have exactly one device program, ours \
+                 (runc's, extended): {:?}",
+                p.id,
+                gpu.index,
+                view.programs
+            );
+            let id = view.programs[0].0;
+            if let Some(other) = program_ids.insert(id, p.id.clone()) {
+                panic!("containers {other} and {} share device program {id}", p.id);
+            }
+        } else {
+            assert!(
+                !view.allows_all,
+                "container {} (GPU {}): its devices.list allows everything",
+                p.id, gpu.index
+            );
+            let expected = BTreeSet::from([gpu.minor, 255]);
+            assert_eq!(
+                view.nvidia_minors, expected,
+                "container {} (GPU {}, minor {}): devices.list should allow 195:{} and \
+                 nvidiactl (195:255) only",
+                p.id, gpu.index, gpu.minor, gpu.minor
+            );
+        }
+    }
+    program_ids.into_keys().collect()
+}
+
 /// A node as the checker saw it: type, (major, minor), what opening gave.
 type NodeFacts<'a> = (char, Option<(u32, u32)>, Option<&'a str>);
+
+/// The nodes a container asking for GPU `own` must see: its GPU's and the
+/// control nodes, allowed (ENXIO), and with `decoys`, every other GPU's,
+/// denied (EPERM).
+fn expected_nodes(
+    host: &SimHost,
+    own: &Gpu,
+    all: &[Gpu],
+    decoys: bool,
+) -> BTreeMap<String, NodeFacts<'static>> {
+    let mut expected: BTreeMap<String, NodeFacts> = node_specs(host, &[own.minor])
+        .into_iter()
+        .map(|(path, numbers)| (path, ('c', Some(numbers), Some("ENXIO"))))
+        .collect();
+    if decoys {
+        for gpu in all.iter().filter(|g| g.index != own.index) {
+            expected.insert(
+                format!("/dev/nvidia{}", gpu.minor),
+                ('c', Some((NVIDIA_MAJOR, gpu.minor)), Some("EPERM")),
+            );
+        }
+    }
+    expected
+}
 
 /// The container saw its own GPU node and the control nodes, all allowed,
 /// no other GPU (or, on v2, only decoys, all denied), and the driver's
@@ -388,24 +486,6 @@ fn assert_own_gpu(run: &Run, host: &SimHost, own: &Gpu, all: &[Gpu], decoys: boo
     assert!(run.succeeded(), "the container failed:{ctx}");
     let report = &run.report;
     assert!(report.complete, "the checker did not finish:{ctx}");
-    let uvm = uvm_major(host);
-    let mut expected: BTreeMap<String, (u32, u32, &str)> = BTreeMap::from([
-        ("/dev/nvidiactl".into(), (NVIDIA_MAJOR, 255, "ENXIO")),
-        ("/dev/nvidia-uvm".into(), (uvm, 0, "ENXIO")),
-        ("/dev/nvidia-uvm-tools".into(), (uvm, 1, "ENXIO")),
-        (
-            format!("/dev/nvidia{}", own.minor),
-            (NVIDIA_MAJOR, own.minor, "ENXIO"),
-        ),
-    ]);
-    if decoys {
-        for gpu in all.iter().filter(|g| g.index != own.index) {
-            expected.insert(
-                format!("/dev/nvidia{}", gpu.minor),
-                (NVIDIA_MAJOR, gpu.minor, "EPERM"),
-            );
-        }
-    }
     let seen: BTreeMap<String, NodeFacts> = report
         .nodes
         .iter()
@@ -416,15 +496,9 @@ fn assert_own_gpu(run: &Run, host: &SimHost, own: &Gpu, all: &[Gpu], decoys: boo
             )
         })
         .collect();
-    let wanted: BTreeMap<String, NodeFacts> = expected
-        .iter()
-        .map(|(path, (major, minor, open))| {
-            (path.clone(), ('c', Some((*major, *minor)), Some(*open)))
-        })
-        .collect();
     assert_eq!(
         seen,
-        wanted,
+        expected_nodes(host, own, all, decoys),
         "GPU index {} (minor {}): the container's nvidia nodes (ENXIO: the device cgroup \
          allows it; EPERM: it denies it{}):{ctx}",
         own.index,
@@ -553,37 +627,6 @@ fn twenty_four_containers_at_once_runc_cgroup_v2() {
 
 // ================================================================ restarts
 
-/// A bounded run for the restart loop: no polling, so the time measured is
-/// the runtime's. Returns None when it was killed at `limit`.
-fn run_quick(mut cmd: Command, limit: Duration) -> (Option<ExitStatus>, String) {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let output = match rx.recv_timeout(limit) {
-        Ok(output) => output,
-        Err(_) => {
-            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-            return match rx.recv_timeout(Duration::from_secs(5)) {
-                Ok(Ok(out)) => (None, String::from_utf8_lossy(&out.stderr).into_owned()),
-                _ => (None, "(output held by a leftover process)".into()),
-            };
-        }
-    };
-    let output = output.expect("wait for the runtime");
-    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&output.stderr));
-    (Some(output.status), text)
-}
-
 /// Deletes the container currently starting if the test stops mid-loop.
 struct Current<'a> {
     prepared: &'a Prepared,
@@ -598,76 +641,85 @@ impl Drop for Current<'_> {
     }
 }
 
-fn restarts(runtime: Runtime, starts: usize) {
-    let serial = serial();
-    require_tool("bpftool");
-    let host = host();
-    let name = format!("load-restart-{}", runtime.name());
-    let env = [("NVIDIA_VISIBLE_DEVICES", "all")];
-    let scenario = |reuse_rootfs| Scenario {
-        name: &name,
-        runtime,
-        host: &host,
-        env: &env,
-        hook: Hook::Prestart,
-        decoy_minors: &[],
-        reuse_rootfs,
-        prepare: None,
-    };
-    let prepared = prepare(
-        &serial,
-        &scenario(false),
-        &BundleExtras {
-            args: Some(vec!["/bin/true".into()]),
-            ..BundleExtras::default()
-        },
-    );
-    let prefix = format!("{}-", prepared.id);
-    let cache = prepared.rootfs.join("etc/ld.so.cache");
+/// The host as it was before the restarts, to compare with after.
+struct HostBefore {
+    mounts: Vec<String>,
+    simhost: BTreeMap<PathBuf, String>,
+    bpf: BpfSnapshot,
+    strays: BTreeSet<String>,
+}
 
-    let mounts_before = host_mounts();
-    let simhost_before = tree_listing(&host.dir);
-    let bpf_before = bpf_snapshot();
-    let strays_before = stray_entries(&prefix);
+/// Takes the host's state, and checks no cgroup of these containers exists yet.
+fn host_before(host: &SimHost, prefix: &str) -> HostBefore {
+    let before = HostBefore {
+        mounts: host_mounts(),
+        simhost: tree_listing(&host.dir),
+        bpf: bpf_snapshot(),
+        strays: stray_entries(prefix),
+    };
     assert!(
-        cgroup_dirs_named(&prefix).is_empty(),
+        cgroup_dirs_named(prefix).is_empty(),
         "cgroups named {prefix}* exist before the test"
     );
+    before
+}
 
+/// The image after the first start: its cache's bytes and its paths.
+struct AfterFirst {
+    cache: Vec<u8>,
+    paths: BTreeSet<PathBuf>,
+}
+
+/// Starts `prepared` `starts` times in a row as `<prefix>0`, `<prefix>1`,
+/// …, each bounded by [`START_LIMIT`] and all by [`SEQUENTIAL_LIMIT`];
+/// panics at the first failure. Returns each start's time and the image
+/// as the first start left it.
+fn start_repeatedly(
+    prepared: &Prepared,
+    prefix: &str,
+    starts: usize,
+) -> (Vec<Duration>, AfterFirst) {
     let mut times = Vec::with_capacity(starts);
     let mut after_first = None;
     let began = Instant::now();
-    {
-        let mut current = Current {
-            prepared: &prepared,
-            id: None,
-        };
-        for i in 0..starts {
-            let id = format!("{prefix}{i}");
-            current.id = Some(id.clone());
-            let t = Instant::now();
-            let (status, output) = run_quick(prepared.command_for(&id), START_LIMIT);
-            times.push(t.elapsed());
-            match status {
-                Some(s) if s.success() => {}
-                Some(s) => panic!("start {i} ({id}) failed: {s}:\n{output}"),
-                None => panic!("start {i} ({id}) was killed after {START_LIMIT:?}:\n{output}"),
-            }
-            // `runc run` deletes the container when it exits.
-            current.id = None;
-            if i == 0 {
-                let paths: BTreeSet<PathBuf> = tree_listing(&prepared.rootfs).into_keys().collect();
-                after_first = Some((std::fs::read(&cache).expect("the image's cache"), paths));
-            }
-            assert!(
-                began.elapsed() < SEQUENTIAL_LIMIT,
-                "{} starts took over {SEQUENTIAL_LIMIT:?}: too slow",
-                i + 1
-            );
+    let mut current = Current { prepared, id: None };
+    for i in 0..starts {
+        let id = format!("{prefix}{i}");
+        current.id = Some(id.clone());
+        let t = Instant::now();
+        let finished = run_bounded(prepared.command_for(&id), START_LIMIT);
+        times.push(t.elapsed());
+        let output = format!("{}{}", finished.stdout, finished.stderr);
+        match finished.status {
+            Some(s) if s.success() => {}
+            Some(s) => panic!("start {i} ({id}) failed: {s}:\n{output}"),
+            None => panic!("start {i} ({id}) was killed after {START_LIMIT:?}:\n{output}"),
         }
+        // `runc run` deletes the container when it exits.
+        current.id = None;
+        if i == 0 {
+            after_first = Some(AfterFirst {
+                cache: std::fs::read(image_cache(prepared)).expect("the image's cache"),
+                paths: tree_listing(&prepared.rootfs).into_keys().collect(),
+            });
+        }
+        assert!(
+            began.elapsed() < SEQUENTIAL_LIMIT,
+            "{} starts took over {SEQUENTIAL_LIMIT:?}: too slow",
+            i + 1
+        );
     }
-    let total = began.elapsed();
-    let mut sorted = times.clone();
+    (times, after_first.expect("a first start"))
+}
+
+/// The image's `/etc/ld.so.cache`, which the hook rewrites at every start.
+fn image_cache(prepared: &Prepared) -> PathBuf {
+    prepared.rootfs.join("etc/ld.so.cache")
+}
+
+fn print_restart_timings(runtime: Runtime, times: &[Duration], total: Duration) {
+    let starts = times.len();
+    let mut sorted = times.to_vec();
     sorted.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     eprintln!(
@@ -683,9 +735,13 @@ fn restarts(runtime: Runtime, starts: usize) {
         ms(times[0]),
         ms(times[starts - 1]),
     );
+}
 
-    // Every start was injected, once.
-    let log = std::fs::read_to_string(&prepared.hook_log).expect("the hook's log");
+/// The hook's log: no error, one `injected` line for each of `starts`
+/// starts, and on v2 one replaced device program per start (none on v1).
+/// Returns the ids of the programs replaced and loaded.
+fn assert_each_start_injected_once(log: &Path, starts: usize, runtime: Runtime) -> BTreeSet<u64> {
+    let log = std::fs::read_to_string(log).expect("the hook's log");
     let mut injected: BTreeMap<&str, usize> = BTreeMap::new();
     let mut replaced = Vec::new();
     for line in log.lines() {
@@ -732,28 +788,40 @@ fn restarts(runtime: Runtime, starts: usize) {
             "BPF programs replaced on v1: {replaced:?}"
         );
     }
+    replaced.iter().flat_map(|&(a, b)| [a, b]).collect()
+}
 
-    // The image after the last start is as after the first: the cache is
-    // rewritten to the same bytes, no file accumulates.
-    let (first_cache, first_paths) = after_first.expect("a first start");
-    let last_cache = std::fs::read(&cache).expect("the image's cache");
+/// The image after the last start is as after the first: the cache is
+/// rewritten to the same bytes, no file accumulates.
+fn assert_image_as_after_first(prepared: &Prepared, first: &AfterFirst, starts: usize) {
+    let last_cache = std::fs::read(image_cache(prepared)).expect("the image's cache");
     assert!(
-        first_cache == last_cache,
+        first.cache == last_cache,
         "the image's ld.so.cache changed between the first start ({} bytes) and start {starts} \
          ({} bytes)",
-        first_cache.len(),
+        first.cache.len(),
         last_cache.len()
     );
     let last_paths: BTreeSet<PathBuf> = tree_listing(&prepared.rootfs).into_keys().collect();
     assert_eq!(
-        first_paths
+        first
+            .paths
             .symmetric_difference(&last_paths)
             .collect::<Vec<_>>(),
         Vec::<&PathBuf>::new(),
         "files came or went in the rootfs between the first and the last start"
     );
+}
 
-    // Nothing left on the host.
+/// Nothing left on the host: no runtime state, the simulated host's tree
+/// unchanged, no new stray files, and [`assert_nothing_left`].
+fn assert_host_as_before(
+    prepared: &Prepared,
+    host: &SimHost,
+    prefix: &str,
+    before: &HostBefore,
+    program_ids: &BTreeSet<u64>,
+) {
     let leftover_state: Vec<_> = std::fs::read_dir(&prepared.state_root)
         .expect("the runtime's state root")
         .map(|e| e.unwrap().file_name())
@@ -762,28 +830,34 @@ fn restarts(runtime: Runtime, starts: usize) {
         leftover_state.is_empty(),
         "runtime state left behind: {leftover_state:?}"
     );
-    let simhost_diff = listing_diff(&simhost_before, &tree_listing(&host.dir));
+    let simhost_diff = listing_diff(&before.simhost, &tree_listing(&host.dir));
     assert!(
         simhost_diff.is_empty(),
         "the simulated host's tree changed: {simhost_diff:#?}"
     );
-    let strays: Vec<String> = stray_entries(&prefix)
-        .difference(&strays_before)
+    let strays: Vec<String> = stray_entries(prefix)
+        .difference(&before.strays)
         .cloned()
         .collect();
     assert!(strays.is_empty(), "new host files: {strays:#?}");
-    let ids: BTreeSet<u64> = replaced.iter().flat_map(|&(a, b)| [a, b]).collect();
-    assert_nothing_left(&prefix, &mounts_before, &bpf_before, &ids);
+    assert_nothing_left(prefix, &before.mounts, &before.bpf, program_ids);
+}
 
-    // And the restarted image still works: the checker, once, on it.
-    drop(prepared);
-    let last = run(&serial, &scenario(true));
+/// The restarted image still works: the checker, once, on it, sees every
+/// GPU allowed and loads the driver's libcuda.
+fn assert_restarted_image_works(
+    serial: &Serial,
+    scenario: &Scenario,
+    host: &SimHost,
+    starts: usize,
+) {
+    let last = run(serial, scenario);
     assert!(
         last.succeeded(),
         "the checker run failed:{}",
         last.describe()
     );
-    let gpus = gpus(&host);
+    let gpus = gpus(host);
     let nodes = last.report.gpu_nodes();
     for gpu in &gpus {
         let node = nodes.get(&gpu.minor).unwrap_or_else(|| {
@@ -798,10 +872,48 @@ fn restarts(runtime: Runtime, starts: usize) {
     assert_eq!(nodes.len(), gpus.len(), "{}", last.describe());
     let cuda = last.report.cuda.as_ref().expect("a cuda line");
     assert!(
-        cuda.loaded && cuda.field("version") == Some(cuda_version(&host).to_string().as_str()),
+        cuda.loaded && cuda.field("version") == Some(cuda_version(host).to_string().as_str()),
         "libcuda after {starts} restarts: {cuda:?}{}",
         last.describe()
     );
+}
+
+fn restarts(runtime: Runtime, starts: usize) {
+    let serial = serial();
+    require_tool("bpftool");
+    let host = host();
+    let name = format!("load-restart-{}", runtime.name());
+    let env = [("NVIDIA_VISIBLE_DEVICES", "all")];
+    let scenario = |reuse_rootfs| Scenario {
+        name: &name,
+        runtime,
+        host: &host,
+        env: &env,
+        hook: Hook::Prestart,
+        decoy_minors: &[],
+        reuse_rootfs,
+        prepare: None,
+    };
+    let prepared = prepare(
+        &serial,
+        &scenario(false),
+        &BundleExtras {
+            args: Some(vec!["/bin/true".into()]),
+            ..BundleExtras::default()
+        },
+    );
+    let prefix = format!("{}-", prepared.id);
+    let before = host_before(&host, &prefix);
+
+    let began = Instant::now();
+    let (times, after_first) = start_repeatedly(&prepared, &prefix, starts);
+    print_restart_timings(runtime, &times, began.elapsed());
+
+    let program_ids = assert_each_start_injected_once(&prepared.hook_log, starts, runtime);
+    assert_image_as_after_first(&prepared, &after_first, starts);
+    assert_host_as_before(&prepared, &host, &prefix, &before, &program_ids);
+    drop(prepared);
+    assert_restarted_image_works(&serial, &scenario(true), &host, starts);
 }
 
 #[test]
@@ -926,12 +1038,12 @@ fn assert_nothing_left(
     bpf_before: &BpfSnapshot,
     program_ids: &BTreeSet<u64>,
 ) {
-    common::assert_mounts_unchanged(mounts_before, "");
+    assert_mounts_unchanged(mounts_before, "");
 
     let cgroups = cgroup_dirs_named(prefix);
     assert!(cgroups.is_empty(), "cgroups left behind: {cgroups:#?}");
 
-    let processes = processes_mentioning(&[prefix, hook_binary()]);
+    let processes = processes_mentioning(&[prefix, &path_str(hook_binary())]);
     assert!(
         processes.is_empty(),
         "processes left behind: {processes:#?}"
@@ -1007,4 +1119,10 @@ fn processes_mentioning(needles: &[&str]) -> Vec<String> {
         }
     }
     found
+}
+
+/// Every cgroup directory named `<prefix>…`, in any hierarchy: what
+/// containers whose ids start with `prefix` left behind.
+fn cgroup_dirs_named(prefix: &str) -> Vec<PathBuf> {
+    cgroup_dirs(|name| name.to_string_lossy().starts_with(prefix))
 }

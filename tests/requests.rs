@@ -2,15 +2,35 @@
 //! on the MIG-flavoured simulated host with its mock NVML, NVIDIA_REQUIRE_*
 //! refusals and passes, and CUDA forward-compatibility libraries.
 
-mod common;
-mod runtime_support;
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod ldconfig;
+    pub mod mig;
+    pub mod mounts;
+    pub mod project;
+    pub mod simhost;
+}
+/// The runtime harness (tests/runtime_support/): the parts this suite uses.
+mod runtime_support {
+    pub mod bundle;
+    pub mod cleanup;
+    pub mod container;
+    pub mod oci_config;
+    pub mod process;
+    pub mod report;
+    pub mod run;
+    pub mod runtimes;
+}
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use common::SimHost;
-use runtime_support::{run, serial, Hook, Run, Runtime, Scenario};
+use common::simhost::SimHost;
+use runtime_support::bundle::{Hook, Scenario};
+use runtime_support::container::run;
+use runtime_support::run::{serial, Run};
+use runtime_support::runtimes::Runtime;
 use serde_json::Value;
 
 /// Runs a container through the hook, then checks that `list --bundle`

@@ -35,8 +35,28 @@
 //! Needs runc, crun, podman, unshare, umount, mount, setpriv and the user
 //! `nobody`; any missing one fails the test, naming it.
 
-mod common;
-mod runtime_support;
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod json;
+    pub mod ldconfig;
+    pub mod mig;
+    pub mod mounts;
+    pub mod project;
+    pub mod simhost;
+}
+/// The runtime harness (tests/runtime_support/): the parts this suite uses.
+mod runtime_support {
+    pub mod bundle;
+    pub mod cleanup;
+    pub mod expected;
+    pub mod injected;
+    pub mod oci_config;
+    pub mod prepared;
+    pub mod process;
+    pub mod report;
+    pub mod run;
+    pub mod runtimes;
+}
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -44,12 +64,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ldconfig_print, SimHost};
-use runtime_support::{
-    assert_no_mounts_under, cuda_version, gpus, prepare, require_tool, run_bounded, serial,
-    template_rootfs, uvm_major, BundleExtras, CheckerReport, Gpu, Hook, Run, Runtime, Scenario,
-    Serial, CONTAINER_SCRIPT, NVIDIA_MAJOR, RUN_LIMIT,
+use common::json::s;
+use common::project::hook_binary;
+use common::simhost::SimHost;
+use runtime_support::bundle::{
+    copy_template, template_rootfs, write_hook_config, write_hooks_dir, BundleExtras, Hook,
+    Scenario,
 };
+use runtime_support::cleanup::assert_no_mounts_under;
+use runtime_support::expected::{gpus, node_specs, Gpu, NodeSpec};
+use runtime_support::injected::{assert_injected, Expected};
+use runtime_support::oci_config::CONTAINER_SCRIPT;
+use runtime_support::prepared::prepare;
+use runtime_support::process::run_bounded;
+use runtime_support::run::{serial, Run, RunFiles, Serial, RUN_LIMIT};
+use runtime_support::runtimes::{podman_run_args, require_tool, Runtime};
 use serde_json::{json, Value};
 
 /// The host uid and gid of the container's root in the root-run user
@@ -62,14 +91,6 @@ const ID_COUNT: u32 = 65_536;
 /// needs no /etc/subuid entry (Podman then maps it alone, as the
 /// container's root).
 const ROOTLESS_USER: &str = "nobody";
-
-/// The image's library directory: the template has /etc/debian_version.
-const LIB_DIR: &str = "/usr/lib/x86_64-linux-gnu";
-
-/// nvidia-smi's message and exit code when it found libnvidia-ml but no
-/// kernel driver.
-const SMI_NO_DRIVER: &str = "couldn't communicate with the NVIDIA driver";
-const SMI_NO_DRIVER_EXIT: i32 = 9;
 
 /// The hook's info lines (src/hook/mod.rs).
 const SKIP_LINE: &str = "user namespace: skipping the device cgroup, bind-mounting device nodes";
@@ -162,9 +183,6 @@ enum Cgroup {
     Skipped,
 }
 
-/// A device node the container must get: its path and numbers.
-type NodeSpec = (String, (u32, u32));
-
 /// What a run must show.
 struct Expect {
     /// Exactly these nodes, bind-mounted, opening with ENXIO.
@@ -177,51 +195,34 @@ struct Expect {
     real_libraries: bool,
 }
 
-/// A whole GPU's nodes: nvidiactl, the UVM nodes and `/dev/nvidia<minor>`.
-fn gpu_node_specs(host: &SimHost, gpu_minor: u32) -> Vec<NodeSpec> {
-    let uvm = uvm_major(host);
-    vec![
-        ("/dev/nvidiactl".into(), (NVIDIA_MAJOR, 255)),
-        ("/dev/nvidia-uvm".into(), (uvm, 0)),
-        ("/dev/nvidia-uvm-tools".into(), (uvm, 1)),
-        (format!("/dev/nvidia{gpu_minor}"), (NVIDIA_MAJOR, gpu_minor)),
-    ]
-}
-
 /// A MIG device's nodes: its parent GPU's, and its GPU and compute
 /// instances' access capabilities under /dev/nvidia-caps.
 fn mig_node_specs(host: &SimHost, mig: &Value) -> Vec<NodeSpec> {
     let id = |key: &str| mig[key].as_u64().unwrap_or_else(|| panic!("mig {key}")) as u32;
     let caps = host.host["caps_major"].as_u64().expect("caps_major") as u32;
-    let mut nodes = gpu_node_specs(host, id("gpu_minor"));
+    let mut nodes = node_specs(host, &[id("gpu_minor")]);
     for minor in [id("gi_access_minor"), id("ci_access_minor")] {
         nodes.push((format!("/dev/nvidia-caps/nvidia-cap{minor}"), (caps, minor)));
     }
     nodes
 }
 
-/// The container got exactly the expected nodes as bind-mounted host nodes
-/// that open with ENXIO (and the decoy, denied), the libraries through its
-/// own loader cache, and, on the real host, a libcuda that answers and a
-/// working nvidia-smi; the hook's log says what it did about the user
-/// namespace and the cgroup, once.
-fn assert_injected(run: &Run, host: &SimHost, expect: &Expect) {
-    run.assert_completed();
+/// The container got what [`assert_injected`] judges, with the expected
+/// nodes as bind-mounted host nodes (not made: a user namespace's /dev
+/// cannot have its own), no other node but the decoy, denied; the hook's
+/// log says what it did about the user namespace and the cgroup, once.
+fn assert_injected_in_user_namespace(run: &Run, host: &SimHost, expect: &Expect) {
+    assert_injected(
+        run,
+        host,
+        &Expected {
+            nodes: &expect.nodes,
+            real_libraries: expect.real_libraries,
+        },
+    );
     let report = &run.report;
     let ctx = run.describe();
-    for (path, numbers) in &expect.nodes {
-        let node = report
-            .nodes
-            .get(path)
-            .unwrap_or_else(|| panic!("{path} is missing in the container:{ctx}"));
-        assert_eq!(node.kind, 'c', "{path} is not a char device:{ctx}");
-        assert_eq!(node.numbers, Some(*numbers), "{path} numbers:{ctx}");
-        assert_eq!(
-            node.open.as_deref(),
-            Some("ENXIO"),
-            "{path} should open with ENXIO (allowed, no driver), got {:?}:{ctx}",
-            node.open
-        );
+    for (path, _) in &expect.nodes {
         // Bound, not made: a mount of its own, usable (not nodev).
         let mount = report
             .mounts
@@ -251,59 +252,13 @@ fn assert_injected(run: &Run, host: &SimHost, expect: &Expect) {
             "the runtime's decoy {decoy} is missing:{ctx}"
         );
     }
-    assert_eq!(report.devnull.as_deref(), Some("ok"), "/dev/null:{ctx}");
+    assert_hook_log(run, expect);
+}
 
-    let libcuda = format!(
-        "{LIB_DIR}/libcuda.so.{}",
-        runtime_support::driver_version(host)
-    );
-    let file = report
-        .files
-        .get(&libcuda)
-        .unwrap_or_else(|| panic!("{libcuda} is missing:{ctx}"));
-    assert!(
-        file.read_only && file.nosuid && file.nodev,
-        "{libcuda} must be mounted ro,nosuid,nodev: {file:?}{ctx}"
-    );
-    assert_eq!(
-        report.ldcache.get("libcuda.so.1").map(String::as_str),
-        Some("yes"),
-        "the container's ld.so.cache lacks libcuda.so.1:{ctx}"
-    );
-    let cache = run
-        .ld_cache
-        .as_ref()
-        .unwrap_or_else(|| panic!("the checker left no copy of the cache:{ctx}"));
-    assert!(
-        cache
-            .iter()
-            .any(|e| e.soname == "libc.so.6" && e.path.starts_with("/lib/x86_64-linux-gnu/")),
-        "the image's own libc.so.6 entry was lost from its cache: {cache:#?}{ctx}"
-    );
-    if expect.real_libraries {
-        let cuda = report.cuda.as_ref().expect("a cuda line");
-        assert!(cuda.loaded, "dlopen(libcuda.so.1) failed: {cuda:?}{ctx}");
-        assert_eq!(
-            cuda.field("version"),
-            Some(cuda_version(host).to_string().as_str()),
-            "cuDriverGetVersion:{ctx}"
-        );
-        let nvml = report.nvml.as_ref().expect("an nvml line");
-        assert!(
-            nvml.loaded,
-            "dlopen(libnvidia-ml.so.1) failed: {nvml:?}{ctx}"
-        );
-        assert!(
-            report.smi_output.contains(SMI_NO_DRIVER),
-            "nvidia-smi did not reach the driver check:{ctx}"
-        );
-        assert_eq!(
-            report.smi_exit,
-            Some(SMI_NO_DRIVER_EXIT),
-            "nvidia-smi exit:{ctx}"
-        );
-    }
-
+/// The hook logged once what it did about the user namespace and the
+/// device cgroup, and its summary names the expected nodes.
+fn assert_hook_log(run: &Run, expect: &Expect) {
+    let ctx = run.describe();
     let log = run
         .hook_log
         .as_deref()
@@ -382,8 +337,7 @@ fn user_namespace(
         &BundleExtras::default(),
     );
     let decoy = expect.decoy.expect("a decoy GPU node");
-    let decoy_node =
-        PathBuf::from(common::s(&host.host, "/dev_root")).join(format!("dev/nvidia{decoy}"));
+    let decoy_node = PathBuf::from(s(&host.host, "/dev_root")).join(format!("dev/nvidia{decoy}"));
     into_user_namespace(&prepared.bundle, &prepared.rootfs, &decoy_node);
 
     for attempt in 0..=restarts {
@@ -397,7 +351,7 @@ fn user_namespace(
             "{name} run {attempt}: container run took {} ms",
             run.elapsed.as_millis()
         );
-        assert_injected(&run, host, expect);
+        assert_injected_in_user_namespace(&run, host, expect);
         assert_created_by(&run, (CONTAINER_ROOT, CONTAINER_ROOT));
     }
 }
@@ -408,7 +362,7 @@ fn gpu_in_user_namespace(runtime: Runtime, restarts: u32) {
     let host = host();
     let (gpu, decoy) = gpu_and_decoy(&host);
     let expect = Expect {
-        nodes: gpu_node_specs(&host, gpu.minor),
+        nodes: node_specs(&host, &[gpu.minor]),
         decoy: Some(decoy.minor),
         cgroup: Cgroup::Granted,
         real_libraries: true,
@@ -464,8 +418,9 @@ fn user_namespace_mig_runc_v1() {
 /// How Podman runs.
 struct Podman<'a> {
     name: &'a str,
-    /// `runc`, or `crun` (then in the pure cgroup v1 namespace crun needs).
-    oci: &'a str,
+    /// [`Runtime::Podman`] (runc), or [`Runtime::PodmanCrunV1`] (crun, in
+    /// the pure cgroup v1 namespace crun needs).
+    runtime: Runtime,
     /// Rootless as this (uid, gid), or `None`: as root with `--uidmap`
     /// giving the container a user namespace ([`CONTAINER_ROOT`]).
     rootless: Option<(u32, u32)>,
@@ -501,7 +456,8 @@ fn podman_runtime_dir(name: &str) -> PathBuf {
 /// A Podman command line: rootless ones run as the user, with a clean
 /// environment, a HOME in `dir` and an XDG_RUNTIME_DIR of their own (so
 /// Podman's storage and its pause process are this test's alone), through
-/// `setpriv` so that a private mount namespace can be made as root first.
+/// `setpriv` so that the runtime's private mount namespace can be made as
+/// root first.
 fn podman_command(spec: &Podman, dir: &Path, args: &[String]) -> Command {
     let mut argv: Vec<String> = Vec::new();
     if let Some((uid, gid)) = spec.rootless {
@@ -520,32 +476,9 @@ fn podman_command(spec: &Podman, dir: &Path, args: &[String]) -> Command {
             ),
         ]);
     }
-    argv.extend(
-        [
-            "podman",
-            "--runtime",
-            spec.oci,
-            "--cgroup-manager=cgroupfs",
-            "--events-backend=file",
-            "--hooks-dir",
-        ]
-        .map(String::from),
-    );
-    argv.push(dir.join("hooks.d").display().to_string());
+    argv.extend(spec.runtime.podman_globals(&dir.join("hooks.d")));
     argv.extend(args.iter().cloned());
-    let mut cmd = if spec.oci == "crun" {
-        // crun refuses the hybrid hierarchy (TESTBED.md): pure v1.
-        let mut cmd = Command::new("unshare");
-        cmd.args(["-m", "--propagation", "private", "sh", "-c"])
-            .arg("umount /sys/fs/cgroup/unified && exec \"$@\"")
-            .arg("sh")
-            .args(&argv);
-        cmd
-    } else {
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..]);
-        cmd
-    };
+    let mut cmd = spec.runtime.in_namespace(argv);
     cmd.current_dir("/");
     cmd
 }
@@ -596,127 +529,86 @@ impl Drop for PodmanCleanup<'_> {
     }
 }
 
+/// Makes Podman's run directory `dir` afresh: `out/`, `home/`, a copy of
+/// the template rootfs, the hook's config and log, and the hooks dir with
+/// the project's hooks.d file (the binary and its config rewritten).
+/// Returns the hook's config.
+fn podman_run_dir(host: &SimHost, dir: &Path) -> PathBuf {
+    if dir.exists() {
+        assert_no_mounts_under(dir);
+        std::fs::remove_dir_all(dir).unwrap_or_else(|e| panic!("remove {}: {e}", dir.display()));
+    }
+    for sub in ["out", "home"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    copy_template(host, &dir.join("rootfs"));
+    let hook_config = dir.join("hook-config.toml");
+    write_hook_config(host, &hook_config, &dir.join("hook.log"), "debug");
+    write_hooks_dir(&dir.join("hooks.d"), &hook_config);
+    hook_config
+}
+
+/// Makes a rootless run's files the user's (Podman's storage, the image,
+/// the hook's log) and its XDG_RUNTIME_DIR, then checks, loudly, that the
+/// hook run as the user reaches its binary and the simulated host.
+fn prepare_rootless(spec: &Podman, host: &SimHost, dir: &Path, hook_config: &Path) {
+    let Some((uid, gid)) = spec.rootless else {
+        return;
+    };
+    chown_tree(dir, uid, gid);
+    let runtime_dir = podman_runtime_dir(spec.name);
+    if runtime_dir.exists() {
+        assert_no_mounts_under(&runtime_dir);
+        std::fs::remove_dir_all(&runtime_dir).unwrap();
+    }
+    std::fs::create_dir(&runtime_dir)
+        .unwrap_or_else(|e| panic!("create {}: {e}", runtime_dir.display()));
+    std::fs::set_permissions(&runtime_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    chown_tree(&runtime_dir, uid, gid);
+    let mut probe = Command::new(hook_binary());
+    probe
+        .args(["--config", &hook_config.display().to_string(), "info"])
+        .env_clear()
+        .uid(uid)
+        .gid(gid);
+    let probed = run_bounded(probe, Duration::from_secs(30));
+    assert!(
+        probed.status.is_some_and(|s| s.success()),
+        "as {ROOTLESS_USER}, `{} info` fails: the hook binary or the simulated host under {} \
+         is not readable by unprivileged users:\n{}{}",
+        hook_binary().display(),
+        host.dir.display(),
+        probed.stdout,
+        probed.stderr
+    );
+}
+
 /// Runs `/checker` and nvidia-smi in a Podman container through the hook
 /// (the project's hooks.d file, with the binary and its config rewritten).
 fn run_podman(_serial: &Serial, host: &SimHost, spec: &Podman) -> Run {
-    require_tool("podman");
-    require_tool(spec.oci);
+    spec.runtime.require_tools();
     require_tool("setpriv");
-    if spec.oci == "crun" {
-        require_tool("unshare");
-        require_tool("umount");
-    }
     let dir = podman_dir(spec.name);
-    if dir.exists() {
-        assert_no_mounts_under(&dir);
-        std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("remove {}: {e}", dir.display()));
-    }
-    for sub in ["out", "hooks.d", "home"] {
-        std::fs::create_dir_all(dir.join(sub)).unwrap();
-    }
+    let hook_config = podman_run_dir(host, &dir);
     let rootfs = dir.join("rootfs");
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(template_rootfs(host))
-        .arg(&rootfs)
-        .status()
-        .expect("run cp");
-    assert!(status.success(), "cp -a of the template rootfs failed");
-
-    let hook_log = dir.join("hook.log");
-    let hook_config = dir.join("hook-config.toml");
-    let base = std::fs::read_to_string(&host.config).expect("read the simhost config");
-    std::fs::write(
-        &hook_config,
-        format!(
-            "{base}\n[log]\nlevel = \"debug\"\nfile = {:?}\n",
-            hook_log.display().to_string()
-        ),
-    )
-    .unwrap();
-    let hook_binary = env!("CARGO_BIN_EXE_oci-nvidia-hook");
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks.d/oci-nvidia-hook.json");
-    let mut hooks_file: Value = serde_json::from_slice(&std::fs::read(&shipped).unwrap()).unwrap();
-    hooks_file["hook"]["path"] = json!(hook_binary);
-    hooks_file["hook"]["args"] = json!([
-        "oci-nvidia-hook",
-        "--config",
-        hook_config.display().to_string(),
-        "prestart"
-    ]);
-    std::fs::write(
-        dir.join("hooks.d/oci-nvidia-hook.json"),
-        serde_json::to_vec_pretty(&hooks_file).unwrap(),
-    )
-    .unwrap();
-
-    let id = format!("onh-{}-{}", spec.name, std::process::id());
-    let mut args: Vec<String> = [
-        "run",
-        "--rm",
-        "--name",
-        &id,
-        "--ulimit",
-        "nofile=20000:20000",
-        "--ulimit",
-        "nproc=1000:1000",
-        "--network=none",
-    ]
-    .map(String::from)
-    .to_vec();
-    for (key, value) in spec.env {
-        args.push("--env".into());
-        args.push(format!("{key}={value}"));
-    }
-    args.push("--volume".into());
-    args.push(format!("{}:/out", dir.join("out").display()));
+    let mut extra = Vec::new();
     match spec.rootless {
-        Some((uid, gid)) => {
-            // The whole run directory is the user's: Podman's storage, the
-            // image, the hook's log. The hook (run as the user) must reach
-            // its binary and the simulated host: check that first, loudly.
-            chown_tree(&dir, uid, gid);
-            let runtime_dir = podman_runtime_dir(spec.name);
-            if runtime_dir.exists() {
-                assert_no_mounts_under(&runtime_dir);
-                std::fs::remove_dir_all(&runtime_dir).unwrap();
-            }
-            std::fs::create_dir(&runtime_dir)
-                .unwrap_or_else(|e| panic!("create {}: {e}", runtime_dir.display()));
-            std::fs::set_permissions(&runtime_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-            chown_tree(&runtime_dir, uid, gid);
-            let mut probe = Command::new(hook_binary);
-            probe
-                .args(["--config", &hook_config.display().to_string(), "info"])
-                .env_clear()
-                .uid(uid)
-                .gid(gid);
-            let probed = run_bounded(probe, Duration::from_secs(30));
-            assert!(
-                probed.status.is_some_and(|s| s.success()),
-                "as {ROOTLESS_USER}, `{hook_binary} info` fails: the hook binary or the \
-                 simulated host under {} is not readable by unprivileged users:\n{}{}",
-                host.dir.display(),
-                probed.stdout,
-                probed.stderr
-            );
-        }
+        Some(_) => prepare_rootless(spec, host, &dir, &hook_config),
         None => {
             let map = format!("0:{CONTAINER_ROOT}:{ID_COUNT}");
-            args.extend(["--uidmap".into(), map.clone(), "--gidmap".into(), map]);
+            extra.extend(["--uidmap".into(), map.clone(), "--gidmap".into(), map]);
             chown_tree(&rootfs, CONTAINER_ROOT, CONTAINER_ROOT);
             chown_tree(&dir.join("out"), CONTAINER_ROOT, CONTAINER_ROOT);
         }
     }
-    args.extend(
-        [
-            "--rootfs",
-            &rootfs.display().to_string(),
-            "/bin/sh",
-            "-c",
-            CONTAINER_SCRIPT,
-        ]
-        .map(String::from),
+    let id = format!("onh-{}-{}", spec.name, std::process::id());
+    let args = podman_run_args(
+        &id,
+        &dir.join("out"),
+        spec.env,
+        &extra,
+        &rootfs,
+        &["/bin/sh", "-c", CONTAINER_SCRIPT],
     );
 
     let guard = PodmanCleanup {
@@ -729,58 +621,50 @@ fn run_podman(_serial: &Serial, host: &SimHost, spec: &Podman) -> Run {
     let elapsed = started.elapsed();
     drop(guard);
 
-    let copied = dir.join("out/ld.so.cache");
-    let run = Run {
-        runtime: if spec.oci == "crun" {
-            Runtime::PodmanCrunV1
-        } else {
-            Runtime::Podman
-        },
-        name: spec.name.to_string(),
-        status: finished.status,
-        report: CheckerReport::parse(&finished.stdout, &finished.stderr),
-        stdout: finished.stdout,
-        stderr: finished.stderr,
+    let run = Run::collect(
+        spec.runtime,
+        spec.name,
+        finished,
         elapsed,
-        hook_log: std::fs::read_to_string(&hook_log).ok(),
-        bundle: dir.clone(),
-        rootfs,
-        ld_cache: copied.exists().then(|| ldconfig_print(&copied)),
-    };
+        RunFiles {
+            bundle: &dir,
+            rootfs: &rootfs,
+            hook_log: &dir.join("hook.log"),
+        },
+    );
     eprintln!(
         "{}: container run took {} ms",
         run.name,
         run.elapsed.as_millis()
     );
-    assert!(
-        !finished.timed_out,
-        "podman was killed after {RUN_LIMIT:?}:{}",
-        run.describe()
-    );
-    assert_no_mounts_under(&dir);
     run
 }
 
-fn rootless_podman(oci: &str) {
+fn rootless_podman(runtime: Runtime) {
     let serial = serial();
     let host = host();
     let (gpu, _) = gpu_and_decoy(&host);
     let user = rootless_user();
+    let oci = if runtime == Runtime::PodmanCrunV1 {
+        "crun"
+    } else {
+        "runc"
+    };
     let name = format!("rootless-podman-{oci}");
     let spec = Podman {
         name: &name,
-        oci,
+        runtime,
         rootless: Some(user),
         env: &[("NVIDIA_VISIBLE_DEVICES", "1")],
     };
     let run = run_podman(&serial, &host, &spec);
     let expect = Expect {
-        nodes: gpu_node_specs(&host, gpu.minor),
+        nodes: node_specs(&host, &[gpu.minor]),
         decoy: None,
         cgroup: Cgroup::Skipped,
         real_libraries: true,
     };
-    assert_injected(&run, &host, &expect);
+    assert_injected_in_user_namespace(&run, &host, &expect);
     // Podman maps the user alone: the container's root is the user.
     assert_created_by(&run, user);
 }
@@ -788,13 +672,13 @@ fn rootless_podman(oci: &str) {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn rootless_podman_runc() {
-    rootless_podman("runc");
+    rootless_podman(Runtime::Podman);
 }
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn rootless_podman_crun_v1() {
-    rootless_podman("crun");
+    rootless_podman(Runtime::PodmanCrunV1);
 }
 
 /// A MIG device, rootless: the hook runs NVML (the mock) unprivileged.
@@ -806,7 +690,7 @@ fn rootless_podman_mig() {
     let user = rootless_user();
     let spec = Podman {
         name: "rootless-podman-mig",
-        oci: "runc",
+        runtime: Runtime::Podman,
         rootless: Some(user),
         env: &[("NVIDIA_VISIBLE_DEVICES", mig["uuid"].as_str().unwrap())],
     };
@@ -817,7 +701,7 @@ fn rootless_podman_mig() {
         cgroup: Cgroup::Skipped,
         real_libraries: false,
     };
-    assert_injected(&run, &host, &expect);
+    assert_injected_in_user_namespace(&run, &host, &expect);
     assert_created_by(&run, user);
 }
 
@@ -831,17 +715,17 @@ fn user_namespace_podman_uidmap() {
     let (gpu, _) = gpu_and_decoy(&host);
     let spec = Podman {
         name: "userns-podman-uidmap",
-        oci: "runc",
+        runtime: Runtime::Podman,
         rootless: None,
         env: &[("NVIDIA_VISIBLE_DEVICES", "1")],
     };
     let run = run_podman(&serial, &host, &spec);
     let expect = Expect {
-        nodes: gpu_node_specs(&host, gpu.minor),
+        nodes: node_specs(&host, &[gpu.minor]),
         decoy: None,
         cgroup: Cgroup::Granted,
         real_libraries: true,
     };
-    assert_injected(&run, &host, &expect);
+    assert_injected_in_user_namespace(&run, &host, &expect);
     assert_created_by(&run, (CONTAINER_ROOT, CONTAINER_ROOT));
 }

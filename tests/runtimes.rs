@@ -13,19 +13,41 @@
 //! the simulated host (a few seconds once NVIDIA's packages are cached) and
 //! the template rootfs (about a second).
 
-mod common;
-mod runtime_support;
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod json;
+    pub mod ldconfig;
+    pub mod mounts;
+    pub mod project;
+    pub mod simhost;
+}
+/// The runtime harness (tests/runtime_support/): the parts this suite uses.
+mod runtime_support {
+    pub mod bundle;
+    pub mod cleanup;
+    pub mod container;
+    pub mod expected;
+    pub mod host_state;
+    pub mod injected;
+    pub mod oci_config;
+    pub mod process;
+    pub mod report;
+    pub mod run;
+    pub mod runtimes;
+}
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
-use common::SimHost;
-use runtime_support::{
-    cuda_version, driver_version, gpus, host_mounts, listing_diff, run, serial, tree_listing,
-    uvm_major, Gpu, Hook, Run, Runtime, Scenario, NVIDIA_MAJOR,
-};
-
-/// The image's library directory: the template has /etc/debian_version.
-const LIB_DIR: &str = "/usr/lib/x86_64-linux-gnu";
+use common::mounts::{assert_mounts_unchanged, host_mounts};
+use common::simhost::SimHost;
+use runtime_support::bundle::{template_rootfs, Hook, Scenario};
+use runtime_support::container::run;
+use runtime_support::expected::{gpus, node_specs, Gpu, LIB_DIR};
+use runtime_support::host_state::{listing_diff, tree_listing};
+use runtime_support::injected::{assert_injected, Expected};
+use runtime_support::run::{serial, Run, Serial};
+use runtime_support::runtimes::Runtime;
 
 const ALL_RUNTIMES: [Runtime; 5] = [
     Runtime::RuncV1,
@@ -35,19 +57,13 @@ const ALL_RUNTIMES: [Runtime; 5] = [
     Runtime::PodmanCrunV1,
 ];
 
-/// nvidia-smi's message when it found libnvidia-ml but no kernel driver:
-/// proof that the injected binary and library work together.
-const SMI_NO_DRIVER: &str = "couldn't communicate with the NVIDIA driver";
-/// nvidia-smi's exit code for that failure.
-const SMI_NO_DRIVER_EXIT: i32 = 9;
-
 fn host() -> SimHost {
     SimHost::shared("real", 4, "new")
 }
 
 /// One container run of `scenario` with `runtime`.
 fn run_container(
-    serial: &runtime_support::Serial,
+    serial: &Serial,
     host: &SimHost,
     scenario: &str,
     runtime: Runtime,
@@ -59,7 +75,7 @@ fn run_container(
 
 /// The same, with decoy GPU nodes (see [`Scenario::decoy_minors`]).
 fn run_with_decoys(
-    serial: &runtime_support::Serial,
+    serial: &Serial,
     host: &SimHost,
     scenario: &str,
     runtime: Runtime,
@@ -104,59 +120,23 @@ fn assert_decoys_denied(run: &Run, decoy_minors: &[u32]) {
 // ---------------------------------------------------------------- assertions
 
 /// The container saw exactly `selected` GPUs (plus nvidiactl and the UVM
-/// nodes, for compute), the device cgroup allowed them, and the driver's
-/// libraries and nvidia-smi work through the image's own loader.
+/// nodes, for compute), the device cgroup allowed them and denies every
+/// other GPU's node it has, and the driver's libraries and nvidia-smi work
+/// through the image's own loader.
 fn assert_gpus_injected(run: &Run, host: &SimHost, selected: &[&Gpu]) {
-    run.assert_completed();
-    let report = &run.report;
+    let minors: Vec<u32> = selected.iter().map(|g| g.minor).collect();
+    let nodes = node_specs(host, &minors);
+    assert_injected(
+        run,
+        host,
+        &Expected {
+            nodes: &nodes,
+            real_libraries: true,
+        },
+    );
+    let wanted: BTreeSet<u32> = minors.into_iter().collect();
     let ctx = run.describe();
-    let uvm = uvm_major(host);
-
-    // Control nodes, with the right numbers, allowed by the cgroup.
-    for (path, numbers) in [
-        ("/dev/nvidiactl", (NVIDIA_MAJOR, 255)),
-        ("/dev/nvidia-uvm", (uvm, 0)),
-        ("/dev/nvidia-uvm-tools", (uvm, 1)),
-    ] {
-        let node = report
-            .nodes
-            .get(path)
-            .unwrap_or_else(|| panic!("{path} is missing in the container:{ctx}"));
-        assert_eq!(node.kind, 'c', "{path} is not a char device:{ctx}");
-        assert_eq!(node.numbers, Some(numbers), "{path} numbers:{ctx}");
-        assert_eq!(
-            node.open.as_deref(),
-            Some("ENXIO"),
-            "{path}: the device cgroup should allow it (ENXIO), got {:?}:{ctx}",
-            node.open
-        );
-    }
-
-    // Exactly the selected GPUs' nodes, named by device minor (not index).
-    let wanted: BTreeSet<u32> = selected.iter().map(|g| g.minor).collect();
-    let gpu_nodes = report.gpu_nodes();
-    for gpu in selected {
-        let path = format!("/dev/nvidia{}", gpu.minor);
-        let node = gpu_nodes.get(&gpu.minor).unwrap_or_else(|| {
-            panic!(
-                "{path} (GPU index {}, minor {}) is missing:{ctx}",
-                gpu.index, gpu.minor
-            )
-        });
-        assert_eq!(node.kind, 'c', "{path} is not a char device:{ctx}");
-        assert_eq!(
-            node.numbers,
-            Some((NVIDIA_MAJOR, gpu.minor)),
-            "{path} numbers:{ctx}"
-        );
-        assert_eq!(
-            node.open.as_deref(),
-            Some("ENXIO"),
-            "{path}: the device cgroup should allow it (ENXIO), got {:?}:{ctx}",
-            node.open
-        );
-    }
-    for (minor, node) in &gpu_nodes {
+    for (minor, node) in &run.report.gpu_nodes() {
         if !wanted.contains(minor) {
             // Best is absent; present is tolerable only if the cgroup denies it.
             assert_eq!(
@@ -166,105 +146,11 @@ fn assert_gpus_injected(run: &Run, host: &SimHost, selected: &[&Gpu]) {
             );
         }
     }
-    assert_eq!(
-        report.devnull.as_deref(),
-        Some("ok"),
-        "/dev/null must still open: the runtime's own device rules were lost:{ctx}"
-    );
-
-    // Libraries: mounted read-only under the host's file name, SONAME link,
-    // loadable through the image's loader, and the real libcuda answers.
-    let version = driver_version(host);
-    let libcuda = format!("{LIB_DIR}/libcuda.so.{version}");
-    let file = report
-        .files
-        .get(&libcuda)
-        .unwrap_or_else(|| panic!("{libcuda} is missing:{ctx}"));
-    assert!(
-        file.size > 1_000_000,
-        "{libcuda} is too small: {file:?}{ctx}"
-    );
-    assert!(
-        file.read_only,
-        "{libcuda} must be on a read-only mount:{ctx}"
-    );
-    assert!(
-        file.nosuid && file.nodev,
-        "{libcuda} must be mounted nosuid,nodev: {file:?}:{ctx}"
-    );
-    assert_eq!(
-        report.links.get(&format!("{LIB_DIR}/libcuda.so.1")),
-        Some(&format!("libcuda.so.{version}")),
-        "libcuda.so.1 SONAME link:{ctx}"
-    );
-    let cuda = report.cuda.as_ref().expect("a cuda line");
-    assert!(cuda.loaded, "dlopen(libcuda.so.1) failed: {cuda:?}:{ctx}");
-    assert!(
-        cuda.path.starts_with(LIB_DIR),
-        "libcuda loaded from {} instead of {LIB_DIR}:{ctx}",
-        cuda.path
-    );
-    assert_eq!(cuda.field("rc"), Some("0"), "cuDriverGetVersion:{ctx}");
-    assert_eq!(
-        cuda.field("version"),
-        Some(cuda_version(host).to_string().as_str()),
-        "cuDriverGetVersion:{ctx}"
-    );
-    let nvml = report.nvml.as_ref().expect("an nvml line");
-    assert!(
-        nvml.loaded,
-        "dlopen(libnvidia-ml.so.1) failed: {nvml:?}:{ctx}"
-    );
-
-    // The image's cache: written by the hook, still holding the image's own
-    // libraries, read by glibc's own ldconfig -p.
-    assert_eq!(
-        report.ldcache.get("libcuda.so.1").map(String::as_str),
-        Some("yes"),
-        "the container's /etc/ld.so.cache lacks libcuda.so.1:{ctx}"
-    );
-    let cache = run
-        .ld_cache
-        .as_ref()
-        .unwrap_or_else(|| panic!("the checker left no copy of the cache:{ctx}"));
-    let has = |soname: &str, dir: &str| {
-        cache
-            .iter()
-            .any(|e| e.soname == soname && e.tag == "libc6,x86-64" && e.path.starts_with(dir))
-    };
-    assert!(
-        has("libcuda.so.1", LIB_DIR),
-        "ldconfig -p of the container's cache has no x86-64 libcuda.so.1 in {LIB_DIR}: {cache:#?}{ctx}"
-    );
-    assert!(
-        has("libnvidia-ml.so.1", LIB_DIR),
-        "ldconfig -p of the container's cache has no libnvidia-ml.so.1 in {LIB_DIR}: {cache:#?}{ctx}"
-    );
-    assert!(
-        has("libc.so.6", "/lib/x86_64-linux-gnu/"),
-        "the image's own libc.so.6 entry was lost from its cache: {cache:#?}{ctx}"
-    );
-
-    // nvidia-smi: found, loaded libnvidia-ml, and failed only for lack of a
-    // kernel driver.
-    assert!(
-        report.files.contains_key("/usr/bin/nvidia-smi"),
-        "/usr/bin/nvidia-smi is missing:{ctx}"
-    );
-    assert!(
-        report.smi_output.contains(SMI_NO_DRIVER),
-        "nvidia-smi did not reach the driver check:{ctx}"
-    );
-    assert_eq!(
-        report.smi_exit,
-        Some(SMI_NO_DRIVER_EXIT),
-        "nvidia-smi exit code:{ctx}"
-    );
 }
 
 /// A container the hook must leave alone: no nodes, no libraries, the
 /// image's cache and library directory untouched.
-fn assert_nothing_injected(run: &Run, template: &std::path::Path) {
+fn assert_nothing_injected(run: &Run, template: &Path) {
     run.assert_completed();
     let report = &run.report;
     let ctx = run.describe();
@@ -337,7 +223,7 @@ fn without_hook(runtime: Runtime) {
         &[("NVIDIA_VISIBLE_DEVICES", "1")],
         Hook::Absent,
     );
-    let template = runtime_support::template_rootfs(&host);
+    let template = template_rootfs(&host);
     assert_nothing_injected(&run, &template);
 }
 
@@ -378,7 +264,7 @@ fn visible_devices_unset(runtime: Runtime) {
     let serial = serial();
     let host = host();
     let run = run_container(&serial, &host, "unset", runtime, &[], Hook::Prestart);
-    assert_nothing_injected(&run, &runtime_support::template_rootfs(&host));
+    assert_nothing_injected(&run, &template_rootfs(&host));
 }
 
 /// `NVIDIA_VISIBLE_DEVICES=void`: not a GPU container.
@@ -393,7 +279,7 @@ fn visible_devices_void(runtime: Runtime) {
         &[("NVIDIA_VISIBLE_DEVICES", "void")],
         Hook::Prestart,
     );
-    assert_nothing_injected(&run, &runtime_support::template_rootfs(&host));
+    assert_nothing_injected(&run, &template_rootfs(&host));
 }
 
 /// `NVIDIA_VISIBLE_DEVICES=all`: every GPU.
@@ -593,7 +479,7 @@ fn host_unchanged_after_runs() {
         }
     }
 
-    common::assert_mounts_unchanged(&mounts, &format!(" (runs: {runs:#?})"));
+    assert_mounts_unchanged(&mounts, &format!(" (runs: {runs:#?})"));
     let diff = listing_diff(&tree, &tree_listing(&host.dir));
     assert!(
         diff.is_empty(),
@@ -617,7 +503,8 @@ fn harness_kills_a_hung_run() {
     let mut cmd = std::process::Command::new("sh");
     // The background sleep holds the pipes too: the kill must reach it.
     cmd.args(["-c", "echo started; sleep 30 & sleep 30"]);
-    let finished = runtime_support::run_bounded(cmd, std::time::Duration::from_millis(500));
+    let finished =
+        runtime_support::process::run_bounded(cmd, std::time::Duration::from_millis(500));
     assert!(finished.timed_out);
     assert!(finished.status.is_none());
     assert_eq!(finished.stdout, "started\n");
@@ -648,7 +535,7 @@ checker done
 NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.
 smi_exit=9
 ";
-    let report = runtime_support::CheckerReport::parse(stdout, "");
+    let report = runtime_support::report::CheckerReport::parse(stdout, "");
     assert!(report.complete);
     let gpu_nodes = report.gpu_nodes();
     assert_eq!(gpu_nodes.keys().copied().collect::<Vec<_>>(), [2, 3]);

@@ -1,8 +1,7 @@
-//! Running the hook binary directly, without a runtime: a process of our
-//! own in a private mount namespace stands in for a container's init, and a
-//! plain directory is its rootfs.
-
-#![allow(dead_code)]
+//! Running the hook binary directly, without a runtime (hook_direct.rs,
+//! hostile.rs): a process of our own in a private mount namespace stands in
+//! for a container's init, and a plain directory is its rootfs. The
+//! stand-in only sleeps; nothing from its rootfs is ever run.
 
 use std::fs;
 use std::io::Write;
@@ -10,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub const HOOK: &str = env!("CARGO_BIN_EXE_oci-nvidia-hook");
+use crate::common::project::hook_binary;
 
 /// Runs `oci-nvidia-hook --config CONFIG ARGS` with `stdin`, and a cleared environment.
 pub fn hook_with_stdin(config: &Path, args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(HOOK)
+    let mut child = Command::new(hook_binary())
         .env_clear()
         .arg("--config")
         .arg(config)
@@ -31,6 +30,7 @@ pub fn hook_with_stdin(config: &Path, args: &[&str], stdin: &[u8]) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// The OCI state a runtime hands a prestart hook for container `pid`.
 pub fn state(pid: u32, bundle: &Path) -> Vec<u8> {
     format!(
         r#"{{"ociVersion":"1.0.2","id":"direct","status":"creating","pid":{pid},"bundle":"{}"}}"#,
@@ -46,6 +46,7 @@ pub struct Namespaced {
 }
 
 impl Namespaced {
+    /// Starts the stand-in and waits until it is in its own mount namespace.
     pub fn start() -> Namespaced {
         let child = Command::new("unshare")
             .args(["-m", "--propagation", "private", "sleep", "120"])
@@ -72,17 +73,9 @@ impl Namespaced {
         Namespaced { child, cgroup }
     }
 
+    /// The stand-in's pid, for the hook's state.
     pub fn pid(&self) -> u32 {
         self.child.id()
-    }
-
-    /// Runs `cmd` inside the process's mount namespace.
-    pub fn exec(&self, cmd: &str) -> String {
-        let out = Command::new("nsenter")
-            .args(["-t", &self.pid().to_string(), "-m", "--", "sh", "-c", cmd])
-            .output()
-            .expect("run nsenter");
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     }
 }
 
@@ -113,17 +106,4 @@ pub fn bundle(dir: &Path, env: &[&str]) -> PathBuf {
     )
     .unwrap();
     bundle
-}
-
-/// Starts a stand-in container, runs the hook on `bundle` for it and expects
-/// success; returns the container to look inside.
-pub fn inject(config: &Path, bundle: &Path) -> Namespaced {
-    let container = Namespaced::start();
-    let out = hook_with_stdin(config, &["prestart"], &state(container.pid(), bundle));
-    assert!(
-        out.status.success(),
-        "hook failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    container
 }

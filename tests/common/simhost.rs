@@ -1,0 +1,119 @@
+//! Simulated GPU hosts built by `integration/simhost`, which every suite
+//! runs on. Fixtures live under the target directory, one tree per test
+//! binary; nothing here touches the machine's own driver files.
+//!
+//! These tests need root (mknod, chroot for `ldconfig -r`). Without the
+//! `_test_as_root` feature they show as ignored; with it they fail loudly
+//! when not run as root, never pass silently.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use serde_json::Value;
+
+use super::project::repo;
+
+/// A simulated GPU host on disk, with its self-description (`host.json`).
+#[derive(Debug, Clone)]
+pub struct SimHost {
+    /// The fixture's top directory.
+    pub dir: PathBuf,
+    /// Its `config.toml`, pointing the hook at it.
+    // Read by every suite that runs the hook; ldcache_ldconfig.rs reads
+    // only the fixture's files.
+    #[allow(dead_code)]
+    pub config: PathBuf,
+    /// What the builder says it made.
+    // Read by every suite that asks what the host has; faults.rs and
+    // ldcache_ldconfig.rs do not ask.
+    #[allow(dead_code)]
+    pub host: Value,
+}
+
+/// Panics with a clear message unless the tests run as root.
+pub fn require_root() {
+    if !nix::unistd::Uid::effective().is_root() {
+        panic!("this test needs root (mknod, ldconfig -r); run it as root via `make test`");
+    }
+}
+
+/// Where this test binary keeps its fixtures, apart from other test binaries.
+fn fixture_root() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let name = exe
+        .file_stem()
+        .expect("test binary name")
+        .to_string_lossy()
+        .into_owned();
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("simhosts")
+        .join(name)
+}
+
+impl SimHost {
+    /// Builds a fixture named `name` afresh, for tests that modify it.
+    pub fn fresh(name: &str, flavour: &str, gpus: u32, cache_format: &str) -> SimHost {
+        SimHost::fresh_with(name, flavour, gpus, cache_format, &[])
+    }
+
+    /// Builds a fixture afresh with extra `simhost` arguments (`--mig`).
+    pub fn fresh_with(
+        name: &str,
+        flavour: &str,
+        gpus: u32,
+        cache_format: &str,
+        extra: &[&str],
+    ) -> SimHost {
+        require_root();
+        let dir = fixture_root().join(name);
+        let status = Command::new(repo().join("integration/simhost"))
+            .args([
+                "--flavour",
+                flavour,
+                "--gpus",
+                &gpus.to_string(),
+                "--cache-format",
+                cache_format,
+            ])
+            .args(extra)
+            .arg("--out")
+            .arg(&dir)
+            .status()
+            .expect("run integration/simhost");
+        assert!(
+            status.success(),
+            "integration/simhost failed for {name}: {status}"
+        );
+        let host: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("host.json")).expect("host.json"))
+                .expect("host.json is JSON");
+        SimHost {
+            config: dir.join("config.toml"),
+            dir,
+            host,
+        }
+    }
+
+    /// A fixture shared by every test of this binary that only reads it.
+    pub fn shared(flavour: &str, gpus: u32, cache_format: &str) -> SimHost {
+        static BUILT: OnceLock<Mutex<HashMap<String, SimHost>>> = OnceLock::new();
+        let name = format!("shared-{flavour}-{gpus}-{cache_format}");
+        let mut built = BUILT
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        built
+            .entry(name.clone())
+            .or_insert_with(|| SimHost::fresh(&name, flavour, gpus, cache_format))
+            .clone()
+    }
+
+    /// A path inside the fixture.
+    // hostile.rs compares the whole fixture (`dir`) and names no path in it.
+    #[allow(dead_code)]
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+}

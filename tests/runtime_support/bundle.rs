@@ -1,0 +1,258 @@
+//! Bundles: a fresh copy of the template rootfs (built once per test binary
+//! by `integration/rootfs`), its `config.json` (oci_config.rs), the hook's
+//! config and log, Podman's hooks dir, `out/` (bind-mounted at /out) and
+//! the runtime's state root. Kept after the test for post-mortems; the next
+//! run of the same test replaces it, never deleting through a mount.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use super::cleanup::remove_tree_safely;
+use super::oci_config::{config_json, hooks_d_file, path_str, ContainerConfig, CONTAINER_SCRIPT};
+use super::runtimes::{podman_run_args, Runtime};
+use crate::common::project::{hook_binary, repo};
+use crate::common::simhost::SimHost;
+
+/// Whether and how the hook is configured for a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// No hook at all: proves the runtime plumbing on its own.
+    // Only runtimes.rs proves the plumbing; the other suites always hook.
+    #[allow(dead_code)]
+    Absent,
+    /// `oci-nvidia-hook --config <per-test config> prestart`.
+    Prestart,
+}
+
+/// One container to run.
+pub struct Scenario<'a> {
+    /// Unique within the test binary: names the bundle and the container.
+    pub name: &'a str,
+    /// The runtime that runs it.
+    pub runtime: Runtime,
+    /// The simulated host the hook is pointed at.
+    pub host: &'a SimHost,
+    /// The container's NVIDIA_* variables.
+    pub env: &'a [(&'a str, &'a str)],
+    /// Whether the hook runs.
+    pub hook: Hook,
+    /// Minors of `/dev/nvidiaN` nodes the runtime itself creates (OCI
+    /// `linux.devices`) without a device-cgroup rule: controls that must
+    /// open with EPERM, proving that the cgroup is enforced and that the
+    /// hook allowed only what was asked for. Not for podman (its
+    /// `--device` also allows the node).
+    pub decoy_minors: &'a [u32],
+    /// Run on the rootfs an earlier run of the same name left, as a
+    /// restarted container does, instead of a fresh copy of the template.
+    pub reuse_rootfs: bool,
+    /// Changes the fresh rootfs before the run (an image with extra files).
+    pub prepare: Option<&'a dyn Fn(&Path)>,
+}
+
+/// Changes to a bundle beyond [`Scenario`], for tests that start many
+/// containers at once or restart one many times (tests/load.rs). The
+/// default changes nothing. Only for runtimes that take `config.json`
+/// (runc, crun), not podman.
+#[derive(Debug, Clone, Default)]
+pub struct BundleExtras {
+    /// The container's `process.args` instead of `sh -c CONTAINER_SCRIPT`.
+    pub args: Option<Vec<String>>,
+    /// Extra read-write bind mounts: (host directory, container path).
+    pub binds: Vec<(PathBuf, String)>,
+    /// The hook logs to this file (appending, possibly shared with other
+    /// containers) instead of the bundle's own `hook.log`.
+    pub hook_log: Option<PathBuf>,
+    /// The hook's `[log] level` instead of `debug`.
+    pub log_level: Option<&'static str>,
+}
+
+/// Where this binary keeps its bundles (in `bundles/`), its template and
+/// any other scratch files of its tests.
+pub fn work_root() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("runtimes")
+}
+
+/// The template rootfs, built once per test binary by `integration/rootfs`
+/// (with the driver root, so any extra host library NVIDIA's files need is
+/// copied in too).
+pub fn template_rootfs(host: &SimHost) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = work_root().join("template-rootfs");
+            let status = Command::new(repo().join("integration/rootfs"))
+                .arg("--driver-root")
+                .arg(host.path("driver"))
+                .arg(&out)
+                .status()
+                .expect("run integration/rootfs");
+            assert!(status.success(), "integration/rootfs failed: {status}");
+            out
+        })
+        .clone()
+}
+
+/// Copies the template rootfs to `rootfs` (`cp -a` keeps its links,
+/// modes and ownership).
+pub fn copy_template(host: &SimHost, rootfs: &Path) {
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(template_rootfs(host))
+        .arg(rootfs)
+        .status()
+        .expect("run cp");
+    assert!(status.success(), "cp -a of the template rootfs failed");
+}
+
+/// Writes the hook's config at `config`: the simulated host's, plus a log
+/// file at `log` with `level`. Runtimes swallow a successful hook's stderr
+/// (and crun even a failing one's), so the log file is the only way to see
+/// what the hook did.
+pub fn write_hook_config(host: &SimHost, config: &Path, log: &Path, level: &str) {
+    let base = std::fs::read_to_string(&host.config).expect("read the simhost config");
+    let text = format!(
+        "{base}\n[log]\nlevel = {}\nfile = {}\n",
+        toml_string(level),
+        toml_string(&path_str(log))
+    );
+    std::fs::write(config, text).expect("write the hook config");
+}
+
+/// The hook's argv with the hook config `config`.
+pub fn hook_args(config: &Path) -> Vec<String> {
+    vec![
+        "oci-nvidia-hook".into(),
+        "--config".into(),
+        path_str(config),
+        "prestart".into(),
+    ]
+}
+
+/// Writes into `hooks_dir` the project's own hooks.d file for the hook
+/// under test with `config` (see [`hooks_d_file`]).
+pub fn write_hooks_dir(hooks_dir: &Path, config: &Path) {
+    std::fs::create_dir_all(hooks_dir).expect("create the hooks dir");
+    let shipped = repo().join("hooks.d/oci-nvidia-hook.json");
+    let shipped: Value = serde_json::from_slice(
+        &std::fs::read(&shipped).unwrap_or_else(|e| panic!("{}: {e}", shipped.display())),
+    )
+    .expect("hooks.d file is JSON");
+    let file = hooks_d_file(shipped, hook_binary(), &hook_args(config));
+    std::fs::write(
+        hooks_dir.join("oci-nvidia-hook.json"),
+        serde_json::to_vec_pretty(&file).unwrap(),
+    )
+    .expect("write the hooks.d file");
+}
+
+/// A TOML basic string (the paths here never need more than these escapes).
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// A bundle directory, see the module's doc.
+pub struct Bundle {
+    /// The bundle directory itself.
+    pub dir: PathBuf,
+}
+
+impl Bundle {
+    /// Makes the bundle of `scenario` with the changes `extras` asks for.
+    pub fn create(scenario: &Scenario, extras: &BundleExtras) -> Bundle {
+        let dir = work_root().join("bundles").join(scenario.name);
+        let bundle = Bundle { dir };
+        if scenario.reuse_rootfs && bundle.rootfs().is_dir() {
+            // A restart: the rootfs keeps what earlier runs left in it; the
+            // rest is this run's own.
+            for stale in [bundle.out_dir(), bundle.state_root()] {
+                remove_tree_safely(&stale);
+            }
+            let _ = std::fs::remove_file(bundle.hook_log());
+        } else {
+            remove_tree_safely(&bundle.dir);
+            std::fs::create_dir_all(&bundle.dir).expect("create the bundle");
+            copy_template(scenario.host, &bundle.rootfs());
+            if let Some(prepare) = scenario.prepare {
+                prepare(&bundle.rootfs());
+            }
+        }
+        std::fs::create_dir_all(bundle.out_dir()).expect("create the bundle's out/");
+        std::fs::create_dir_all(bundle.state_root()).expect("create the runtime state root");
+        let log = extras.hook_log.clone().unwrap_or_else(|| bundle.hook_log());
+        let level = extras.log_level.unwrap_or("debug");
+        write_hook_config(scenario.host, &bundle.hook_config(), &log, level);
+        if scenario.runtime.is_podman() {
+            std::fs::create_dir_all(bundle.hooks_dir()).expect("create the hooks dir");
+            // An empty hooks dir: podman then runs no hook at all.
+            if scenario.hook == Hook::Prestart {
+                write_hooks_dir(&bundle.hooks_dir(), &bundle.hook_config());
+            }
+        } else {
+            let config = bundle.config_json(scenario, extras);
+            std::fs::write(
+                bundle.dir.join("config.json"),
+                serde_json::to_vec_pretty(&config).unwrap(),
+            )
+            .expect("write config.json");
+        }
+        bundle
+    }
+
+    /// The container's root filesystem.
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join("rootfs")
+    }
+    /// The runtime's `--root`.
+    pub fn state_root(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+    /// Podman's `--hooks-dir`.
+    pub fn hooks_dir(&self) -> PathBuf {
+        self.dir.join("hooks.d")
+    }
+    /// Mounted at /out: where the checker leaves a copy of the loader cache.
+    pub fn out_dir(&self) -> PathBuf {
+        self.dir.join("out")
+    }
+    fn hook_config(&self) -> PathBuf {
+        self.dir.join("hook-config.toml")
+    }
+    /// Where the hook logs unless [`BundleExtras::hook_log`] says otherwise.
+    pub fn hook_log(&self) -> PathBuf {
+        self.dir.join("hook.log")
+    }
+
+    fn config_json(&self, scenario: &Scenario, extras: &BundleExtras) -> Value {
+        let hook_args = hook_args(&self.hook_config());
+        config_json(&ContainerConfig {
+            hostname: &scenario.name.replace('_', "-"),
+            env: scenario.env,
+            args: extras.args.as_deref(),
+            out_dir: &self.out_dir(),
+            binds: &extras.binds,
+            decoy_minors: scenario.decoy_minors,
+            hook: (scenario.hook == Hook::Prestart).then_some((hook_binary(), &hook_args[..])),
+        })
+    }
+
+    /// The runtime's command line that runs this bundle as container `id`.
+    pub fn runtime_argv(&self, scenario: &Scenario, id: &str) -> Vec<String> {
+        let runtime = scenario.runtime;
+        if !runtime.is_podman() {
+            return runtime.run_argv(&self.state_root(), &self.dir, id);
+        }
+        let mut argv = runtime.podman_globals(&self.hooks_dir());
+        argv.extend(podman_run_args(
+            id,
+            &self.out_dir(),
+            scenario.env,
+            &[],
+            &self.rootfs(),
+            &["/bin/sh", "-c", CONTAINER_SCRIPT],
+        ));
+        argv
+    }
+}

@@ -1,0 +1,55 @@
+//! Running one container from a [`Scenario`], start to end: real runc,
+//! crun or Podman with `oci-nvidia-hook` as its prestart hook, on a
+//! simulated GPU host (shared/TESTBED.md says how each runtime runs on
+//! these machines). The run is bounded in time (run.rs), and the container
+//! is removed by a drop guard (cleanup.rs) even when the test fails.
+
+use std::time::Instant;
+
+use super::bundle::{Bundle, BundleExtras, Scenario};
+use super::cleanup::Cleanup;
+use super::process::run_bounded;
+use super::run::{Run, RunFiles, Serial, RUN_LIMIT};
+
+/// Runs one container and returns what happened. Panics on a missing tool,
+/// a bundle that cannot be made, and as [`Run::collect`] does.
+pub fn run(_serial: &Serial, scenario: &Scenario) -> Run {
+    scenario.runtime.require_tools();
+    assert!(
+        scenario.decoy_minors.is_empty() || !scenario.runtime.is_podman(),
+        "decoy nodes need a runtime that takes config.json, not podman"
+    );
+    let bundle = Bundle::create(scenario, &BundleExtras::default());
+    let id = format!("onh-{}-{}", scenario.name, std::process::id());
+    let argv = bundle.runtime_argv(scenario, &id);
+
+    let guard = Cleanup {
+        runtime: scenario.runtime,
+        id,
+        state_root: bundle.state_root(),
+        hooks_dir: bundle.hooks_dir(),
+    };
+    let started = Instant::now();
+    let finished = run_bounded(scenario.runtime.in_namespace(argv), RUN_LIMIT);
+    let elapsed = started.elapsed();
+    drop(guard);
+
+    let run = Run::collect(
+        scenario.runtime,
+        scenario.name,
+        finished,
+        elapsed,
+        RunFiles {
+            bundle: &bundle.dir,
+            rootfs: &bundle.rootfs(),
+            hook_log: &bundle.hook_log(),
+        },
+    );
+    eprintln!(
+        "{} [{}]: container run took {} ms",
+        run.name,
+        run.runtime.name(),
+        run.elapsed.as_millis()
+    );
+    run
+}

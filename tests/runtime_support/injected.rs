@@ -1,0 +1,159 @@
+//! "Injection worked", judged from what the checker saw inside a container:
+//! the expected device nodes allowed by the device cgroup, the driver's
+//! libraries mounted read-only and found through the image's own loader
+//! cache, and, on the real-535 host, libcuda answering and nvidia-smi
+//! reaching its "no driver" failure. One judgement for every suite that
+//! runs the checker and nvidia-smi (runtimes.rs, rootless.rs); each adds
+//! what is particular to it (decoys, bind mounts, the hook's log).
+
+use super::expected::{cuda_version, driver_version, NodeSpec, LIB_DIR};
+use super::run::Run;
+use crate::common::simhost::SimHost;
+
+/// nvidia-smi's message when it found libnvidia-ml but no kernel driver:
+/// proof that the injected binary and library work together.
+const SMI_NO_DRIVER: &str = "couldn't communicate with the NVIDIA driver";
+/// nvidia-smi's exit code for that failure.
+const SMI_NO_DRIVER_EXIT: i32 = 9;
+
+/// What a container must show.
+pub struct Expected<'a> {
+    /// These nodes, each a char device with these numbers that opens with
+    /// ENXIO: the device cgroup allows it, and no driver answers.
+    pub nodes: &'a [NodeSpec],
+    /// The host has NVIDIA's real libraries (not the MIG host's stand-ins):
+    /// libcuda answers and nvidia-smi runs to its "no driver" failure.
+    pub real_libraries: bool,
+}
+
+/// The container ran to the end and got what `expected` says, plus the
+/// driver's libcuda mounted read-only under its host file name, its SONAME
+/// link, and a loader cache that finds it and still holds the image's own
+/// libc.
+pub fn assert_injected(run: &Run, host: &SimHost, expected: &Expected) {
+    run.assert_completed();
+    let report = &run.report;
+    let ctx = run.describe();
+
+    for (path, numbers) in expected.nodes {
+        let node = report
+            .nodes
+            .get(path)
+            .unwrap_or_else(|| panic!("{path} is missing in the container:{ctx}"));
+        assert_eq!(node.kind, 'c', "{path} is not a char device:{ctx}");
+        assert_eq!(node.numbers, Some(*numbers), "{path} numbers:{ctx}");
+        assert_eq!(
+            node.open.as_deref(),
+            Some("ENXIO"),
+            "{path}: the device cgroup should allow it (ENXIO: allowed, no driver), got {:?}:{ctx}",
+            node.open
+        );
+    }
+    assert_eq!(
+        report.devnull.as_deref(),
+        Some("ok"),
+        "/dev/null must still open: the runtime's own device rules were lost:{ctx}"
+    );
+
+    // Libraries: mounted read-only under the host's file name, SONAME link,
+    // loadable through the image's loader.
+    let version = driver_version(host);
+    let libcuda = format!("{LIB_DIR}/libcuda.so.{version}");
+    let file = report
+        .files
+        .get(&libcuda)
+        .unwrap_or_else(|| panic!("{libcuda} is missing:{ctx}"));
+    assert!(
+        file.read_only,
+        "{libcuda} must be on a read-only mount:{ctx}"
+    );
+    assert!(
+        file.nosuid && file.nodev,
+        "{libcuda} must be mounted nosuid,nodev: {file:?}:{ctx}"
+    );
+    assert_eq!(
+        report.links.get(&format!("{LIB_DIR}/libcuda.so.1")),
+        Some(&format!("libcuda.so.{version}")),
+        "libcuda.so.1 SONAME link:{ctx}"
+    );
+
+    // The image's cache: written by the hook, still holding the image's own
+    // libraries, read by glibc's own ldconfig -p.
+    assert_eq!(
+        report.ldcache.get("libcuda.so.1").map(String::as_str),
+        Some("yes"),
+        "the container's /etc/ld.so.cache lacks libcuda.so.1:{ctx}"
+    );
+    let cache = run
+        .ld_cache
+        .as_ref()
+        .unwrap_or_else(|| panic!("the checker left no copy of the cache:{ctx}"));
+    let has = |soname: &str, dir: &str| {
+        cache
+            .iter()
+            .any(|e| e.soname == soname && e.tag == "libc6,x86-64" && e.path.starts_with(dir))
+    };
+    assert!(
+        has("libcuda.so.1", LIB_DIR),
+        "ldconfig -p of the container's cache has no x86-64 libcuda.so.1 in {LIB_DIR}: {cache:#?}{ctx}"
+    );
+    assert!(
+        has("libc.so.6", "/lib/x86_64-linux-gnu/"),
+        "the image's own libc.so.6 entry was lost from its cache: {cache:#?}{ctx}"
+    );
+    if expected.real_libraries {
+        assert_real_libraries_work(run, host);
+    }
+}
+
+/// NVIDIA's real libcuda answers from the image's library directory,
+/// libnvidia-ml loads, and nvidia-smi, found, fails only for lack of a
+/// kernel driver.
+fn assert_real_libraries_work(run: &Run, host: &SimHost) {
+    let report = &run.report;
+    let ctx = run.describe();
+    let libcuda = format!("{LIB_DIR}/libcuda.so.{}", driver_version(host));
+    let file = &report.files[&libcuda];
+    assert!(
+        file.size > 1_000_000,
+        "{libcuda} is too small: {file:?}{ctx}"
+    );
+    let cuda = report.cuda.as_ref().expect("a cuda line");
+    assert!(cuda.loaded, "dlopen(libcuda.so.1) failed: {cuda:?}:{ctx}");
+    assert!(
+        cuda.path.starts_with(LIB_DIR),
+        "libcuda loaded from {} instead of {LIB_DIR}:{ctx}",
+        cuda.path
+    );
+    assert_eq!(cuda.field("rc"), Some("0"), "cuDriverGetVersion:{ctx}");
+    assert_eq!(
+        cuda.field("version"),
+        Some(cuda_version(host).to_string().as_str()),
+        "cuDriverGetVersion:{ctx}"
+    );
+    let nvml = report.nvml.as_ref().expect("an nvml line");
+    assert!(
+        nvml.loaded,
+        "dlopen(libnvidia-ml.so.1) failed: {nvml:?}:{ctx}"
+    );
+    let cache = run.ld_cache.as_ref().expect("checked by assert_injected");
+    assert!(
+        cache.iter().any(|e| e.soname == "libnvidia-ml.so.1"
+            && e.tag == "libc6,x86-64"
+            && e.path.starts_with(LIB_DIR)),
+        "ldconfig -p of the container's cache has no libnvidia-ml.so.1 in {LIB_DIR}: {cache:#?}{ctx}"
+    );
+    assert!(
+        report.files.contains_key("/usr/bin/nvidia-smi"),
+        "/usr/bin/nvidia-smi is missing:{ctx}"
+    );
+    assert!(
+        report.smi_output.contains(SMI_NO_DRIVER),
+        "nvidia-smi did not reach the driver check:{ctx}"
+    );
+    assert_eq!(
+        report.smi_exit,
+        Some(SMI_NO_DRIVER_EXIT),
+        "nvidia-smi exit code:{ctx}"
+    );
+}
