@@ -467,7 +467,7 @@ fn a_forking_wrapper_between_the_runtime_and_the_hook_is_accepted() {
     // is the wrapper, and the wrapper's the process that started the container.
     let mut child = std::process::Command::new("sh")
         .args(["-c", "\"$0\" \"$@\"; exit $?"])
-        .arg(direct_support::HOOK)
+        .arg(hook_binary())
         .arg("--config")
         .arg(&sim.config)
         .arg("prestart")
@@ -490,7 +490,10 @@ fn a_forking_wrapper_between_the_runtime_and_the_hook_is_accepted() {
         "hook failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let seen = container.exec(&format!("ls {}", bundle.join("rootfs/dev").display()));
+    let seen = exec_in(
+        &container,
+        &format!("ls {}", bundle.join("rootfs/dev").display()),
+    );
     assert!(seen.contains("nvidiactl"), "injected: {seen}");
 }
 

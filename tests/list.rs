@@ -4,6 +4,7 @@
 mod common {
     pub mod cli;
     pub mod json;
+    pub mod mig;
     pub mod project;
     pub mod refusal;
     pub mod simhost;

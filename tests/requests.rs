@@ -4,10 +4,12 @@
 
 /// The shared pieces of the integration tests (tests/common/) this suite uses.
 mod common {
+    pub mod cli;
     pub mod ldconfig;
     pub mod mig;
     pub mod mounts;
     pub mod project;
+    pub mod refusal;
     pub mod simhost;
 }
 /// The runtime harness (tests/runtime_support/): the parts this suite uses.
@@ -92,9 +94,9 @@ fn assert_list_agrees(run: &Run) {
     std::fs::write(&config, base).unwrap();
     let bundle = run.bundle.to_str().expect("UTF-8 bundle path");
     let args = ["list", "--json", "--bundle", bundle];
-    let out = common::hook(&config, &args);
+    let out = common::cli::hook(&config, &args);
     if !run.succeeded() {
-        let listed = common::failure(out, &args);
+        let listed = common::refusal::failure(out, &args);
         let reason = listed
             .split_once("error: ")
             .map_or(listed.as_str(), |(_, r)| r)
