@@ -3,19 +3,21 @@
 //!
 //! The image is hostile. Everything is resolved inside its rootfs with
 //! `pathrs`; entries are examined with `*at` calls that never follow a
-//! symlink; a compat library is judged by its file name and its ELF header
-//! only. Nothing from the image is executed, loaded, mounted or written here
+//! symlink, through `O_PATH` descriptors that open nothing, and only an
+//! entry found to be a regular file is opened to be read (an image's device
+//! node opened by the hook, as root on the host, could act on the device);
+//! a compat library is judged by its file name and its ELF header only.
+//! Nothing from the image is executed, loaded, mounted or written here
 //! (CVE-2024-0132, CVE-2025-23359).
 
 use std::ffi::OsStr;
-use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use nix::dir::Dir;
 use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::sys::stat::Mode;
 use pathrs::Root;
 use serde::Serialize;
 use thiserror::Error;
@@ -23,7 +25,7 @@ use thiserror::Error;
 use crate::config::CompatMode;
 use crate::driver::CudaVersion;
 use crate::elf::{self, Arch};
-use crate::reopen::{Expect, Reopener};
+use crate::reopen::{self, Expect, Reopener};
 
 /// Where CUDA images keep forward-compatibility libraries.
 pub const COMPAT_DIR: &str = "/usr/local/cuda/compat";
@@ -125,8 +127,9 @@ fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
         path: dir_path.to_path_buf(),
         reason,
     };
-    let dir_file = Reopener::open()
-        .and_then(|r| r.reopen(handle.as_fd(), dir_path, Expect::Directory))
+    let reopener = Reopener::open().map_err(|e| read_err(e.to_string()))?;
+    let dir_file = reopener
+        .reopen(handle.as_fd(), dir_path, Expect::Directory)
         .map_err(|e| read_err(e.to_string()))?;
     let mut names: Vec<String> = Dir::from_fd(dir_file.into())
         .map_err(|e| read_err(e.to_string()))?
@@ -166,7 +169,7 @@ fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
     let suffix = format!(".so.{version}");
     let mut files = Vec::new();
     for name in names.iter().filter(|n| n.ends_with(&suffix)) {
-        match regular_elf_library(dir.as_fd(), name) {
+        match regular_elf_library(&reopener, dir.as_fd(), name) {
             Ok(()) => files.push(name.clone()),
             Err(reason) => log::warn!("ignoring {}/{name} in the image: {reason}", COMPAT_DIR),
         }
@@ -183,24 +186,33 @@ fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
 }
 
 /// Checks that `name` in `dir` is a regular file (not a link) holding an ELF
-/// shared object of the host's architecture, reading only its header.
+/// shared object of the host's architecture, reading only its header. The
+/// entry is looked at through `O_PATH` first: only a regular file is opened.
 fn regular_elf_library(
-    dir: std::os::fd::BorrowedFd<'_>,
+    reopener: &Reopener,
+    dir: BorrowedFd<'_>,
     name: &str,
 ) -> std::result::Result<(), String> {
-    let fd = openat(
+    let entry = openat(
         dir,
         OsStr::new(name),
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| format!("cannot open: {e}"))?;
-    let stat = fstat(fd.as_fd()).map_err(|e| format!("cannot stat: {e}"))?;
-    if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-        return Err("not a regular file".into());
-    }
+    .map_err(|e| format!("cannot look it up: {e}"))?;
+    // `reopen` checks the type with fstat before it opens anything.
+    let file = reopener
+        .reopen(
+            entry.as_fd(),
+            &Path::new(COMPAT_DIR).join(name),
+            Expect::File,
+        )
+        .map_err(|e| match e {
+            reopen::Error::Kind { found, .. } => format!("it is a {found}, not a regular file"),
+            other => other.to_string(),
+        })?;
     let mut header = [0u8; 64];
-    let len = File::from(fd)
+    let len = (&file)
         .read(&mut header)
         .map_err(|e| format!("cannot read: {e}"))?;
     elf::check_header(
@@ -260,7 +272,7 @@ pub fn cuda_of_driver(version: &str) -> Option<CudaVersion> {
 #[cfg(test)]
 mod tests {
     use std::fs;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{symlink, OpenOptionsExt};
 
     use goblin::elf::header::{ELFCLASS32, ELFCLASS64, EM_386, EM_X86_64, ET_DYN};
 
@@ -345,6 +357,61 @@ mod tests {
         fs::remove_file(compat(dir.path()).join("libcuda.so.550.54.15")).unwrap();
         fs::create_dir(compat(dir.path()).join("libcuda.so.550.54.15")).unwrap();
         assert!(inspect(dir.path()).compat.is_none());
+    }
+
+    /// Whether `path` is opened (inotify `IN_OPEN`) while `act` runs.
+    fn opened_during(path: &Path, act: impl FnOnce()) -> bool {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).unwrap();
+        inotify.add_watch(path, AddWatchFlags::IN_OPEN).unwrap();
+        act();
+        match inotify.read_events() {
+            Ok(events) => !events.is_empty(),
+            Err(nix::errno::Errno::EAGAIN) => false,
+            Err(e) => panic!("reading inotify events: {e}"),
+        }
+    }
+
+    /// Inspects `dir`, whose compat libcuda is the special file `entry`:
+    /// it must be ignored without ever being opened.
+    fn inspect_without_opening(dir: &Path, entry: &Path) {
+        // The watch sees an open, so that its silence below means something.
+        let open_it = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::libc::O_NONBLOCK)
+                .open(entry)
+                .unwrap();
+        };
+        assert!(opened_during(entry, open_it), "the watch sees opens");
+        let mut image = None;
+        let opened = opened_during(entry, || image = Some(inspect(dir)));
+        assert!(!opened, "{} was opened", entry.display());
+        assert!(image.unwrap().compat.is_none());
+    }
+
+    #[test]
+    fn a_fifo_named_as_a_compat_library_is_never_opened() {
+        let dir = rootfs();
+        let fifo = compat(dir.path()).join("libcuda.so.550.54.15");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
+        inspect_without_opening(dir.path(), &fifo);
+    }
+
+    #[test]
+    #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+    fn a_device_node_named_as_a_compat_library_is_never_opened() {
+        let dir = rootfs();
+        let node = compat(dir.path()).join("libcuda.so.550.54.15");
+        // /dev/null's numbers: a harmless device that an open would reach.
+        nix::sys::stat::mknod(
+            &node,
+            nix::sys::stat::SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+        inspect_without_opening(dir.path(), &node);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! The seam: the few privileged syscalls injection makes (entering the mount
-//! namespace, mknod, mount). Everything else in `inject` works through
-//! `pathrs` on the rootfs and is tested without root against a fake.
+//! namespace, mknod, mount, unmount). Everything else in `inject` works
+//! through `pathrs` on the rootfs and is tested without root against a fake.
+//! Each call either does all it says or leaves nothing behind: a bind that
+//! cannot take its options is detached again, a node that is not what was
+//! asked for is removed if this call made it.
 //!
 //! Bind mounts use the new mount API where the kernel has it: `open_tree`
 //! clones each host source's mount in the host's namespace (a plain bind
@@ -20,9 +23,10 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::libc;
-use nix::mount::{mount, MsFlags};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{setns, CloneFlags};
 use nix::sys::stat::{fstatat, major, makedev, minor, mknodat, Mode, SFlag};
+use nix::unistd::{unlinkat, UnlinkatFlags};
 use rustix::mount::{MoveMountFlags, OpenTreeFlags};
 
 use super::{Error, Place, Result, Source};
@@ -41,8 +45,9 @@ pub trait Sys {
         pid: u32,
         pidfd: Option<BorrowedFd<'_>>,
     ) -> Result<()>;
-    /// Creates character device `place` and verifies it with `fstatat`.
-    fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<()>;
+    /// Creates character device `place` and verifies it with `fstatat`; a
+    /// node already there is accepted if it is the same device.
+    fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<NodeMade>;
     /// In the host's namespace, clones the mount of `source` (at host `path`)
     /// into a detached mount carrying `options`; `None` where the kernel
     /// lacks the new mount API.
@@ -69,6 +74,18 @@ pub trait Sys {
     fn mount_tmpfs(&self, dir: BorrowedFd<'_>, path: &Path) -> Result<()>;
     /// Makes the tmpfs at `dir` read-only once it is filled.
     fn remount_read_only(&self, dir: BorrowedFd<'_>, path: &Path) -> Result<()>;
+    /// Detaches the mount that `mounted` is the root of (container path `path`),
+    /// with whatever is mounted below it: undoing a failed injection.
+    fn unmount(&self, mounted: BorrowedFd<'_>, path: &Path) -> Result<()>;
+}
+
+/// What [`Sys::mknod`] found: whether the node is ours to remove on failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeMade {
+    /// It made the node.
+    Created,
+    /// The same device was there already (the runtime made it).
+    Existed,
 }
 
 /// The real syscalls.
@@ -115,6 +132,36 @@ fn open_place(place: Place<'_>) -> Result<OwnedFd> {
         path: place.path.to_path_buf(),
         source: errno.into(),
     })
+}
+
+/// Checks that `place` is character device `maj`:`min`.
+fn verify_node(place: Place<'_>, maj: u32, min: u32) -> Result<()> {
+    let stat = fstatat(place.dir, place.name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(|errno| {
+        Error::Stat {
+            path: place.path.to_path_buf(),
+            source: errno.into(),
+        }
+    })?;
+    let is_char = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR;
+    let found = (major(stat.st_rdev) as u32, minor(stat.st_rdev) as u32);
+    if !is_char || found != (maj, min) {
+        return Err(Error::NodeMismatch {
+            path: place.path.to_path_buf(),
+            expected: format!("c {maj}:{min}"),
+            found: if is_char {
+                format!("c {}:{}", found.0, found.1)
+            } else {
+                format!("mode {:o}", stat.st_mode)
+            },
+        });
+    }
+    Ok(())
+}
+
+/// `umount2(MNT_DETACH)` of the mount that `mounted` is the root of, with the
+/// mounts below it.
+fn detach(mounted: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    umount2(&fd_path(mounted), MntFlags::MNT_DETACH).map_err(mount_err(path, "detach"))
 }
 
 impl Sys for LinuxSys {
@@ -192,17 +239,18 @@ impl Sys for LinuxSys {
         cloned
     }
 
-    fn mknod(&self, place: Place<'_>, mode: u32, maj: u32, min: u32) -> Result<()> {
+    fn mknod(&self, place: Place<'_>, mode: u32, maj: u32, min: u32) -> Result<NodeMade> {
         let dev = makedev(u64::from(maj), u64::from(min));
-        match mknodat(
+        let made = match mknodat(
             place.dir,
             place.name,
             SFlag::S_IFCHR,
             Mode::from_bits_truncate(mode),
             dev,
         ) {
+            Ok(()) => NodeMade::Created,
             // A node the runtime already made is fine if it is the same device.
-            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(Errno::EEXIST) => NodeMade::Existed,
             Err(errno) => {
                 return Err(Error::Mknod {
                     path: place.path.to_path_buf(),
@@ -211,28 +259,12 @@ impl Sys for LinuxSys {
                     source: errno.into(),
                 })
             }
+        };
+        let checked = verify_node(place, maj, min);
+        if checked.is_err() && made == NodeMade::Created {
+            let _ = unlinkat(place.dir, place.name, UnlinkatFlags::NoRemoveDir);
         }
-        let stat =
-            fstatat(place.dir, place.name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(|errno| {
-                Error::Stat {
-                    path: place.path.to_path_buf(),
-                    source: errno.into(),
-                }
-            })?;
-        let is_char = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR;
-        let found = (major(stat.st_rdev) as u32, minor(stat.st_rdev) as u32);
-        if !is_char || found != (maj, min) {
-            return Err(Error::NodeMismatch {
-                path: place.path.to_path_buf(),
-                expected: format!("c {maj}:{min}"),
-                found: if is_char {
-                    format!("c {}:{}", found.0, found.1)
-                } else {
-                    format!("mode {:o}", stat.st_mode)
-                },
-            });
-        }
-        Ok(())
+        checked.map(|()| made)
     }
 
     fn clone_mount(
@@ -304,14 +336,19 @@ impl Sys for LinuxSys {
         .map_err(mount_err(place.path, "bind"))?;
         // The old descriptor still names the file under the new mount: open again.
         let mounted = open_place(place)?;
-        mount(
+        let remounted = mount(
             None::<&str>,
             &fd_path(mounted.as_fd()),
             None::<&str>,
             MsFlags::MS_REMOUNT | MsFlags::MS_BIND | mount_flags(options),
             None::<&str>,
         )
-        .map_err(mount_err(place.path, "remount"))
+        .map_err(mount_err(place.path, "remount"));
+        if remounted.is_err() {
+            // Without its options the bind must not stay.
+            let _ = detach(mounted.as_fd(), place.path);
+        }
+        remounted
     }
 
     fn mount_tmpfs(&self, dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
@@ -338,6 +375,10 @@ impl Sys for LinuxSys {
             None::<&str>,
         )
         .map_err(mount_err(path, "read-only remount"))
+    }
+
+    fn unmount(&self, mounted: BorrowedFd<'_>, path: &Path) -> Result<()> {
+        detach(mounted, path)
     }
 }
 

@@ -1,29 +1,45 @@
 //! Injection against a real directory tree as rootfs, with the privileged
-//! syscalls recorded by a fake: runs without root.
+//! syscalls recorded by a fake: runs without root. What a failed injection
+//! leaves behind is checked in `rollback`.
 
-use std::cell::RefCell;
-use std::fs;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::cell::{Cell, RefCell};
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
 
 use super::*;
 use crate::ldcache::{Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
 use crate::plan::{
-    DeviceNode, LoaderEntry, Mount, MountOptions, ProcCopy, ProcFile, ProcMask, Symlink,
+    DeviceNode, LoaderEntry, Mount, MountOptions, NodeMode, ProcCopy, ProcFile, ProcMask, Symlink,
 };
 
 const X86: i32 = FLAG_ELF_LIBC6 | FLAG_X8664_LIB64;
 
-/// Records each privileged call by kind, with its arguments.
+/// Records each privileged call by kind, with its arguments. Its `mknod`
+/// leaves an empty file where the node goes, so that a node left behind
+/// shows in the rootfs; with no tmpfs, what is written in one lands in the
+/// directory it would cover, and its unmount takes that away, as the real
+/// one would.
 #[derive(Default)]
 struct FakeSys {
     mknods: RefCell<Vec<(PathBuf, u32, u32, u32)>>,
     binds: RefCell<Vec<(PathBuf, MountOptions)>>,
     tmpfs: RefCell<Vec<PathBuf>>,
     read_only: RefCell<Vec<PathBuf>>,
+    /// Every bind and tmpfs mount, in order.
+    mounted: RefCell<Vec<PathBuf>>,
+    /// Every unmount, in order.
+    unmounts: RefCell<Vec<PathBuf>>,
     /// Calls of `clone_in_host`.
-    host_clones: std::cell::Cell<usize>,
+    host_clones: Cell<usize>,
+    /// Refuse every unmount, as a mount made busy would.
+    unmount_fails: bool,
 }
 
 impl Sys for FakeSys {
@@ -35,11 +51,25 @@ impl Sys for FakeSys {
     ) -> Result<()> {
         Ok(())
     }
-    fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<()> {
+    fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<NodeMade> {
         self.mknods
             .borrow_mut()
             .push((place.path.to_path_buf(), mode, major, minor));
-        Ok(())
+        match openat(
+            place.dir,
+            place.name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        ) {
+            Ok(_) => Ok(NodeMade::Created),
+            Err(Errno::EEXIST) => Ok(NodeMade::Existed),
+            Err(errno) => Err(Error::Mknod {
+                path: place.path.to_path_buf(),
+                major,
+                minor,
+                source: errno.into(),
+            }),
+        }
     }
     fn clone_mount(
         &self,
@@ -66,14 +96,37 @@ impl Sys for FakeSys {
         self.binds
             .borrow_mut()
             .push((place.path.to_path_buf(), options));
+        self.mounted.borrow_mut().push(place.path.to_path_buf());
         Ok(())
     }
     fn mount_tmpfs(&self, _dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
         self.tmpfs.borrow_mut().push(path.to_path_buf());
+        self.mounted.borrow_mut().push(path.to_path_buf());
         Ok(())
     }
     fn remount_read_only(&self, _dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
         self.read_only.borrow_mut().push(path.to_path_buf());
+        Ok(())
+    }
+    fn unmount(&self, mounted: BorrowedFd<'_>, path: &Path) -> Result<()> {
+        if self.unmount_fails {
+            return Err(Error::Mount {
+                target: path.to_path_buf(),
+                what: "detach",
+                source: Errno::EBUSY.into(),
+            });
+        }
+        self.unmounts.borrow_mut().push(path.to_path_buf());
+        if self.tmpfs.borrow().iter().any(|t| t == path) {
+            let dir = PathBuf::from(format!("/proc/self/fd/{}", mounted.as_raw_fd()));
+            for entry in fs::read_dir(&dir).unwrap() {
+                let entry = entry.unwrap().path();
+                match entry.is_dir() {
+                    true => fs::remove_dir_all(entry).unwrap(),
+                    false => fs::remove_file(entry).unwrap(),
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -183,7 +236,7 @@ impl World {
         self.dir.path().join("rootfs")
     }
 
-    fn apply(&self, sys: &FakeSys) -> Result<Summary> {
+    fn apply(&self, sys: &impl Sys) -> Result<Summary> {
         let mut sources = Sources::open(sys, &self.plan)?;
         apply(sys, &self.plan, &mut sources, &self.rootfs())
     }
@@ -475,8 +528,15 @@ fn corrupt_image_cache_is_an_error_naming_it() {
         b"glibc-ld.so.cache1.1garbage",
     )
     .unwrap();
-    let err = world.apply(&FakeSys::default()).unwrap_err();
+    let before = rollback::tree(&world.rootfs());
+    let sys = FakeSys::default();
+    let err = world.apply(&sys).unwrap_err();
     assert!(err.to_string().contains("/etc/ld.so.cache"), "{err}");
+    assert!(
+        sys.mknods.borrow().is_empty() && sys.mounted.borrow().is_empty(),
+        "refused before anything was made"
+    );
+    assert_eq!(rollback::tree(&world.rootfs()), before);
 }
 
 #[test]
@@ -613,3 +673,5 @@ fn a_source_without_a_clone_is_bound_by_path_only_while_it_is_the_same_inode() {
     );
     assert_eq!(fs::read_dir(&target).unwrap().count(), 0, "not on the host");
 }
+
+mod rollback;
