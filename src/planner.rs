@@ -119,10 +119,18 @@ pub fn effective(config: &Config, source: Source<'_>) -> Result<Effective> {
             devices,
             capabilities,
         } => {
-            let request = Request::new(
-                DeviceSelection::parse(Some(devices))?,
-                restrict(Capabilities::parse(capabilities)?, config),
-            );
+            // The flags read as the variables do, so `list` shows what a
+            // container with the same values would get.
+            let request = match DeviceSelection::parse(Some(devices))? {
+                DeviceSelection::Void => Request::void(),
+                devices => Request::new(
+                    devices,
+                    restrict(
+                        Capabilities::from_variable(Some(capabilities), false)?,
+                        config,
+                    ),
+                ),
+            };
             Ok(Effective {
                 request,
                 requirements: Requirements::default(),
@@ -133,28 +141,31 @@ pub fn effective(config: &Config, source: Source<'_>) -> Result<Effective> {
     }
 }
 
-/// A container's request: device mounts win over the variable when
-/// accepted, an unprivileged container's variable is ignored when the
-/// config says so, capabilities the host does not offer are dropped, and
-/// the MIG management capabilities need a privileged container.
+/// A container's request, in NVIDIA's order: first whether it asks for
+/// GPUs at all (device mounts win over the variable when accepted, and an
+/// unprivileged container's variable is ignored when the config says so);
+/// only then, for a GPU container, the MIG capabilities (privileged only),
+/// the capabilities (those the host does not offer dropped) and the
+/// requirements. A container that asks for no GPU is left alone whatever
+/// its other variables say, as NVIDIA's hook returns before reading them
+/// (CC:180-184).
 fn container_request(config: &Config, container: &Container) -> Result<Effective> {
-    let mut request = Request::from_env(&container.env)?;
-    if config.accept_volume_mounts && !container.device_mounts.is_empty() {
-        let list = if container.device_mounts.iter().any(|d| d == "all") {
-            "all".to_string()
-        } else {
-            container.device_mounts.join(",")
-        };
-        request.devices = DeviceSelection::parse(Some(&list))?;
-    } else if !config.accept_env_when_unprivileged && !container.privileged {
-        if request.devices != DeviceSelection::Void {
-            log::info!(
-                "ignoring NVIDIA_VISIBLE_DEVICES of an unprivileged container (accept-env-when-unprivileged = false)"
-            );
-        }
-        request.devices = DeviceSelection::Void;
+    let node_mode = if container.user_namespace {
+        NodeMode::Bind
+    } else {
+        NodeMode::Mknod
+    };
+    let devices = container_devices(config, container)?;
+    if devices == DeviceSelection::Void {
+        return Ok(Effective {
+            request: Request::void(),
+            requirements: Requirements::default(),
+            node_mode,
+        });
     }
-    request.capabilities = restrict(request.capabilities, config);
+    let mut request = Request::for_devices(&container.env, devices)?;
+    // CC:186-200 refuses any MIG value in an unprivileged container; we
+    // refuse only the ones that would do something.
     for (wanted, name) in [
         (request.mig_config, "NVIDIA_MIG_CONFIG_DEVICES"),
         (request.mig_monitor, "NVIDIA_MIG_MONITOR_DEVICES"),
@@ -163,9 +174,8 @@ fn container_request(config: &Config, container: &Container) -> Result<Effective
             return Err(Error::Unprivileged { what: name });
         }
     }
-    // A container that asks for no GPU is not checked: its image's
-    // variables are none of our business.
-    let requirements = if config.disable_require || request.devices == DeviceSelection::Void {
+    request.capabilities = restrict(request.capabilities, config);
+    let requirements = if config.disable_require {
         Requirements::default()
     } else {
         Requirements::from_env(&container.env)?
@@ -173,12 +183,27 @@ fn container_request(config: &Config, container: &Container) -> Result<Effective
     Ok(Effective {
         request,
         requirements,
-        node_mode: if container.user_namespace {
-            NodeMode::Bind
-        } else {
-            NodeMode::Mknod
-        },
+        node_mode,
     })
+}
+
+/// The devices a container asks for, as NVIDIA's hook decides where to
+/// look (IMG:258-292): accepted device mounts win and the variable is not
+/// read; an unprivileged container's variable counts only when the config
+/// accepts it.
+fn container_devices(config: &Config, container: &Container) -> Result<DeviceSelection> {
+    if config.accept_volume_mounts && !container.device_mounts.is_empty() {
+        return Ok(DeviceSelection::from_mounts(&container.device_mounts)?);
+    }
+    if !config.accept_env_when_unprivileged && !container.privileged {
+        if Request::env_asks_for_devices(&container.env) {
+            log::info!(
+                "ignoring NVIDIA_VISIBLE_DEVICES of an unprivileged container (accept-env-when-unprivileged = false)"
+            );
+        }
+        return Ok(DeviceSelection::Void);
+    }
+    Ok(Request::devices_from_env(&container.env)?)
 }
 
 /// `capabilities` less those the host does not offer, which are logged.

@@ -1,9 +1,13 @@
-//! What a container asks for: which GPUs, and which driver capabilities.
+//! What a container asks for: which GPUs, which driver capabilities, and
+//! the MIG management capabilities.
 //!
 //! This module parses the request grammar only (`NVIDIA_VISIBLE_DEVICES`,
-//! `NVIDIA_DRIVER_CAPABILITIES` and the matching `list` flags). It knows
-//! nothing about the host: matching devices against the inventory is the
-//! plan's job.
+//! `NVIDIA_DRIVER_CAPABILITIES`, `NVIDIA_MIG_{CONFIG,MONITOR}_DEVICES` and
+//! the matching `list` flags), as NVIDIA's hook and CLI read it; the
+//! citations in comments name NVIDIA's source (keys as in
+//! docs/nvidia-parity-notes.md). It knows nothing about the host: matching
+//! devices against the inventory is the plan's job, and policy (privilege,
+//! volume mounts, supported capabilities) is the planner's.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -11,6 +15,10 @@ use std::str::FromStr;
 
 use serde::Serialize;
 use thiserror::Error;
+
+mod devices;
+
+pub use devices::{parse_bus_id, DeviceId, DeviceSelection};
 
 /// Longest request value we accept; anything longer is refused, not parsed.
 const MAX_VALUE_LEN: usize = 4096;
@@ -20,8 +28,12 @@ const MAX_VALUE_LEN: usize = 4096;
 pub enum Error {
     #[error("unknown driver capability {value:?}; known: {known}", known = Capability::known_list())]
     UnknownCapability { value: String },
-    #[error("malformed device list {value:?}: {reason}")]
-    MalformedDevices { value: String, reason: &'static str },
+    #[error("malformed device list {value:?}: {item:?} is {reason}")]
+    MalformedDevices {
+        value: String,
+        item: String,
+        reason: &'static str,
+    },
     #[error("{name}={value:?} is not supported; the only value is \"all\"")]
     MigCapability { name: &'static str, value: String },
     #[error("{what} is {len} bytes long; at most {MAX_VALUE_LEN} are accepted")]
@@ -118,17 +130,39 @@ impl Capabilities {
         Capabilities::from_iter(Capability::ALL)
     }
 
-    /// Parses a comma list such as `compute,utility` or `all`; blanks around items are tolerated.
+    /// No capability at all, as a blank `NVIDIA_DRIVER_CAPABILITIES` asks.
+    pub fn empty() -> Self {
+        Capabilities(BTreeSet::new())
+    }
+
+    /// Parses a comma list such as `compute,utility` or `all`, as NVIDIA
+    /// does: items trimmed, empty ones dropped (CAPS:51-63), an `all`
+    /// anywhere selects everything whatever the other items say (CAPS:109-111,
+    /// CC:169); names are case-sensitive, and an unknown one is refused.
     pub fn parse(value: &str) -> Result<Self> {
         check_len("capability list", value)?;
-        let mut set = BTreeSet::new();
-        for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            if item == "all" {
-                return Ok(Capabilities::all());
-            }
-            set.insert(item.parse()?);
+        let items: Vec<&str> = value
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if items.contains(&"all") {
+            return Ok(Capabilities::all());
         }
-        Ok(Capabilities::from_iter(set))
+        items.into_iter().map(Capability::from_str).collect()
+    }
+
+    /// `NVIDIA_DRIVER_CAPABILITIES` as NVIDIA's hook reads it (CC:151-175):
+    /// unset gives every capability to a legacy CUDA image and the default to
+    /// any other; empty gives the default; a value that holds only blanks and
+    /// commas gives no capability at all (the container keeps its device
+    /// nodes but gets no library); anything else is parsed.
+    pub fn from_variable(value: Option<&str>, legacy: bool) -> Result<Self> {
+        match value {
+            None if legacy => Ok(Capabilities::all()),
+            None | Some("") => Ok(Capabilities::default_set()),
+            Some(value) => Capabilities::parse(value),
+        }
     }
 
     /// Whether `capability` is selected, directly or by implication.
@@ -176,97 +210,7 @@ impl fmt::Display for Capabilities {
     }
 }
 
-/// One item of a device list, before it is matched against the host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "by", content = "value")]
-pub enum DeviceId {
-    /// A GPU index in PCI bus order, as NVML counts.
-    Index(u32),
-    /// A full GPU UUID, `GPU-…`.
-    Uuid(String),
-    /// A PCI bus id, full (`0000:3b:00.0`) or short (`3b:00.0`), normalised to the full form.
-    Bus(String),
-    /// A MIG device by UUID: `MIG-<uuid>`, or the older `MIG-GPU-<uuid>/<gi>/<ci>`.
-    Mig(String),
-    /// A MIG device by position: `<gpu index>:<mig index>`.
-    MigIndex {
-        /// The parent GPU's index.
-        gpu: u32,
-        /// The MIG device's index on that GPU, in NVML order.
-        mig: u32,
-    },
-}
-
-impl DeviceId {
-    /// Whether this names a MIG device, which only NVML can resolve.
-    pub fn is_mig(&self) -> bool {
-        matches!(self, DeviceId::Mig(_) | DeviceId::MigIndex { .. })
-    }
-}
-
-impl fmt::Display for DeviceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DeviceId::Index(i) => write!(f, "{i}"),
-            DeviceId::Uuid(u) | DeviceId::Bus(u) | DeviceId::Mig(u) => f.write_str(u),
-            DeviceId::MigIndex { gpu, mig } => write!(f, "{gpu}:{mig}"),
-        }
-    }
-}
-
-/// Which GPUs a container asked for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "kind", content = "devices")]
-pub enum DeviceSelection {
-    /// Not a GPU container: unset, empty or `void`. Nothing is injected.
-    Void,
-    /// `none`: the driver's files and control nodes, but no GPU.
-    None,
-    /// `all`: every GPU.
-    All,
-    /// The listed GPUs, duplicates removed, in the order given.
-    List(Vec<DeviceId>),
-}
-
-impl DeviceSelection {
-    /// Parses `NVIDIA_VISIBLE_DEVICES`; `None` stands for an unset variable.
-    pub fn parse(value: Option<&str>) -> Result<Self> {
-        let Some(value) = value else {
-            return Ok(DeviceSelection::Void);
-        };
-        check_len("device list", value)?;
-        match value.trim() {
-            "" | "void" => return Ok(DeviceSelection::Void),
-            "none" => return Ok(DeviceSelection::None),
-            "all" => return Ok(DeviceSelection::All),
-            _ => {}
-        }
-        let mut ids: Vec<DeviceId> = Vec::new();
-        for item in value.split(',').map(str::trim) {
-            if item.is_empty() {
-                return Err(malformed(value, "empty item"));
-            }
-            let id = parse_device_id(item).ok_or_else(|| {
-                malformed(
-                    value,
-                    "items must be GPU indices, GPU-<uuid>, PCI bus ids, MIG-<uuid> or <gpu>:<mig>, or the whole value all, none or void",
-                )
-            })?;
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
-        Ok(DeviceSelection::List(ids))
-    }
-}
-
-fn malformed(value: &str, reason: &'static str) -> Error {
-    Error::MalformedDevices {
-        value: value.to_string(),
-        reason,
-    }
-}
-
+/// Refuses a value too long to be a request, before it is parsed.
 fn check_len(what: &'static str, value: &str) -> Result<()> {
     if value.len() > MAX_VALUE_LEN {
         return Err(Error::TooLong {
@@ -275,74 +219,6 @@ fn check_len(what: &'static str, value: &str) -> Result<()> {
         });
     }
     Ok(())
-}
-
-fn is_decimal(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// Whether `s` is a UUID body, `8-4-4-4-12` hex digits.
-fn is_uuid(s: &str) -> bool {
-    s.len() == 36
-        && s.bytes().enumerate().all(|(i, b)| {
-            if matches!(i, 8 | 13 | 18 | 23) {
-                b == b'-'
-            } else {
-                b.is_ascii_hexdigit()
-            }
-        })
-}
-
-fn parse_device_id(item: &str) -> Option<DeviceId> {
-    if is_decimal(item) {
-        return item.parse().ok().map(DeviceId::Index);
-    }
-    if let Some((gpu, mig)) = item
-        .split_once(':')
-        .filter(|(g, m)| is_decimal(g) && is_decimal(m))
-    {
-        return Some(DeviceId::MigIndex {
-            gpu: gpu.parse().ok()?,
-            mig: mig.parse().ok()?,
-        });
-    }
-    if let Some(hex) = item.strip_prefix("GPU-") {
-        return is_uuid(hex).then(|| DeviceId::Uuid(format!("GPU-{}", hex.to_ascii_lowercase())));
-    }
-    if let Some(rest) = item.strip_prefix("MIG-") {
-        if is_uuid(rest) {
-            return Some(DeviceId::Mig(format!("MIG-{}", rest.to_ascii_lowercase())));
-        }
-        // The pre-R470 form names the parent GPU and the instance ids.
-        let (gpu, ids) = rest.strip_prefix("GPU-")?.split_once('/')?;
-        let (gi, ci) = ids.split_once('/')?;
-        return (is_uuid(gpu) && is_decimal(gi) && is_decimal(ci))
-            .then(|| DeviceId::Mig(format!("MIG-GPU-{}/{gi}/{ci}", gpu.to_ascii_lowercase())));
-    }
-    parse_bus_id(item).map(DeviceId::Bus)
-}
-
-/// Normalises a PCI bus id to `dddd:bb:dd.f` in lower case, or `None` if it is not one.
-pub fn parse_bus_id(item: &str) -> Option<String> {
-    let (rest, function) = item.rsplit_once('.')?;
-    let mut parts: Vec<&str> = rest.split(':').collect();
-    if parts.len() == 2 {
-        parts.insert(0, "0000");
-    }
-    let [domain, bus, device] = parts.as_slice() else {
-        return None;
-    };
-    let hex = |s: &str, max: usize| {
-        !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_hexdigit())
-    };
-    if !(hex(domain, 8) && hex(bus, 2) && hex(device, 2) && hex(function, 1)) {
-        return None;
-    }
-    let domain = u32::from_str_radix(domain, 16).ok()?;
-    let bus = u8::from_str_radix(bus, 16).ok()?;
-    let device = u8::from_str_radix(device, 16).ok()?;
-    let function = u8::from_str_radix(function, 16).ok()?;
-    Some(format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}"))
 }
 
 /// A whole request: which GPUs, which capabilities.
@@ -369,20 +245,35 @@ impl Request {
         }
     }
 
+    /// The request of a container that is not a GPU container: nothing.
+    pub fn void() -> Request {
+        Request::new(DeviceSelection::Void, Capabilities::empty())
+    }
+
     /// Whether NVML must be asked: MIG devices are known only to it.
     pub fn needs_nvml(&self) -> bool {
         matches!(&self.devices, DeviceSelection::List(ids) if ids.iter().any(DeviceId::is_mig))
     }
 }
 
-/// Parses `NVIDIA_MIG_CONFIG_DEVICES`/`NVIDIA_MIG_MONITOR_DEVICES`: only `all` is meaningful.
+/// Parses `NVIDIA_MIG_CONFIG_DEVICES`/`NVIDIA_MIG_MONITOR_DEVICES` as
+/// NVIDIA's CLI does (COM:333-441): comma items, empty ones skipped; the
+/// first item decides, and only `all`, in any case, is accepted (COM:349-353,
+/// 376). Unlike the CLI we trim blanks around items, which only accepts more.
 fn mig_capability(env: &[String], name: &'static str) -> Result<bool> {
-    match env_var(env, name).map(str::trim) {
-        None | Some("") => Ok(false),
-        Some("all") => Ok(true),
-        Some(other) => Err(Error::MigCapability {
+    let Some(value) = env_var(env, name) else {
+        return Ok(false);
+    };
+    match value
+        .split(',')
+        .map(str::trim)
+        .find(|item| !item.is_empty())
+    {
+        None => Ok(false),
+        Some(item) if item.eq_ignore_ascii_case("all") => Ok(true),
+        Some(_) => Err(Error::MigCapability {
             name,
-            value: other.to_string(),
+            value: value.to_string(),
         }),
     }
 }
@@ -394,25 +285,40 @@ pub fn env_var<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
         .find_map(|entry| entry.strip_prefix(name)?.strip_prefix('='))
 }
 
+/// Whether `env` is a legacy CUDA image's: `CUDA_VERSION` set and
+/// `NVIDIA_REQUIRE_CUDA` unset, an empty value counting as unset (IMG:101-105).
+fn is_legacy(env: &[String]) -> bool {
+    let set = |name| env_var(env, name).is_some_and(|v| !v.is_empty());
+    set("CUDA_VERSION") && !set("NVIDIA_REQUIRE_CUDA")
+}
+
 impl Request {
-    /// The request a container makes through its environment, as NVIDIA's
-    /// hook reads it. A legacy CUDA image (`CUDA_VERSION` set, no
-    /// `NVIDIA_REQUIRE_CUDA`) gets every GPU when `NVIDIA_VISIBLE_DEVICES` is
-    /// unset, and every capability when `NVIDIA_DRIVER_CAPABILITIES` is unset.
-    pub fn from_env(env: &[String]) -> Result<Request> {
-        // As NVIDIA: an empty variable counts as unset here.
-        let set = |name| env_var(env, name).is_some_and(|v| !v.is_empty());
-        let legacy = set("CUDA_VERSION") && !set("NVIDIA_REQUIRE_CUDA");
-        let devices = match env_var(env, "NVIDIA_VISIBLE_DEVICES") {
-            None if legacy => DeviceSelection::All,
-            value => DeviceSelection::parse(value)?,
-        };
-        let capabilities = match env_var(env, "NVIDIA_DRIVER_CAPABILITIES") {
-            None if legacy => Capabilities::all(),
-            None => Capabilities::default_set(),
-            Some(value) if value.trim().is_empty() => Capabilities::default_set(),
-            Some(value) => Capabilities::parse(value)?,
-        };
+    /// The devices a container's environment asks for: `NVIDIA_VISIBLE_DEVICES`,
+    /// or every GPU for a legacy CUDA image that leaves it unset (IMG:168-171).
+    pub fn devices_from_env(env: &[String]) -> Result<DeviceSelection> {
+        match env_var(env, "NVIDIA_VISIBLE_DEVICES") {
+            None if is_legacy(env) => Ok(DeviceSelection::All),
+            value => DeviceSelection::parse(value),
+        }
+    }
+
+    /// Whether a container's environment asks for any device, without
+    /// judging the items: what is known of a request that policy ignores.
+    pub fn env_asks_for_devices(env: &[String]) -> bool {
+        match env_var(env, "NVIDIA_VISIBLE_DEVICES") {
+            None => is_legacy(env),
+            value => DeviceSelection::is_requested(value),
+        }
+    }
+
+    /// The rest of a GPU container's request, once `devices` are known not
+    /// to be void: capabilities and MIG capabilities. NVIDIA's hook reads
+    /// none of them for any other container (CC:180-184), so neither may we.
+    pub fn for_devices(env: &[String], devices: DeviceSelection) -> Result<Request> {
+        let capabilities = Capabilities::from_variable(
+            env_var(env, "NVIDIA_DRIVER_CAPABILITIES"),
+            is_legacy(env),
+        )?;
         Ok(Request {
             devices,
             capabilities,
@@ -420,11 +326,31 @@ impl Request {
             mig_monitor: mig_capability(env, "NVIDIA_MIG_MONITOR_DEVICES")?,
         })
     }
+
+    /// The request a container makes through its environment alone, as
+    /// NVIDIA's hook reads it: its devices, then, only for a GPU container,
+    /// the rest. A legacy CUDA image (`CUDA_VERSION` set, no
+    /// `NVIDIA_REQUIRE_CUDA`) gets every GPU when `NVIDIA_VISIBLE_DEVICES` is
+    /// unset, and every capability when `NVIDIA_DRIVER_CAPABILITIES` is unset.
+    pub fn from_env(env: &[String]) -> Result<Request> {
+        match Request::devices_from_env(env)? {
+            DeviceSelection::Void => Ok(Request::void()),
+            devices => Request::for_devices(env, devices),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn env(vars: &[&str]) -> Vec<String> {
+        vars.iter().map(|v| v.to_string()).collect()
+    }
+
+    fn caps(value: &str) -> String {
+        Capabilities::parse(value).unwrap().to_string()
+    }
 
     #[test]
     fn capabilities_apply_implications() {
@@ -442,12 +368,49 @@ mod tests {
     }
 
     #[test]
-    fn all_selects_every_capability() {
-        assert_eq!(
-            Capabilities::parse("compute, all").unwrap(),
-            Capabilities::all()
-        );
+    fn all_anywhere_in_the_list_selects_every_capability() {
+        // CAPS:109-111 and CC:169: an exact `all` makes the set "all"
+        // whatever else it holds, so the other items are never judged.
+        for value in [
+            "all",
+            "compute, all",
+            "all,compute",
+            "foo,all",
+            "all,foo",
+            " all ,",
+        ] {
+            assert_eq!(
+                Capabilities::parse(value).unwrap(),
+                Capabilities::all(),
+                "{value}"
+            );
+        }
         assert!(Capabilities::all().contains(Capability::Compat32));
+    }
+
+    #[test]
+    fn capability_lists_drop_blanks_and_empty_items() {
+        // CAPT:102-126 (NewDriverCapabilities' table): trimmed, empties dropped.
+        assert_eq!(caps(",compute"), "compute");
+        assert_eq!(caps("compute,"), "compute");
+        assert_eq!(caps("utility,,compute"), "compute,utility");
+        assert_eq!(caps(" compute , utility "), "compute,utility");
+        assert_eq!(caps(" , "), "");
+    }
+
+    #[test]
+    fn capability_names_are_case_sensitive() {
+        // CAPS:109-111 compares with "all" exactly; CC:169-170 refuses
+        // what the supported set does not hold, and it holds lower case only.
+        for value in ["ALL", "Compute", "none", "compute,COMPUTE"] {
+            assert!(
+                matches!(
+                    Capabilities::parse(value),
+                    Err(Error::UnknownCapability { .. })
+                ),
+                "{value}"
+            );
+        }
     }
 
     #[test]
@@ -489,88 +452,29 @@ mod tests {
     }
 
     #[test]
-    fn device_keywords() {
-        assert_eq!(DeviceSelection::parse(None).unwrap(), DeviceSelection::Void);
+    fn capability_variable_unset_empty_or_blank_as_nvidia() {
+        // CCT:547-596 (TestGetDriverCapabilities, id 34194439301): unset is
+        // every capability for a legacy image and the default otherwise;
+        // empty is the default for both. CC:165-172 and MAIN:138-141: a
+        // blank but non-empty value parses to nothing and passes no flag.
+        let from = |value, legacy| {
+            Capabilities::from_variable(value, legacy)
+                .unwrap()
+                .to_string()
+        };
         assert_eq!(
-            DeviceSelection::parse(Some("")).unwrap(),
-            DeviceSelection::Void
+            from(None, true),
+            "compute,utility,video,graphics,display,ngx,compat32"
         );
+        assert_eq!(from(None, false), "compute,utility");
+        assert_eq!(from(Some(""), true), "compute,utility");
+        assert_eq!(from(Some(""), false), "compute,utility");
+        assert_eq!(from(Some(" "), false), "");
+        assert_eq!(from(Some(","), true), "");
         assert_eq!(
-            DeviceSelection::parse(Some("void")).unwrap(),
-            DeviceSelection::Void
+            from(Some("display,video"), true),
+            "compute,video,graphics,display"
         );
-        assert_eq!(
-            DeviceSelection::parse(Some("none")).unwrap(),
-            DeviceSelection::None
-        );
-        assert_eq!(
-            DeviceSelection::parse(Some(" all ")).unwrap(),
-            DeviceSelection::All
-        );
-    }
-
-    #[test]
-    fn device_list_dedupes_and_normalises() {
-        let sel = DeviceSelection::parse(Some(
-            "1, 0,1,GPU-ABCDEF01-2345-6789-abcd-ef0123456789,3b:00.0,0000:3B:00.0",
-        ))
-        .unwrap();
-        assert_eq!(
-            sel,
-            DeviceSelection::List(vec![
-                DeviceId::Index(1),
-                DeviceId::Index(0),
-                DeviceId::Uuid("GPU-abcdef01-2345-6789-abcd-ef0123456789".into()),
-                DeviceId::Bus("0000:3b:00.0".into()),
-            ])
-        );
-    }
-
-    #[test]
-    fn mig_devices_by_uuid_and_position() {
-        let sel = DeviceSelection::parse(Some(
-            "MIG-AB5E4C9D-1234-5678-9ABC-DEF012345678, 0:1,MIG-GPU-abcdef01-2345-6789-abcd-ef0123456789/1/0, 0:1",
-        ))
-        .unwrap();
-        assert_eq!(
-            sel,
-            DeviceSelection::List(vec![
-                DeviceId::Mig("MIG-ab5e4c9d-1234-5678-9abc-def012345678".into()),
-                DeviceId::MigIndex { gpu: 0, mig: 1 },
-                DeviceId::Mig("MIG-GPU-abcdef01-2345-6789-abcd-ef0123456789/1/0".into()),
-            ])
-        );
-        assert!(DeviceId::MigIndex { gpu: 0, mig: 1 }.is_mig());
-        assert!(!DeviceId::Index(0).is_mig());
-        assert_eq!(DeviceId::MigIndex { gpu: 2, mig: 3 }.to_string(), "2:3");
-    }
-
-    #[test]
-    fn junk_device_lists_are_refused() {
-        for junk in [
-            "0,,1",
-            "gpu0",
-            "GPU-123",
-            "-1",
-            "99999999999999999999",
-            "3b:00",
-            "all,0",
-            "0;1",
-            "MIG-123",
-            "MIG-GPU-abc/1/0",
-            "0:",
-            ":1",
-            "0:1:2",
-            "MIG-GPU-abcdef01-2345-6789-abcd-ef0123456789/1",
-        ] {
-            assert!(
-                matches!(
-                    DeviceSelection::parse(Some(junk)),
-                    Err(Error::MalformedDevices { .. })
-                ),
-                "{junk}"
-            );
-        }
     }
 
     #[test]
@@ -584,10 +488,6 @@ mod tests {
             Capabilities::parse(&huge),
             Err(Error::TooLong { .. })
         ));
-    }
-
-    fn env(vars: &[&str]) -> Vec<String> {
-        vars.iter().map(|v| v.to_string()).collect()
     }
 
     #[test]
@@ -609,11 +509,38 @@ mod tests {
     #[test]
     fn request_from_env_unset_or_void_is_not_a_gpu_container() {
         assert_eq!(
-            Request::from_env(&env(&["PATH=/bin"])).unwrap().devices,
-            DeviceSelection::Void
+            Request::from_env(&env(&["PATH=/bin"])).unwrap(),
+            Request::void()
         );
         let req = Request::from_env(&env(&["NVIDIA_VISIBLE_DEVICES=void"])).unwrap();
         assert_eq!(req.devices, DeviceSelection::Void);
+    }
+
+    #[test]
+    fn a_container_asking_for_no_gpu_has_its_other_variables_ignored() {
+        // CC:180-184: NVIDIA's hook returns before it reads capabilities or
+        // the MIG variables, so no value of theirs can refuse the container.
+        for junk in [
+            "NVIDIA_DRIVER_CAPABILITIES=bogus",
+            "NVIDIA_DRIVER_CAPABILITIES=ALL",
+            "NVIDIA_MIG_CONFIG_DEVICES=all",
+            "NVIDIA_MIG_CONFIG_DEVICES=0",
+            "NVIDIA_MIG_MONITOR_DEVICES=junk",
+        ] {
+            for devices in [None, Some(""), Some("void"), Some(" , "), Some("0,void")] {
+                let mut vars = vec![junk.to_string()];
+                if let Some(d) = devices {
+                    vars.push(format!("NVIDIA_VISIBLE_DEVICES={d}"));
+                }
+                assert_eq!(Request::from_env(&vars), Ok(Request::void()), "{vars:?}");
+            }
+        }
+        // In a GPU container they are read, and refused.
+        let vars = env(&[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_DRIVER_CAPABILITIES=bogus",
+        ]);
+        assert!(Request::from_env(&vars).is_err());
     }
 
     #[test]
@@ -629,6 +556,9 @@ mod tests {
 
     #[test]
     fn legacy_cuda_image_gets_all_gpus_and_capabilities() {
+        // IMGT2:267-273, CCT:33-44: a legacy image (IMG:101-105) that leaves
+        // both variables unset gets all devices (IMG:168-171) and every
+        // capability (CC:160-163).
         let req = Request::from_env(&env(&["CUDA_VERSION=11.8.0"])).unwrap();
         assert_eq!(req.devices, DeviceSelection::All);
         assert_eq!(req.capabilities, Capabilities::all());
@@ -640,14 +570,15 @@ mod tests {
             Request::from_env(&env(&["CUDA_VERSION="])).unwrap().devices,
             DeviceSelection::Void
         );
-        // Not legacy once it states its requirement.
+        // CCT:175-190: not legacy once it states its requirement.
         let req = Request::from_env(&env(&[
             "CUDA_VERSION=12.2.0",
             "NVIDIA_REQUIRE_CUDA=cuda>=12.2",
         ]))
         .unwrap();
         assert_eq!(req.devices, DeviceSelection::Void);
-        // Explicit variables still win.
+        // Explicit variables still win; a set but empty device variable is
+        // void, not the legacy default (IMG:168-176).
         let req = Request::from_env(&env(&[
             "CUDA_VERSION=11.8.0",
             "NVIDIA_VISIBLE_DEVICES=none",
@@ -656,6 +587,77 @@ mod tests {
         .unwrap();
         assert_eq!(req.devices, DeviceSelection::None);
         assert_eq!(req.capabilities.to_string(), "utility");
+        let req =
+            Request::from_env(&env(&["CUDA_VERSION=11.8.0", "NVIDIA_VISIBLE_DEVICES="])).unwrap();
+        assert_eq!(req, Request::void());
+        // CCT:547-555: an empty capability variable is the default, not all.
+        let req = Request::from_env(&env(&[
+            "CUDA_VERSION=11.8.0",
+            "NVIDIA_DRIVER_CAPABILITIES=",
+        ]))
+        .unwrap();
+        assert_eq!(req.capabilities, Capabilities::default_set());
+    }
+
+    #[test]
+    fn legacy_image_asks_for_devices_even_when_policy_will_ignore_it() {
+        assert!(Request::env_asks_for_devices(&env(&[
+            "CUDA_VERSION=12.2.0"
+        ])));
+        assert!(Request::env_asks_for_devices(&env(&[
+            "NVIDIA_VISIBLE_DEVICES=junk!"
+        ])));
+        assert!(Request::env_asks_for_devices(&env(&[
+            "NVIDIA_VISIBLE_DEVICES=none"
+        ])));
+        assert!(!Request::env_asks_for_devices(&env(&[
+            "CUDA_VERSION=12.2.0",
+            "NVIDIA_VISIBLE_DEVICES=,"
+        ])));
+        assert!(!Request::env_asks_for_devices(&env(&["PATH=/bin"])));
+    }
+
+    #[test]
+    fn mig_variables_accept_all_in_any_case_with_empty_items() {
+        // COM:333-386 (select_mig_config_devices; 388-441 for monitor):
+        // empty items skipped, `all` compared case-insensitively and the
+        // walk ended there (COM:349-353); nothing but separators selects
+        // nothing.
+        let mig = |value: &str| {
+            let vars = env(&[
+                "NVIDIA_VISIBLE_DEVICES=all",
+                &format!("NVIDIA_MIG_CONFIG_DEVICES={value}"),
+                &format!("NVIDIA_MIG_MONITOR_DEVICES={value}"),
+            ]);
+            Request::from_env(&vars).map(|r| (r.mig_config, r.mig_monitor))
+        };
+        for value in ["all", "ALL", "All", "all,", ",all", " all ", "all,0"] {
+            assert_eq!(mig(value), Ok((true, true)), "{value}");
+        }
+        for value in ["", ",", " , "] {
+            assert_eq!(mig(value), Ok((false, false)), "{value:?}");
+        }
+    }
+
+    #[test]
+    fn mig_variables_refuse_anything_but_all() {
+        // COM:376: `<item>: only 'all' devices are currently supported`,
+        // including `all` after another item.
+        for value in ["0", "mig0,mig1", "GPU-0", "0,all", "none"] {
+            let vars = env(&[
+                "NVIDIA_VISIBLE_DEVICES=0",
+                &format!("NVIDIA_MIG_CONFIG_DEVICES={value}"),
+            ]);
+            let err = Request::from_env(&vars).unwrap_err();
+            assert_eq!(
+                err,
+                Error::MigCapability {
+                    name: "NVIDIA_MIG_CONFIG_DEVICES",
+                    value: value.into()
+                }
+            );
+            assert!(!err.to_string().contains('\n'));
+        }
     }
 
     #[test]
@@ -666,16 +668,5 @@ mod tests {
         ]))
         .is_err());
         assert!(Request::from_env(&env(&["NVIDIA_VISIBLE_DEVICES=0,,x"])).is_err());
-    }
-
-    #[test]
-    fn bus_ids_normalise() {
-        assert_eq!(parse_bus_id("3B:00.0").as_deref(), Some("0000:3b:00.0"));
-        assert_eq!(
-            parse_bus_id("00000001:3b:1f.7").as_deref(),
-            Some("0001:3b:1f.7")
-        );
-        assert_eq!(parse_bus_id("0000:3b:00"), None);
-        assert_eq!(parse_bus_id("0000:3bb:00.0"), None);
     }
 }

@@ -246,15 +246,30 @@ fn missing_driver_is_an_error_and_leaves_the_container_untouched() {
 fn not_a_gpu_container_is_left_alone() {
     let sim = SimHost::shared("synthetic", 2, "new");
     let dir = tempfile::tempdir().unwrap();
-    let bundle = bundle(dir.path(), &["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"]);
     let container = Namespaced::start();
-    let out = hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!bundle.join("rootfs/usr").exists());
+    // Whatever its other NVIDIA_* variables say, even unprivileged (this
+    // bundle has no CAP_SYS_ADMIN): NVIDIA's hook reads none of them for a
+    // container that asks for no GPU (container_config.go getNvidiaConfig).
+    for env in [
+        &["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"][..],
+        &["NVIDIA_VISIBLE_DEVICES=,"],
+        &["NVIDIA_VISIBLE_DEVICES=0,void"],
+        &["NVIDIA_DRIVER_CAPABILITIES=bogus"],
+        &[
+            "NVIDIA_MIG_CONFIG_DEVICES=all",
+            "NVIDIA_MIG_MONITOR_DEVICES=junk",
+        ],
+        &["NVIDIA_VISIBLE_DEVICES=", "NVIDIA_REQUIRE_CUDA=cuda>>=99"],
+    ] {
+        let bundle = bundle(dir.path(), env);
+        let out = hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle));
+        assert!(
+            out.status.success(),
+            "{env:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!bundle.join("rootfs/usr").exists(), "{env:?}");
+    }
 }
 
 #[test]

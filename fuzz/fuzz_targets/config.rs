@@ -43,8 +43,10 @@ fuzz_target!(|data: &[u8]| {
     if let Some(file) = config.log.file() {
         assert!(file.is_absolute(), "{config:?}");
     }
-    assert!(
-        Capabilities::parse(&config.supported_capabilities).is_ok(),
+    // The supported set, written back, reads as itself.
+    assert_eq!(
+        Capabilities::parse(&config.supported_capabilities.to_string()).as_ref(),
+        Ok(&config.supported_capabilities),
         "{config:?}"
     );
     let _ = config.supported();

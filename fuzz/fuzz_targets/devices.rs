@@ -1,10 +1,12 @@
 //! Feeds arbitrary bytes to the request grammar: as one
 //! `NVIDIA_VISIBLE_DEVICES` value, as one `NVIDIA_DRIVER_CAPABILITIES` value,
-//! and as a container's environment (lossy UTF-8, one `KEY=VALUE` entry per
-//! NUL byte). Nothing may panic; every refusal is one line. What parses is
-//! normalised: a device list or capability set written back parses to
-//! itself, a list holds no duplicates, and the implications (video brings
-//! compute, display brings graphics) hold.
+//! as a container's environment (lossy UTF-8, one `KEY=VALUE` entry per NUL
+//! byte) and as the names of volume-mount requests (one per NUL byte).
+//! Nothing may panic; every refusal is one line. What parses is normalised:
+//! a device list or capability set written back parses to itself, a list
+//! holds no duplicates, and the implications (video brings compute, display
+//! brings graphics) hold. A request that asks for no GPU is nothing at all,
+//! whatever its other variables say.
 
 #![no_main]
 
@@ -12,9 +14,7 @@ mod common;
 
 use common::assert_one_line;
 use libfuzzer_sys::fuzz_target;
-use oci_nvidia_hook::request::{
-    env_var, Capabilities, Capability, DeviceSelection, Request,
-};
+use oci_nvidia_hook::request::{env_var, Capabilities, Capability, DeviceSelection, Request};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -22,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
     capabilities(&text);
     let env: Vec<String> = text.split('\0').map(str::to_owned).collect();
     request(&env);
+    mounts(&env);
 });
 
 fn devices(value: &str) {
@@ -80,6 +81,10 @@ fn request(env: &[String]) {
         }
     };
     implications_hold(&request.capabilities);
+    if request.devices == DeviceSelection::Void {
+        assert_eq!(request, Request::void(), "{env:?}");
+        return;
+    }
     if let Some(value) = env_var(env, "NVIDIA_VISIBLE_DEVICES") {
         assert_eq!(
             DeviceSelection::parse(Some(value)).as_ref(),
@@ -88,13 +93,22 @@ fn request(env: &[String]) {
         );
     }
     if let Some(value) = env_var(env, "NVIDIA_DRIVER_CAPABILITIES") {
-        if !value.trim().is_empty() {
+        if !value.is_empty() {
             assert_eq!(
                 Capabilities::parse(value).as_ref(),
                 Ok(&request.capabilities),
                 "{env:?}"
             );
         }
+    }
+}
+
+fn mounts(names: &[String]) {
+    match DeviceSelection::from_mounts(names) {
+        Ok(DeviceSelection::Void) => panic!("{names:?}: mounts are a request"),
+        Ok(DeviceSelection::List(ids)) => assert!(!ids.is_empty(), "{names:?}"),
+        Ok(_) => {}
+        Err(e) => assert_one_line(&e.to_string()),
     }
 }
 

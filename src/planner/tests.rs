@@ -299,3 +299,140 @@ fn requirements_are_checked_on_the_planned_gpus() {
     };
     plan_on(&inventory, &config, Source::Container(&c)).unwrap();
 }
+
+#[test]
+fn a_container_asking_for_no_gpu_starts_whatever_its_other_variables_say() {
+    // CC:180-184: NVIDIA's hook returns before it reads capabilities, the
+    // MIG variables (even unprivileged) or requirements.
+    for other in [
+        "NVIDIA_DRIVER_CAPABILITIES=bogus",
+        "NVIDIA_MIG_CONFIG_DEVICES=all",
+        "NVIDIA_MIG_MONITOR_DEVICES=ALL",
+        "NVIDIA_MIG_CONFIG_DEVICES=0",
+        "NVIDIA_REQUIRE_CUDA=cuda>>=12",
+    ] {
+        for devices in [None, Some("void"), Some(","), Some("0,void")] {
+            let mut env = vec![other.to_string()];
+            env.extend(devices.map(|d| format!("NVIDIA_VISIBLE_DEVICES={d}")));
+            let env: Vec<&str> = env.iter().map(String::as_str).collect();
+            let effective = of_container(&Config::default(), &container(&env, false, &[]))
+                .unwrap_or_else(|e| panic!("{env:?}: {e}"));
+            assert!(effective.is_void(), "{env:?}");
+            assert_eq!(effective.request, Request::void(), "{env:?}");
+        }
+    }
+}
+
+#[test]
+fn an_ignored_unprivileged_request_is_never_parsed() {
+    // IMG:281-291: with env-when-unprivileged off, NVIDIA drops the
+    // variable of an unprivileged container before its CLI could judge it.
+    let config = Config {
+        accept_env_when_unprivileged: false,
+        ..Config::default()
+    };
+    let c = container(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=junk!",
+            "NVIDIA_DRIVER_CAPABILITIES=bogus",
+            "NVIDIA_MIG_CONFIG_DEVICES=all",
+        ],
+        false,
+        &[],
+    );
+    assert!(of_container(&config, &c).unwrap().is_void());
+    // A legacy image's implied `all` is ignored the same way.
+    let c = container(&["CUDA_VERSION=12.2.0"], false, &[]);
+    assert!(of_container(&config, &c).unwrap().is_void());
+}
+
+#[test]
+fn accepted_device_mounts_leave_the_variable_unread() {
+    // IMG:265-271: the mounts decide; NVIDIA_VISIBLE_DEVICES is not looked at.
+    let config = Config {
+        accept_volume_mounts: true,
+        ..Config::default()
+    };
+    let c = container(&["NVIDIA_VISIBLE_DEVICES=junk!"], false, &["0"]);
+    assert_eq!(
+        of_container(&config, &c).unwrap().request.devices,
+        DeviceSelection::parse(Some("0")).unwrap()
+    );
+    // A mount named none is no keyword: NVIDIA's CLI refuses it (COM:321).
+    let c = container(&["NVIDIA_VISIBLE_DEVICES=0"], false, &["none"]);
+    assert!(of_container(&config, &c).is_err());
+}
+
+#[test]
+fn blank_capabilities_give_device_nodes_and_no_driver_files() {
+    // CC:165-172 and MAIN:138-141: a blank but non-empty value passes no
+    // capability flag, so the CLI mounts no library or binary; the GPU node
+    // and the control node still come.
+    let inventory = inventory();
+    let c = container(
+        &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES= , "],
+        false,
+        &[],
+    );
+    let effective = of_container(&Config::default(), &c).unwrap();
+    assert_eq!(effective.request.capabilities.to_string(), "");
+    let plan = plan(&effective, &inventory, &ImageLayout::Debian.into()).unwrap();
+    let nodes: Vec<String> = plan
+        .devices
+        .iter()
+        .map(|d| d.path.display().to_string())
+        .collect();
+    assert_eq!(plan.selected.len(), 1);
+    assert!(
+        nodes.len() == 2 && nodes.contains(&"/dev/nvidiactl".to_string()),
+        "{nodes:?}"
+    );
+    assert!(plan.loader_entries.is_empty(), "{plan:#?}");
+    let has_libraries = |plan: &Plan| plan.mounts.iter().any(|m| format!("{m:?}").contains(".so"));
+    assert!(!has_libraries(&plan), "{plan:#?}");
+    assert!(has_libraries(
+        &plan_on(&inventory, &Config::default(), flags("0", "utility")).unwrap()
+    ));
+    // The flags read the same way.
+    assert_eq!(
+        plan_on(&inventory, &Config::default(), flags("0", " , ")).unwrap(),
+        plan
+    );
+}
+
+#[test]
+fn device_lists_plan_as_nvidia_selects() {
+    // The grammar's parity cases, planned on the synthetic host: empty items
+    // dropped (IMG:157-161), keywords collapsed (DEV:35-63), `ALL` in any
+    // case (COM:296-301), a function digit ignored (COM:12-24), a sign on an
+    // index (COM:196-200).
+    let inventory = inventory();
+    let config = Config::default();
+    for (nvidia, same_as) in [
+        ("0,,2", "0,2"),
+        ("2,", "2"),
+        ("all,0", "all"),
+        ("ALL", "all"),
+        ("0,none", "none"),
+        ("+2", "2"),
+        ("0000:db:00.1", "2"),
+        ("00000000:DB:00", "2"),
+    ] {
+        assert_eq!(
+            plan_on(&inventory, &config, flags(nvidia, "utility")).unwrap(),
+            plan_on(&inventory, &config, flags(same_as, "utility")).unwrap(),
+            "{nvidia}"
+        );
+    }
+}
+
+#[test]
+fn capabilities_with_all_anywhere_plan_as_all() {
+    // CAPS:109-111, CC:169: `all` wins whatever else the list names.
+    let inventory = inventory();
+    let config = config_supporting("utility,compute,video");
+    assert_eq!(
+        plan_on(&inventory, &config, flags("0", "foo,all")).unwrap(),
+        plan_on(&inventory, &config, flags("0", "all")).unwrap()
+    );
+}
