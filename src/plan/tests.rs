@@ -123,6 +123,7 @@ pub(crate) fn inventory() -> Inventory {
         scope: Capabilities::all(),
         proc_dir: "/sim/proc/driver/nvidia".into(),
         mig: None,
+        mig_instances: Vec::new(),
         nvml: None,
         mig_config: None,
         mig_monitor: None,
