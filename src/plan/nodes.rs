@@ -10,7 +10,8 @@ use crate::driver::{CapFile, Inventory, Node, NodeRole, NodeState};
 use crate::request::{Capability, Request};
 
 /// Adds the nodes of `devices` and of `management` (the MIG config and
-/// monitor capabilities) to `plan`, each once, with its cgroup rule.
+/// monitor capabilities, and the managed GPUs' instances) to `plan`, each
+/// once, with its cgroup rule.
 pub(super) fn plan(
     plan: &mut Plan,
     inventory: &Inventory,
