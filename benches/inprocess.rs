@@ -112,6 +112,7 @@ fn inventory(gpus: u32) -> Inventory {
         scope: Capabilities::default_set(),
         proc_dir: PathBuf::from("/sim/proc/driver/nvidia"),
         mig: None,
+        mig_instances: Vec::new(),
         nvml: None,
         mig_config: None,
         mig_monitor: None,

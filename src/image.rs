@@ -66,7 +66,7 @@ impl ImageLayout {
     }
 }
 
-/// CUDA forward-compatibility libraries the image ships, newer than the host driver.
+/// CUDA forward-compatibility libraries the image ships, of a driver branch newer than the host's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Compat {
     /// Their directory in the image.
@@ -117,7 +117,7 @@ impl Image {
     }
 }
 
-/// The image's compat libraries, if it has any of a driver newer than the host's.
+/// The image's compat libraries, if it has any of a driver branch newer than the host's.
 fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
     let dir_path = Path::new(COMPAT_DIR);
     let Ok(handle) = root.resolve(dir_path) else {
@@ -152,8 +152,14 @@ fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
     else {
         return Ok(None);
     };
-    if compare_versions(&version, host_driver).is_le() {
-        log::debug!("image's CUDA compat driver {version} is not newer than the host's {host_driver}: ignored");
+    // Only a newer driver *branch* counts: NVIDIA ignores compat libraries
+    // of the host's own branch or an older one (libnvidia-container
+    // src/cli/compat_mode.c:61-90, `filter_by_major_version`), since forward
+    // compatibility is supported across branches only.
+    if !newer_branch(&version, host_driver) {
+        log::debug!(
+            "image's CUDA compat driver {version} is not of a branch newer than the host's {host_driver}: ignored"
+        );
         return Ok(None);
     }
     let Some(cuda) = cuda_of_driver(&version) else {
@@ -222,6 +228,15 @@ fn regular_elf_library(
         elf::Kind::SharedObject,
     )
     .map_err(|e| e.to_string())
+}
+
+/// Whether driver `version` is of a newer branch (major version) than
+/// `host`. NVIDIA compares the digits as text, over the library's major's
+/// length; for majors of equal length, as every branch since 100 has, that
+/// is this numeric comparison.
+fn newer_branch(version: &str, host: &str) -> bool {
+    let major = |v: &str| v.split('.').next().and_then(|m| m.parse::<u64>().ok());
+    matches!((major(version), major(host)), (Some(v), Some(h)) if v > h)
 }
 
 /// Compares dotted version numbers numerically, component by component.
@@ -335,6 +350,30 @@ mod tests {
         )
         .unwrap();
         assert!(inspect(dir.path()).compat.is_none());
+    }
+
+    /// NVIDIA's ldconfig mode keeps only compat libraries whose major is
+    /// greater than the host driver's: `strncmp(nvrm_version, lib_major) >= 0`
+    /// drops the rest (libnvidia-container src/cli/compat_mode.c:78-83).
+    #[test]
+    fn ignores_compat_of_the_hosts_own_branch_even_when_newer() {
+        let dir = rootfs();
+        let so = header(ELFCLASS64, EM_X86_64, ET_DYN);
+        fs::write(compat(dir.path()).join("libcuda.so.470.300.01"), &so).unwrap();
+        let found = Image::inspect(dir.path(), "470.256.02", CompatMode::Ldconfig)
+            .unwrap()
+            .compat;
+        assert!(found.is_none(), "{found:?}");
+        let found = Image::inspect(dir.path(), "535.261.03", CompatMode::Ldconfig)
+            .unwrap()
+            .compat;
+        assert!(found.is_none(), "an older branch: {found:?}");
+        // The next branch is taken, whatever the host's minor.
+        let found = Image::inspect(dir.path(), "465.19.01", CompatMode::Ldconfig)
+            .unwrap()
+            .compat
+            .unwrap();
+        assert_eq!(found.driver_version, "470.300.01");
     }
 
     #[test]

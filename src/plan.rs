@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::driver::{catalog, CapFile, Inventory};
+use crate::driver::{catalog, Inventory};
 use crate::elf::Arch;
 use crate::image::Image;
 use crate::request::{Capability, DeviceSelection, Request};
@@ -23,6 +23,11 @@ pub enum Error {
     UnknownDevice { item: String, available: String },
     #[error("NVIDIA_MIG_CONFIG_DEVICES or NVIDIA_MIG_MONITOR_DEVICES asked for, but the driver has no MIG capabilities (capabilities/mig/config, monitor)")]
     NoMigCapabilities,
+    #[error("{variable}=all is refused beside MIG device {device:?}: managing or monitoring MIG takes whole GPUs or all, never one MIG device")]
+    MigManagementBesideMigDevice {
+        variable: &'static str,
+        device: String,
+    },
     #[error("device {item:?} is a MIG device, and MIG devices are only known through NVML, which was not queried")]
     NeedsNvml { item: String },
     #[error("device node {path} cannot be used: {problem}")]
@@ -254,25 +259,30 @@ pub struct SelectedDevice {
     pub mig: Option<String>,
 }
 
-impl From<&Selected<'_>> for SelectedDevice {
-    fn from(device: &Selected<'_>) -> Self {
+impl SelectedDevice {
+    /// The record of `device`; none for a MIG device `all` took from
+    /// procfs, which has no UUID there and comes with its GPU, recorded.
+    fn of(device: &Selected<'_>) -> Option<Self> {
         let gpu = device.gpu();
-        SelectedDevice {
+        let mig = match device {
+            Selected::Gpu(_) => None,
+            Selected::Mig { mig, .. } => Some(mig.uuid.clone()),
+            Selected::Instance { .. } => return None,
+        };
+        Some(SelectedDevice {
             gpu: gpu.index,
             uuid: gpu.uuid.clone(),
             bus: gpu.bus.clone(),
-            mig: match device {
-                Selected::Gpu(_) => None,
-                Selected::Mig { mig, .. } => Some(mig.uuid.clone()),
-            },
-        }
+            mig,
+        })
     }
 }
 
 /// Everything a container receives.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Plan {
-    /// The devices selected, in the order asked, each once.
+    /// The devices selected, in the order asked, each once; for `all`,
+    /// the GPUs (their MIG devices come with them).
     pub selected: Vec<SelectedDevice>,
     /// How the device nodes reach the container.
     pub node_mode: NodeMode,
@@ -309,9 +319,10 @@ impl Plan {
             return Ok(plan);
         }
         check_core_libraries(inventory, request)?;
+        mig::refuse_beside_mig_devices(request)?;
         let devices = select(inventory, &request.devices)?;
-        let management = management_capabilities(inventory, request)?;
-        plan.selected = devices.iter().map(SelectedDevice::from).collect();
+        let management = mig::plan(inventory, request, &devices)?;
+        plan.selected = devices.iter().filter_map(SelectedDevice::of).collect();
         nodes::plan(&mut plan, inventory, request, &devices, &management)?;
         plan.proc_mask = Some(procmask::plan(inventory, &devices, &management));
         files::plan(&mut plan, inventory, &request.capabilities, image);
@@ -350,23 +361,8 @@ fn check_core_libraries(inventory: &Inventory, request: &Request) -> Result<()> 
     Ok(())
 }
 
-/// The MIG management capabilities asked for (config, monitor), which the
-/// driver must have.
-fn management_capabilities<'a>(
-    inventory: &'a Inventory,
-    request: &Request,
-) -> Result<Vec<&'a CapFile>> {
-    [
-        (request.mig_config, &inventory.mig_config),
-        (request.mig_monitor, &inventory.mig_monitor),
-    ]
-    .into_iter()
-    .filter(|(wanted, _)| *wanted)
-    .map(|(_, cap)| cap.as_ref().ok_or(Error::NoMigCapabilities))
-    .collect()
-}
-
 mod files;
+mod mig;
 mod nodes;
 mod procmask;
 mod select;

@@ -228,6 +228,39 @@ fn mig_device_by_position() {
     );
 }
 
+/// NVIDIA's `all` selects every GPU and then every MIG device, and each
+/// MIG device brings its GPU and compute instance caps nodes with their
+/// cgroup rules (libnvidia-container src/cli/common.c:144-154,
+/// src/cli/configure.c:371-384, src/nvc_mount.c
+/// `nvc_mig_device_access_caps_mount`). Ours finds them in procfs: the
+/// mock NVML is made to fail, and `all` must not notice.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn all_on_the_mig_host_brings_every_mig_devices_caps_nodes() {
+    let host = SimHost::fresh_with("mig-all", "synthetic", 4, "new", &["--mig"]);
+    let conf = host.host["nvml"]["conf"].as_str().unwrap();
+    let mut text = std::fs::read_to_string(conf).unwrap();
+    text.push_str("init error=9\n");
+    std::fs::write(conf, text).unwrap();
+    let run = run_on(&host, "mig-all", &[("NVIDIA_VISIBLE_DEVICES", "all")], None);
+    run.assert_completed();
+    let migs = host.host["mig"].as_array().unwrap();
+    assert!(migs.len() >= 2, "the MIG host has MIG devices");
+    let mut expected: BTreeSet<NodeFact> = migs
+        .iter()
+        .flat_map(|mig| expected_mig_nodes(&host, mig))
+        .collect();
+    for gpu in host.host["gpus"].as_array().unwrap() {
+        let minor = gpu["minor"].as_u64().unwrap() as u32;
+        expected.insert((
+            format!("/dev/nvidia{minor}"),
+            Some((195, minor)),
+            "ENXIO".to_string(),
+        ));
+    }
+    assert_eq!(nodes(&run), expected, "{}", run.describe());
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn whole_gpu_requests_never_load_nvml() {

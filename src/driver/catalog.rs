@@ -48,6 +48,7 @@ pub const LIBRARIES: &[LibrarySpec] = &[
     lib(Compute, "libnvidia-pkcs11.so"),
     lib(Compute, "libnvidia-pkcs11-openssl3.so"),
     lib(Compute, "libnvidia-nvvm.so"),
+    lib(Compute, "libnvidia-tileiras.so"),
     lib(Video, "libvdpau_nvidia.so"),
     lib(Video, "libnvidia-encode.so"),
     lib(Video, "libnvidia-opticalflow.so"),
@@ -170,6 +171,34 @@ mod tests {
         );
         assert_eq!(library_for("libcudart.so.12"), None);
         assert_eq!(library_for("libc.so.6"), None);
+    }
+
+    /// NVIDIA's `compute_libs` (libnvidia-container src/nvc_info.c:81-95 at
+    /// 00b4b47e): the newest driver's Tile IR JIT library is among them.
+    #[test]
+    fn compute_libraries_are_nvidias_list() {
+        let compute: Vec<&str> = LIBRARIES
+            .iter()
+            .filter(|s| s.capability == Compute)
+            .map(|s| s.prefix)
+            .collect();
+        assert_eq!(
+            compute,
+            [
+                "libcuda.so",
+                "libcudadebugger.so",
+                "libnvidia-opencl.so",
+                "libnvidia-gpucomp.so",
+                "libnvidia-ptxjitcompiler.so",
+                "libnvidia-fatbinaryloader.so",
+                "libnvidia-allocator.so",
+                "libnvidia-compiler.so",
+                "libnvidia-pkcs11.so",
+                "libnvidia-pkcs11-openssl3.so",
+                "libnvidia-nvvm.so",
+                "libnvidia-tileiras.so",
+            ]
+        );
     }
 
     #[test]

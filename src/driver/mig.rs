@@ -1,10 +1,15 @@
-//! MIG devices: NVML's list joined with the kernel module's capability files.
+//! MIG devices: NVML's list joined with the kernel module's capability
+//! files, and the instances the kernel module lists on its own.
 //!
 //! A MIG device is reached through its parent GPU's node plus two
 //! `/dev/nvidia-caps/nvidia-capN` nodes, one for its GPU instance and one
 //! for its compute instance. The minors come from the `access` files under
 //! `<proc>/driver/nvidia/capabilities/gpu<minor>/mig/`, never from NVML.
+//! Only NVML knows a MIG device's UUID and index; which instances exist,
+//! and their minors, procfs says alone. Nothing here writes or loads driver code.
 
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -43,6 +48,29 @@ pub struct MigDevice {
     pub ci_access: CapFile,
 }
 
+/// A GPU instance the kernel module lists (`capabilities/gpu<minor>/mig/gi<id>`),
+/// with its compute instances: which MIG devices exist, known without NVML.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuInstance {
+    /// The index of the GPU it lives on.
+    pub parent: u32,
+    /// Its id, as `gi<id>` names it.
+    pub id: u32,
+    /// Its access file.
+    pub access: CapFile,
+    /// Its compute instances, by id; each makes one MIG device with it.
+    pub compute: Vec<ComputeInstance>,
+}
+
+/// A compute instance (`gi<id>/ci<id>`) of a [`GpuInstance`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ComputeInstance {
+    /// Its id, as `ci<id>` names it.
+    pub id: u32,
+    /// Its access file.
+    pub access: CapFile,
+}
+
 /// Parses an `access` file (`DeviceFileMinor: N` among other lines).
 pub fn parse_access(path: &Path, text: &str) -> Result<u32> {
     text.lines()
@@ -59,6 +87,78 @@ pub fn cap_file(proc_dir: &Path, rel: PathBuf) -> Result<CapFile> {
     let path = proc_dir.join(&rel);
     let minor = parse_access(&path, &read_text(&path)?)?;
     Ok(CapFile { path, rel, minor })
+}
+
+/// The GPU instances, and their compute instances, that the kernel module
+/// lists for each of `gpus`, in GPU order then by id. The driver makes the
+/// `gi<id>` and `ci<id>` directories as instances are created and removes
+/// them as they are destroyed, so a GPU without MIG has none; one destroyed
+/// while this reads is skipped, not an error.
+pub fn instances(proc_dir: &Path, gpus: &[Gpu]) -> Result<Vec<GpuInstance>> {
+    let mut found = Vec::new();
+    for gpu in gpus {
+        let mig = PathBuf::from(format!("capabilities/gpu{}/mig", gpu.minor));
+        for (id, gi) in numbered_dirs(proc_dir, &mig, "gi")? {
+            let Some(access) = instance_access(proc_dir, gi.join("access"))? else {
+                continue;
+            };
+            let mut compute = Vec::new();
+            for (id, ci) in numbered_dirs(proc_dir, &gi, "ci")? {
+                if let Some(access) = instance_access(proc_dir, ci.join("access"))? {
+                    compute.push(ComputeInstance { id, access });
+                }
+            }
+            found.push(GpuInstance {
+                parent: gpu.index,
+                id,
+                access,
+                compute,
+            });
+        }
+    }
+    Ok(found)
+}
+
+/// The `<prefix><number>` directories in `rel` (below `proc_dir`), by number,
+/// each with its path below `proc_dir`; none where `rel` does not exist.
+fn numbered_dirs(proc_dir: &Path, rel: &Path, prefix: &str) -> Result<Vec<(u32, PathBuf)>> {
+    let path = proc_dir.join(rel);
+    let read_err = |source| Error::Read {
+        path: path.clone(),
+        source,
+    };
+    let entries = match fs::read_dir(&path) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(read_err(e)),
+    };
+    let mut dirs = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(read_err)?;
+        let name = entry.file_name();
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse().ok())
+        else {
+            continue;
+        };
+        if entry.file_type().map_err(read_err)?.is_dir() {
+            dirs.push((id, rel.join(name)));
+        }
+    }
+    dirs.sort_unstable();
+    Ok(dirs)
+}
+
+/// An instance's access file, or `None` if the instance went away.
+fn instance_access(proc_dir: &Path, rel: PathBuf) -> Result<Option<CapFile>> {
+    match cap_file(proc_dir, rel) {
+        Ok(cap) => Ok(Some(cap)),
+        Err(Error::Read { source, .. }) if source.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Joins NVML's MIG devices with the GPUs from `/proc` (by UUID) and their access files.
@@ -114,6 +214,77 @@ mod tests {
         );
         let err = parse_access(p, "DeviceFileMode: 292\n").unwrap_err();
         assert!(err.to_string().contains("gi1/access"), "{err}");
+    }
+
+    fn write_access(root: &Path, rel: &str, minor: u32) {
+        fs::create_dir_all(root.join(rel).parent().unwrap()).unwrap();
+        fs::write(
+            root.join(rel),
+            format!("DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"),
+        )
+        .unwrap();
+    }
+
+    fn gpu(index: u32, minor: u32) -> Gpu {
+        Gpu {
+            index,
+            minor,
+            model: "NVIDIA H100 80GB HBM3".into(),
+            uuid: format!("GPU-0000000{index}-0000-0000-0000-000000000000"),
+            bus: format!("0000:{index:02x}:00.0"),
+        }
+    }
+
+    #[test]
+    fn lists_instances_from_procfs_by_gpu_minor_without_nvml() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // GPU index 1 has minor 3: its instances live under gpu3.
+        write_access(root, "capabilities/gpu3/mig/gi2/access", 30);
+        write_access(root, "capabilities/gpu3/mig/gi2/ci1/access", 32);
+        write_access(root, "capabilities/gpu3/mig/gi2/ci0/access", 31);
+        // A GPU instance without compute instances is still listed.
+        write_access(root, "capabilities/gpu3/mig/gi11/access", 102);
+        // Neither a file named like an instance nor a stray name counts.
+        fs::write(root.join("capabilities/gpu3/mig/gi7"), "").unwrap();
+        fs::create_dir_all(root.join("capabilities/gpu3/mig/gix")).unwrap();
+        // A GPU the driver does not list for us, and one without MIG.
+        write_access(root, "capabilities/gpu9/mig/gi1/access", 90);
+        fs::create_dir_all(root.join("capabilities/gpu0/mig")).unwrap();
+        let found = instances(root, &[gpu(0, 0), gpu(1, 3)]).unwrap();
+        // (GPU index, GPU instance, its minor, [(compute instance, its minor)]).
+        type Listed = (u32, u32, u32, Vec<(u32, u32)>);
+        let ids: Vec<Listed> = found
+            .iter()
+            .map(|gi| {
+                let cis = gi.compute.iter().map(|c| (c.id, c.access.minor)).collect();
+                (gi.parent, gi.id, gi.access.minor, cis)
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            [(1, 2, 30, vec![(0, 31), (1, 32)]), (1, 11, 102, vec![])]
+        );
+        assert_eq!(
+            found[0].compute[1].access.rel,
+            Path::new("capabilities/gpu3/mig/gi2/ci1/access")
+        );
+    }
+
+    #[test]
+    fn an_instance_destroyed_while_listing_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // The directory is there, its access file already gone.
+        fs::create_dir_all(root.join("capabilities/gpu0/mig/gi1/ci0")).unwrap();
+        write_access(root, "capabilities/gpu0/mig/gi2/access", 21);
+        let found = instances(root, &[gpu(0, 0)]).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].id, found[0].compute.len()), (2, 0));
+        // A malformed access file is not a race: it is refused, naming the file.
+        fs::write(root.join("capabilities/gpu0/mig/gi2/access"), "junk\n").unwrap();
+        let err = instances(root, &[gpu(0, 0)]).unwrap_err();
+        assert!(err.to_string().contains("gi2/access"), "{err}");
     }
 
     #[test]

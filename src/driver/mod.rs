@@ -31,7 +31,7 @@ use crate::request::{Capabilities, Capability};
 pub use cuda::CudaVersion;
 pub use files::{HostFile, Ipc};
 pub use libraries::{Library, MissingLibrary};
-pub use mig::{CapFile, MigDevice};
+pub use mig::{CapFile, ComputeInstance, GpuInstance, MigDevice};
 pub use nodes::{Node, NodeRole, NodeState};
 pub use proc::Gpu;
 pub use root::DriverRoot;
@@ -99,6 +99,9 @@ pub struct Inventory {
     pub proc_dir: PathBuf,
     /// MIG devices, once NVML was asked ([`Inventory::load_nvml`]); `None` before.
     pub mig: Option<Vec<MigDevice>>,
+    /// The MIG GPU and compute instances the kernel module lists, which
+    /// `all` and MIG management bring: known from procfs, without NVML.
+    pub mig_instances: Vec<GpuInstance>,
     /// What NVML said, once asked.
     pub nvml: Option<nvml::Report>,
     /// The MIG configuration capability, where the driver has one.
@@ -129,6 +132,7 @@ impl Inventory {
         let devices_path = config.proc_root.join("devices");
         let majors = proc::parse_char_majors(&devices_path, &proc::read_text(&devices_path)?)?;
         let nodes = nodes::inspect(&config.dev_root, &gpus, &majors);
+        let mig_instances = mig::instances(&nvidia, &gpus)?;
 
         let root = DriverRoot::new(&config.root);
         let host = Arch::host();
@@ -155,6 +159,7 @@ impl Inventory {
             mig_monitor: optional_cap(&nvidia, "capabilities/mig/monitor")?,
             proc_dir: nvidia,
             mig: None,
+            mig_instances,
             nvml: None,
         })
     }

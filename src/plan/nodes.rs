@@ -4,18 +4,20 @@
 
 use std::path::PathBuf;
 
+use super::mig::Management;
 use super::{CgroupRule, DeviceNode, Error, Plan, Result, Selected};
 use crate::driver::{CapFile, Inventory, Node, NodeRole, NodeState};
 use crate::request::{Capability, Request};
 
-/// Adds the nodes of `devices` (and of `management`, the MIG config and
-/// monitor capabilities) to `plan`, each once, with its cgroup rule.
+/// Adds the nodes of `devices` and of `management` (the MIG config and
+/// monitor capabilities, and the managed GPUs' instances) to `plan`, each
+/// once, with its cgroup rule.
 pub(super) fn plan(
     plan: &mut Plan,
     inventory: &Inventory,
     request: &Request,
     devices: &[Selected<'_>],
-    management: &[&CapFile],
+    management: &Management<'_>,
 ) -> Result<()> {
     let caps = &request.capabilities;
     let mut nodes = vec![required(
@@ -42,9 +44,18 @@ pub(super) fn plan(
             nodes.push(capability_node(inventory, cap)?);
         }
     }
-    for cap in management {
+    for cap in &management.capabilities {
         nodes.push(capability_node(inventory, cap)?);
     }
+    // NVIDIA binds the host's whole /dev/nvidia-caps for management
+    // (libnvidia-container src/nvc_mount.c `nvc_mig_config_global_caps_mount`):
+    // the instances' nodes the host has come, the others are simply absent.
+    nodes.extend(
+        management
+            .instances
+            .iter()
+            .filter_map(|cap| capability_node(inventory, cap).ok()),
+    );
     // Two MIG devices of one GPU share its node.
     let mut seen = Vec::new();
     nodes.retain(|(node, _)| {

@@ -4,14 +4,15 @@
 
 use std::path::PathBuf;
 
+use super::mig::Management;
 use super::{ProcCopy, ProcFile, ProcMask, Selected};
 use crate::driver::{CapFile, Inventory};
 
-/// The mask for `devices` and the MIG `management` capabilities.
+/// The mask for `devices` and what MIG `management` brings.
 pub(super) fn plan(
     inventory: &Inventory,
     devices: &[Selected<'_>],
-    management: &[&CapFile],
+    management: &Management<'_>,
 ) -> ProcMask {
     let driver_file = |name: &str, copy| ProcFile {
         path: PathBuf::from(name),
@@ -39,7 +40,21 @@ pub(super) fn plan(
         }
         files.extend(device.access_files().into_iter().map(capability_file));
     }
-    files.extend(management.iter().copied().map(capability_file));
+    files.extend(
+        management
+            .capabilities
+            .iter()
+            .chain(&management.instances)
+            .copied()
+            .map(capability_file),
+    );
+    // `all` and management may bring the same access file: it is copied once.
+    let mut seen = Vec::new();
+    files.retain(|f| {
+        let new = !seen.contains(&f.path);
+        seen.push(f.path.clone());
+        new
+    });
     ProcMask {
         path: PathBuf::from("/proc/driver/nvidia"),
         files,

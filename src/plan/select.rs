@@ -1,7 +1,9 @@
 //! Matches a device selection against the host's GPUs and MIG devices.
+//! `all` takes its MIG devices from procfs; a MIG device named in a list
+//! needs NVML, which must have been asked already: nothing here loads it.
 
 use super::{Error, Result};
-use crate::driver::{CapFile, Gpu, Inventory, MigDevice};
+use crate::driver::{CapFile, ComputeInstance, Gpu, GpuInstance, Inventory, MigDevice};
 use crate::request::{DeviceId, DeviceSelection};
 
 /// One selected device.
@@ -16,6 +18,16 @@ pub enum Selected<'a> {
         /// The MIG device.
         mig: &'a MigDevice,
     },
+    /// A MIG device as procfs lists it, which is how `all` takes them: NVML
+    /// is not asked, so its UUID and index are not known.
+    Instance {
+        /// The GPU it lives on.
+        parent: &'a Gpu,
+        /// Its GPU instance.
+        gpu_instance: &'a GpuInstance,
+        /// Its compute instance.
+        compute_instance: &'a ComputeInstance,
+    },
 }
 
 impl<'a> Selected<'a> {
@@ -23,7 +35,7 @@ impl<'a> Selected<'a> {
     pub fn gpu(&self) -> &'a Gpu {
         match self {
             Selected::Gpu(gpu) => gpu,
-            Selected::Mig { parent, .. } => parent,
+            Selected::Mig { parent, .. } | Selected::Instance { parent, .. } => parent,
         }
     }
 
@@ -33,6 +45,11 @@ impl<'a> Selected<'a> {
         match self {
             Selected::Gpu(_) => Vec::new(),
             Selected::Mig { mig, .. } => vec![&mig.gi_access, &mig.ci_access],
+            Selected::Instance {
+                gpu_instance,
+                compute_instance,
+                ..
+            } => vec![&gpu_instance.access, &compute_instance.access],
         }
     }
 }
@@ -44,7 +61,7 @@ pub fn select<'a>(
 ) -> Result<Vec<Selected<'a>>> {
     let ids = match selection {
         DeviceSelection::Void | DeviceSelection::None => return Ok(Vec::new()),
-        DeviceSelection::All => return Ok(inventory.gpus.iter().map(Selected::Gpu).collect()),
+        DeviceSelection::All => return Ok(all(inventory)),
         DeviceSelection::List(ids) => ids,
     };
     let mut selected: Vec<Selected<'a>> = Vec::new();
@@ -68,6 +85,33 @@ pub fn select<'a>(
         }
     }
     Ok(selected)
+}
+
+/// Every GPU, then every MIG device, as NVIDIA's `all` selects them
+/// (libnvidia-container src/cli/common.c:144-154, `select_all_devices`).
+/// NVIDIA's MIG devices are NVML's, one per compute instance of a GPU whose
+/// MIG mode is enabled (src/nvc_info.c `init_nvc_device`,
+/// `fill_mig_device_info`); procfs lists the same compute instances, with
+/// the access files NVIDIA mounts for them, so NVML is not needed.
+fn all(inventory: &Inventory) -> Vec<Selected<'_>> {
+    let gpus = inventory.gpus.iter().map(Selected::Gpu);
+    let migs = inventory.mig_instances.iter().flat_map(|gpu_instance| {
+        let parent = inventory
+            .gpus
+            .iter()
+            .find(|g| g.index == gpu_instance.parent);
+        gpu_instance
+            .compute
+            .iter()
+            .filter_map(move |compute_instance| {
+                Some(Selected::Instance {
+                    parent: parent?,
+                    gpu_instance,
+                    compute_instance,
+                })
+            })
+    });
+    gpus.chain(migs).collect()
 }
 
 fn find_gpu<'a>(gpus: &'a [Gpu], id: &DeviceId) -> Option<&'a Gpu> {

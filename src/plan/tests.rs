@@ -123,6 +123,7 @@ pub(crate) fn inventory() -> Inventory {
         scope: Capabilities::all(),
         proc_dir: "/sim/proc/driver/nvidia".into(),
         mig: None,
+        mig_instances: Vec::new(),
         nvml: None,
         mig_config: None,
         mig_monitor: None,
@@ -484,46 +485,264 @@ fn newer_compat_libraries_come_first_in_the_loader_cache() {
         .any(|m| m.source.starts_with("/usr/local/cuda")));
 }
 
+/// NVIDIA's management `all` allows the config (or monitor) node and every
+/// MIG minor of the selected MIG-capable GPUs, and binds the whole
+/// capabilities directory read-only and /dev/nvidia-caps
+/// (libnvidia-container src/cli/common.c:358-371, src/nvc_mount.c
+/// `nvc_mig_config_global_caps_mount`, `nvc_device_mig_caps_mount`). Here:
+/// the capability, then every GPU and compute instance of the selected GPUs
+/// with the nodes the host has, read-only in the masked procfs; never the
+/// instances of a GPU not selected.
 #[test]
-fn mig_config_and_monitor_bring_their_capability_nodes_and_files() {
-    let mut inv = inventory();
-    let cap = |name: &str, minor: u32| crate::driver::CapFile {
-        path: format!("/sim/proc/driver/nvidia/capabilities/mig/{name}").into(),
-        rel: format!("capabilities/mig/{name}").into(),
-        minor,
-    };
-    inv.mig_config = Some(cap("config", 1));
-    inv.mig_monitor = Some(cap("monitor", 2));
-    for minor in [1, 2] {
-        inv.nodes.push(node(
-            NodeRole::Capability,
-            &format!("nvidia-caps/nvidia-cap{minor}"),
-            510,
-            minor,
-            ok(),
-        ));
-    }
+fn mig_management_brings_its_capability_and_the_selected_gpus_instances() {
+    let inv = mig_host();
+    let mut req = request("1", "utility");
+    req.mig_config = true;
+    let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
+    // GPU instance 3 has no node on the host: it is left out, not an error.
+    assert_eq!(cap_minors(&plan), [1, 12, 13, 21, 22]);
+    let rules: Vec<String> = plan.cgroup_rules.iter().map(|r| r.to_string()).collect();
+    assert!(rules.contains(&"c 508:1 rw".to_string()), "{rules:?}");
+    assert_eq!(
+        proc_files(&plan),
+        [
+            "capabilities/mig/config",
+            "capabilities/gpu0/mig/gi1/access",
+            "capabilities/gpu0/mig/gi1/ci0/access",
+            "capabilities/gpu0/mig/gi2/access",
+            "capabilities/gpu0/mig/gi2/ci0/access",
+            "capabilities/gpu0/mig/gi3/access",
+        ]
+    );
+    let copies = &plan.proc_mask.as_ref().unwrap().files;
+    assert!(copies
+        .iter()
+        .filter(|f| f.path.starts_with("capabilities"))
+        .all(|f| f.copy == ProcCopy::Verbatim));
+    req.mig_monitor = true;
+    let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
+    assert_eq!(cap_minors(&plan), [1, 2, 12, 13, 21, 22]);
+    // `all` and management bring the same files and nodes once.
+    let mut req = request("all", "utility");
+    req.mig_monitor = true;
+    let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
+    assert_eq!(cap_minors(&plan), [12, 13, 21, 22, 147, 148, 2]);
+    let files = proc_files(&plan);
+    assert_eq!(files.len(), 8, "{files:?}");
+    assert!(files.contains(&"capabilities/gpu0/mig/gi3/access".to_string()));
+    // A GPU without MIG instances brings the capability alone.
     let mut req = request("0", "utility");
     req.mig_config = true;
     let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
-    assert!(device_paths(&plan).contains(&"/dev/nvidia-caps/nvidia-cap1".to_string()));
-    assert!(!device_paths(&plan).contains(&"/dev/nvidia-caps/nvidia-cap2".to_string()));
-    let files: Vec<&Path> = plan
-        .proc_mask
-        .as_ref()
-        .unwrap()
-        .files
-        .iter()
-        .map(|f| f.path.as_path())
-        .collect();
-    assert!(files.contains(&Path::new("capabilities/mig/config")));
+    assert_eq!(cap_minors(&plan), [1]);
+}
+
+/// With no GPU selected NVIDIA mounts nothing for management
+/// (src/cli/configure.c: `mig_config_devices.ngpus` is 0), and a driver
+/// without MIG capabilities cannot grant them to a GPU.
+#[test]
+fn mig_management_without_a_gpu_brings_nothing_and_needs_the_drivers_capabilities() {
+    let mut inv = mig_host();
+    let mut req = request("none", "utility");
+    req.mig_config = true;
     req.mig_monitor = true;
     let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
-    assert!(device_paths(&plan).contains(&"/dev/nvidia-caps/nvidia-cap2".to_string()));
-    // A driver without MIG capabilities cannot grant them.
+    assert_eq!(device_paths(&plan), ["/dev/nvidiactl"]);
+    assert!(proc_files(&plan).is_empty());
     inv.mig_config = None;
+    Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
+    let mut req = request("0", "utility");
+    req.mig_config = true;
     assert_eq!(
         Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap_err(),
         Error::NoMigCapabilities
     );
+}
+
+/// `capabilities/gpu<minor>/mig/<rel>/access` of the synthetic host, with the
+/// 535 driver's minor for it.
+fn access(gpu_minor: u32, rel: &str, minor: u32) -> crate::driver::CapFile {
+    let rel = PathBuf::from(format!("capabilities/gpu{gpu_minor}/mig/{rel}/access"));
+    crate::driver::CapFile {
+        path: Path::new("/sim/proc/driver/nvidia").join(&rel),
+        rel,
+        minor,
+    }
+}
+
+/// The synthetic host with MIG on GPU index 1 (minor 0: GPU instances 1
+/// and 2 with a compute instance each, and GPU instance 3 without any) and
+/// on GPU index 2 (minor 1: one MIG device), as procfs lists them, and the
+/// `nvidia-capN` node of every access file but GPU instance 3's.
+fn mig_host() -> Inventory {
+    use crate::driver::{ComputeInstance, GpuInstance};
+    let mut inv = inventory();
+    let gi = |parent: u32, gpu_minor: u32, id: u32, minor: u32, cis: &[(u32, u32)]| GpuInstance {
+        parent,
+        id,
+        access: access(gpu_minor, &format!("gi{id}"), minor),
+        compute: cis
+            .iter()
+            .map(|&(ci, minor)| ComputeInstance {
+                id: ci,
+                access: access(gpu_minor, &format!("gi{id}/ci{ci}"), minor),
+            })
+            .collect(),
+    };
+    inv.mig_instances = vec![
+        gi(1, 0, 1, 12, &[(0, 13)]),
+        gi(1, 0, 2, 21, &[(0, 22)]),
+        gi(1, 0, 3, 30, &[]),
+        gi(2, 1, 1, 147, &[(0, 148)]),
+    ];
+    for minor in [1, 2, 12, 13, 21, 22, 147, 148] {
+        inv.nodes.push(node(
+            NodeRole::Capability,
+            &format!("nvidia-caps/nvidia-cap{minor}"),
+            508,
+            minor,
+            ok(),
+        ));
+    }
+    inv.mig_config = Some(crate::driver::CapFile {
+        path: "/sim/proc/driver/nvidia/capabilities/mig/config".into(),
+        rel: "capabilities/mig/config".into(),
+        minor: 1,
+    });
+    inv.mig_monitor = Some(crate::driver::CapFile {
+        path: "/sim/proc/driver/nvidia/capabilities/mig/monitor".into(),
+        rel: "capabilities/mig/monitor".into(),
+        minor: 2,
+    });
+    inv
+}
+
+fn cap_minors(plan: &Plan) -> Vec<u32> {
+    plan.devices
+        .iter()
+        .filter(|d| d.major == 508)
+        .map(|d| d.minor)
+        .collect()
+}
+
+fn proc_files(plan: &Plan) -> Vec<String> {
+    plan.proc_mask
+        .as_ref()
+        .unwrap()
+        .files
+        .iter()
+        .map(|f| f.path.display().to_string())
+        .filter(|p| p.starts_with("capabilities/"))
+        .collect()
+}
+
+/// NVIDIA's `all` selects every GPU and then every MIG device, and mounts
+/// each MIG device's GPU and compute instance access files with their
+/// `nvidia-capN` nodes and cgroup rules (libnvidia-container
+/// src/cli/common.c:144-154, src/cli/configure.c:371-384,
+/// src/nvc_mount.c `nvc_mig_device_access_caps_mount`). A GPU instance
+/// without a compute instance is no MIG device.
+#[test]
+fn all_on_a_mig_host_brings_every_mig_devices_caps_and_access_files() {
+    let inv = mig_host();
+    let plan = Plan::build(
+        &inv,
+        &request("all", "utility"),
+        &ImageLayout::Debian.into(),
+        NodeMode::Mknod,
+    )
+    .unwrap();
+    assert_eq!(
+        device_paths(&plan)[..4],
+        [
+            "/dev/nvidiactl",
+            "/dev/nvidia2",
+            "/dev/nvidia0",
+            "/dev/nvidia1"
+        ]
+    );
+    assert_eq!(cap_minors(&plan), [12, 13, 21, 22, 147, 148]);
+    let rules: Vec<String> = plan.cgroup_rules.iter().map(|r| r.to_string()).collect();
+    for minor in [12, 13, 21, 22, 147, 148] {
+        assert!(rules.contains(&format!("c 508:{minor} rw")), "{rules:?}");
+    }
+    assert_eq!(
+        proc_files(&plan),
+        [
+            "capabilities/gpu0/mig/gi1/access",
+            "capabilities/gpu0/mig/gi1/ci0/access",
+            "capabilities/gpu0/mig/gi2/access",
+            "capabilities/gpu0/mig/gi2/ci0/access",
+            "capabilities/gpu1/mig/gi1/access",
+            "capabilities/gpu1/mig/gi1/ci0/access",
+        ]
+    );
+    // The MIG devices come with their GPUs, each GPU recorded once.
+    let selected: Vec<u32> = plan.selected.iter().map(|d| d.gpu).collect();
+    assert_eq!(selected, [0, 1, 2]);
+    assert!(plan.selected.iter().all(|d| d.mig.is_none()));
+    // Without MIG, `all` is the GPUs alone, as before.
+    assert_eq!(
+        cap_minors(&plan_all_utility(&inventory())),
+        Vec::<u32>::new()
+    );
+}
+
+fn plan_all_utility(inv: &Inventory) -> Plan {
+    Plan::build(
+        inv,
+        &request("all", "utility"),
+        &ImageLayout::Debian.into(),
+        NodeMode::Mknod,
+    )
+    .unwrap()
+}
+
+/// NVIDIA fails when a selected MIG device's node is missing (its bind mount
+/// stats the host node, src/nvc_mount.c `cap_device_mount`); so does `all`.
+#[test]
+fn all_on_a_mig_host_refuses_a_missing_mig_node_naming_it() {
+    let mut inv = mig_host();
+    inv.nodes
+        .retain(|n| n.minor != 22 || n.role != NodeRole::Capability);
+    let err = Plan::build(
+        &inv,
+        &request("all", "utility"),
+        &ImageLayout::Debian.into(),
+        NodeMode::Mknod,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("nvidia-cap22"), "{err}");
+}
+
+/// NVIDIA refuses MIG management beside a MIG device ("cannot enable
+/// mig-config with specific MIG devices selected", libnvidia-container
+/// src/cli/common.c:354-357): one MIG device's holder may not reconfigure
+/// or watch its whole GPU. `all` is accepted there.
+#[test]
+fn mig_management_beside_a_mig_device_is_refused_naming_both() {
+    let inv = mig_host();
+    for (devices, config) in [
+        ("1:0", true),
+        ("0,MIG-11111111-2222-3333-4444-555555555555", false),
+    ] {
+        let mut req = request(devices, "utility");
+        req.mig_config = config;
+        req.mig_monitor = !config;
+        let err =
+            Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap_err();
+        let text = err.to_string();
+        let variable = if config {
+            "NVIDIA_MIG_CONFIG_DEVICES"
+        } else {
+            "NVIDIA_MIG_MONITOR_DEVICES"
+        };
+        assert!(text.contains(variable), "{text}");
+        let device = devices.rsplit(',').next().unwrap();
+        assert!(text.contains(&format!("{device:?}")), "{text}");
+        assert!(!text.contains('\n'), "one line: {text}");
+    }
+    let mut req = request("all", "utility");
+    req.mig_config = true;
+    Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
 }
