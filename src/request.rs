@@ -116,8 +116,23 @@ impl FromStr for Capability {
 
 /// A set of capabilities with their implications applied: `video` brings
 /// `compute`, and `display` brings `graphics`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Capabilities(BTreeSet<Capability>);
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// What is selected, implications applied: `video` brings `compute`'s
+    /// libraries and devices, `display` brings `graphics`.
+    set: BTreeSet<Capability>,
+    /// What was named (or `all`), before implications: NVIDIA's `video`
+    /// brings compute's libraries but not its programs (OPT:88-89), so the
+    /// programs follow the names.
+    named: BTreeSet<Capability>,
+}
+
+impl Serialize for Capabilities {
+    /// The selected set, as a list of names.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.set.serialize(s)
+    }
+}
 
 impl Capabilities {
     /// NVIDIA's default when the variable is unset: `utility,compute`.
@@ -132,7 +147,10 @@ impl Capabilities {
 
     /// No capability at all, as a blank `NVIDIA_DRIVER_CAPABILITIES` asks.
     pub fn empty() -> Self {
-        Capabilities(BTreeSet::new())
+        Capabilities {
+            set: BTreeSet::new(),
+            named: BTreeSet::new(),
+        }
     }
 
     /// Parses a comma list such as `compute,utility` or `all`, as NVIDIA
@@ -167,17 +185,25 @@ impl Capabilities {
 
     /// Whether `capability` is selected, directly or by implication.
     pub fn contains(&self, capability: Capability) -> bool {
-        self.0.contains(&capability)
+        self.set.contains(&capability)
+    }
+
+    /// Whether `capability` was named itself (or by `all`), not only implied:
+    /// a capability's programs come only then.
+    pub fn named(&self, capability: Capability) -> bool {
+        self.named.contains(&capability)
     }
 
     /// The selected capabilities in `Capability` order.
     pub fn iter(&self) -> impl Iterator<Item = Capability> + '_ {
-        self.0.iter().copied()
+        self.set.iter().copied()
     }
 
     /// These plus `capability` (and what it implies).
     pub fn with(&self, capability: Capability) -> Capabilities {
-        self.iter().chain([capability]).collect()
+        let mut with: Capabilities = self.named.iter().copied().chain([capability]).collect();
+        with.set.extend(self.set.iter().copied());
+        with
     }
 
     /// Splits these into the ones `supported` offers and the ones it does not.
@@ -185,21 +211,30 @@ impl Capabilities {
         let (kept, dropped): (Vec<Capability>, Vec<Capability>) =
             self.iter().partition(|c| supported.contains(*c));
         // No implication may bring back what the host does not offer.
-        let kept = Capabilities(kept.into_iter().collect());
+        let kept = Capabilities {
+            set: kept.into_iter().collect(),
+            named: self
+                .named
+                .iter()
+                .copied()
+                .filter(|c| supported.contains(*c))
+                .collect(),
+        };
         (kept, dropped)
     }
 }
 
 impl FromIterator<Capability> for Capabilities {
     fn from_iter<I: IntoIterator<Item = Capability>>(iter: I) -> Self {
-        let mut set: BTreeSet<Capability> = iter.into_iter().collect();
+        let named: BTreeSet<Capability> = iter.into_iter().collect();
+        let mut set = named.clone();
         if set.contains(&Capability::Video) {
             set.insert(Capability::Compute);
         }
         if set.contains(&Capability::Display) {
             set.insert(Capability::Graphics);
         }
-        Capabilities(set)
+        Capabilities { set, named }
     }
 }
 

@@ -14,10 +14,12 @@ use crate::request::{Capabilities, Capability};
 
 /// Adds every host file that `caps` brings to `plan`, placed for `image`.
 pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, caps: &Capabilities, image: &Image) {
+    // A capability's programs come only when it was named: `video` brings
+    // compute's libraries but not the MPS programs (NVIDIA's OPT:88-89).
     for file in inventory
         .binaries
         .iter()
-        .filter(|f| f.capability.is_some_and(|c| caps.contains(c)))
+        .filter(|f| f.capability.is_some_and(|c| caps.named(c)))
     {
         plan.mount(MountKind::Binary, &file.path, file.destination.clone());
     }

@@ -64,6 +64,15 @@ pub fn select<'a>(
         DeviceSelection::All => return Ok(all(inventory)),
         DeviceSelection::List(ids) => ids,
     };
+    // As NVIDIA's CLI (configure.c:309-314): a host whose driver shows no
+    // GPU selects nothing, so the container gets the driver's files alone.
+    if inventory.gpus.is_empty() {
+        log::warn!(
+            "the driver shows no GPU: {} device(s) asked for, none selected",
+            ids.len()
+        );
+        return Ok(Vec::new());
+    }
     let mut selected: Vec<Selected<'a>> = Vec::new();
     for id in ids {
         let found = if id.is_mig() {

@@ -746,3 +746,47 @@ fn mig_management_beside_a_mig_device_is_refused_naming_both() {
     req.mig_config = true;
     Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
 }
+
+#[test]
+fn video_alone_brings_compute_libraries_but_not_the_mps_programs() {
+    // NVIDIA: video sets VIDEO_LIBS and COMPUTE_LIBS, never COMPUTE_BINS
+    // (libnvidia-container src/options.h:88-89).
+    let video = plan("0", "video").unwrap();
+    let sources: Vec<String> = video
+        .mounts
+        .iter()
+        .map(|m| m.source.display().to_string())
+        .collect();
+    assert!(
+        sources.iter().any(|s| s.contains("libcuda.so")),
+        "{sources:?}"
+    );
+    assert!(
+        !sources.iter().any(|s| s.contains("nvidia-cuda-mps")),
+        "{sources:?}"
+    );
+    assert!(video.devices.iter().any(|d| d.path.ends_with("nvidia-uvm")));
+    let compute = plan("0", "compute").unwrap();
+    assert!(compute.mounts.iter().any(|m| m
+        .source
+        .to_string_lossy()
+        .contains("nvidia-cuda-mps-control")));
+}
+
+#[test]
+fn a_host_without_gpus_selects_none_whatever_the_list_names() {
+    // NVIDIA's CLI skips device selection on a host with no GPU
+    // (libnvidia-container src/cli/configure.c:309-314).
+    let mut inv = inventory();
+    inv.gpus.clear();
+    let plan = Plan::build(
+        &inv,
+        &request("0,GPU-00000001-0000-0000-0000-000000000000", "utility"),
+        &ImageLayout::Debian.into(),
+        NodeMode::Mknod,
+    )
+    .unwrap();
+    assert!(plan.selected.is_empty());
+    let nodes: Vec<&Path> = plan.devices.iter().map(|d| d.path.as_path()).collect();
+    assert_eq!(nodes, [Path::new("/dev/nvidiactl")]);
+}
