@@ -184,14 +184,13 @@ impl Requirements {
     }
 }
 
-/// Whether `NVIDIA_DISABLE_REQUIRE` turns the checks off. NVIDIA's hook
-/// (Go's `strconv.ParseBool`) accepts `1`, `t` and `true` in three spellings;
-/// we take those in any case, plus `yes`, `y` and `on`. Anything else,
-/// `false` included, leaves the checks on: the safe side.
+/// Whether `NVIDIA_DISABLE_REQUIRE` turns the checks off: exactly the values
+/// Go's `strconv.ParseBool` reads as true, untrimmed, as NVIDIA's hook reads
+/// them (cuda_image.go HasDisableRequire). Anything else, `yes` or ` true`
+/// included, is false or a ParseBool error, which NVIDIA also takes as
+/// false: the checks stay on.
 fn is_true(value: &str) -> bool {
-    ["1", "t", "true", "y", "yes", "on"]
-        .iter()
-        .any(|yes| value.trim().eq_ignore_ascii_case(yes))
+    matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
 /// Where a rule came from, for messages.

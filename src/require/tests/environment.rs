@@ -149,10 +149,11 @@ fn malformed_legacy_cuda_version_is_an_error_naming_it() {
 }
 
 #[test]
-fn true_disable_require_skips_every_check() {
-    for value in [
-        "1", "true", "TRUE", "True", "t", "T", "yes", "YES", "y", "on", "On", " true ",
-    ] {
+fn disable_require_takes_exactly_go_parsebool_true_values() {
+    // cuda_image.go:138-146 HasDisableRequire: strconv.ParseBool, an error
+    // counting as false; ParseBool's true values are exactly these
+    // (go.dev/src/strconv/atob.go:10-18), untrimmed.
+    for value in ["1", "t", "T", "true", "TRUE", "True"] {
         let entries = env(&[
             &format!("NVIDIA_DISABLE_REQUIRE={value}"),
             "NVIDIA_REQUIRE_CUDA=cuda>=99",
@@ -166,7 +167,12 @@ fn true_disable_require_skips_every_check() {
 
 #[test]
 fn other_disable_require_values_keep_the_checks() {
-    for value in ["0", "false", "no", "off", "", "maybe", "2", "truee"] {
+    // We used to take `yes`, `y`, `on`, any case and padding as true;
+    // NVIDIA runs the checks for all of these (cuda_image.go:141-142).
+    for value in [
+        "0", "f", "F", "false", "FALSE", "False", "no", "off", "", "maybe", "2", "truee", "yes",
+        "YES", "y", "on", "On", "tRuE", " true", "true ", " true ", "\ttrue", "1 ",
+    ] {
         let entries = env(&[
             &format!("NVIDIA_DISABLE_REQUIRE={value}"),
             "NVIDIA_REQUIRE_CUDA=cuda>=99",
