@@ -15,6 +15,7 @@
 //! `driver`, `arch` and `brand`. Where NVIDIA's parsers disagree or are
 //! silent, the choice made here is noted at the code that makes it.
 
+mod legacy;
 mod refusal;
 mod term;
 #[cfg(test)]
@@ -51,8 +52,11 @@ pub enum Error {
         reason: String,
     },
     #[error(
-        "CUDA_VERSION {value:?} is not a CUDA version (MAJOR[.MINOR[...]]), so the requirement \
-         cuda>=MAJOR.MINOR that an image without NVIDIA_REQUIRE_CUDA implies cannot be formed"
+        "CUDA_VERSION {value:?} is not a version NVIDIA's hook accepts \
+         ([v]MAJOR[.MINOR[.PATCH[-PRERELEASE][+BUILD]]], numbers without leading zeros, \
+         MAJOR and MINOR below 2^32), so the requirement cuda>=MAJOR.MINOR that an image \
+         without NVIDIA_REQUIRE_CUDA implies cannot be formed; fix CUDA_VERSION, set \
+         NVIDIA_REQUIRE_CUDA, or set NVIDIA_DISABLE_REQUIRE=true"
     )]
     BadLegacyCudaVersion { value: String },
     #[error("{rule}: cannot check {term}{on}: {missing}", on = on_device(.device.as_deref()))]
@@ -265,26 +269,19 @@ impl Rule {
         Ok((!groups.is_empty()).then_some(Rule { source, groups }))
     }
 
-    /// The rule `cuda>=MAJOR.MINOR` a legacy image's `CUDA_VERSION` implies.
-    /// Like NVIDIA's hook, an optional `v` and anything after the minor
-    /// version (`12.6.1`, `12.6.1-rc`) are accepted; a missing minor is 0.
+    /// The rule `cuda>=MAJOR.MINOR` a legacy image's `CUDA_VERSION` implies,
+    /// formed as NVIDIA's hook forms it; a value it refuses is refused.
     fn legacy(cuda_version: &str) -> Result<Option<Rule>> {
-        let bad = || Error::BadLegacyCudaVersion {
-            value: cuda_version.to_owned(),
-        };
         if cuda_version.len() > MAX_VALUE_LEN {
             return Err(Error::TooLong {
                 var: "CUDA_VERSION".to_owned(),
                 len: cuda_version.len(),
             });
         }
-        let trimmed = cuda_version.strip_prefix('v').unwrap_or(cuda_version);
-        let mut parts = trimmed.splitn(3, '.');
-        let major = parts.next().and_then(parse_u32).ok_or_else(bad)?;
-        let minor = match parts.next() {
-            None => 0,
-            Some(minor) => parse_u32(minor).ok_or_else(bad)?,
-        };
+        let (major, minor) =
+            legacy::major_minor(cuda_version).ok_or_else(|| Error::BadLegacyCudaVersion {
+                value: cuda_version.to_owned(),
+            })?;
         let rule = format!("cuda>={major}.{minor}");
         let source = Source::Legacy {
             cuda_version: cuda_version.to_owned(),
@@ -340,13 +337,6 @@ impl Rule {
             facts: facts.clone(),
         })))
     }
-}
-
-fn parse_u32(text: &str) -> Option<u32> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
 }
 
 /// A variable name as messages show it: as is when it is plain, else quoted

@@ -85,6 +85,21 @@ fn legacy_image_requires_its_cuda_major_minor() {
         ("CUDA_VERSION=v11.8.0", "cuda>=11.8"),
         ("CUDA_VERSION=12.6.1-rc1", "cuda>=12.6"),
         ("CUDA_VERSION=12.10.0", "cuda>=12.10"),
+        // NVIDIA's own valid table (cuda_image_test.go:30-35).
+        ("CUDA_VERSION=0", "cuda>=0.0"),
+        ("CUDA_VERSION=8", "cuda>=8.0"),
+        ("CUDA_VERSION=7.5", "cuda>=7.5"),
+        ("CUDA_VERSION=9.0.116", "cuda>=9.0"),
+        (
+            "CUDA_VERSION=4294967295.4294967295.4294967295",
+            "cuda>=4294967295.4294967295",
+        ),
+        ("CUDA_VERSION=v11.6", "cuda>=11.6"),
+        // Go semver: a prerelease and a build after a full MAJOR.MINOR.PATCH.
+        ("CUDA_VERSION=9.0.0-rc.1+b.2", "cuda>=9.0"),
+        ("CUDA_VERSION=9.0.0+001", "cuda>=9.0"),
+        ("CUDA_VERSION=9.0.0-0a", "cuda>=9.0"),
+        ("CUDA_VERSION=9.0.99999999999999999999", "cuda>=9.0"),
     ];
     for (entry, rule) in cases {
         let requirements = Requirements::from_env(&env(&[entry])).unwrap();
@@ -127,7 +142,45 @@ fn nvidia_require_cuda_replaces_the_legacy_rule_unless_empty() {
 
 #[test]
 fn malformed_legacy_cuda_version_is_an_error_naming_it() {
+    // NVIDIA's hook fails the container on any CUDA_VERSION that is not a
+    // Go semver after one optional `v` (cuda_image.go parseMajorMinorVersion,
+    // 203-223; GetRequirements, 125-129), where we used to read `9.0.bar`
+    // as cuda>=9.0.
     for value in [
+        // NVIDIA's own invalid table (cuda_image_test.go:49-63).
+        "foo",
+        "foo.5.10",
+        "9.0.116.50",
+        "9.0.116foo",
+        "7.foo",
+        "9.0.bar",
+        "9.4294967296",
+        "9.0.116.",
+        "9..0",
+        "9.",
+        ".5.10",
+        "-9",
+        "+9",
+        "-9.1.116",
+        "-9.-1.-116",
+        // Semver: leading zeros, a prerelease without a patch, empty or
+        // malformed identifiers, one `v` only.
+        "09.1",
+        "11.08",
+        "9.0.01",
+        "9.0-rc1",
+        "9-rc1",
+        "9.0.0-",
+        "9.0.0-01",
+        "9.0.0-a..b",
+        "9.0.0+",
+        "9.0.0+b+c",
+        "9.0.0-rc_1",
+        "vv9.0",
+        "V9.0",
+        " 9.0",
+        "9.0 ",
+        // And ours from before.
         "abc",
         "12.x",
         ".6",
@@ -144,8 +197,19 @@ fn malformed_legacy_cuda_version_is_an_error_naming_it() {
                 value: value.into()
             }
         );
-        assert!(err.to_string().contains("CUDA_VERSION"), "{err}");
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&format!("CUDA_VERSION {value:?} ")),
+            "{message}"
+        );
+        assert!(!message.contains('\n'), "{message}");
     }
+    // Never looked at when the checks are off (cuda_image.go:138-146).
+    let off = env(&["CUDA_VERSION=9.0.bar", "NVIDIA_DISABLE_REQUIRE=true"]);
+    assert!(Requirements::from_env(&off).unwrap().is_empty());
+    // Nor when NVIDIA_REQUIRE_CUDA makes the image not legacy.
+    let modern = env(&["CUDA_VERSION=9.0.bar", "NVIDIA_REQUIRE_CUDA=cuda>=9.0"]);
+    assert!(Requirements::from_env(&modern).is_ok());
 }
 
 #[test]
