@@ -67,13 +67,17 @@ fn any_nvidia_require_suffix_is_a_rule() {
 
 #[test]
 fn empty_rules_always_hold() {
-    for value in ["", " ", "\t", ",", " , ,, "] {
+    // No alternative, or a first one of commas only, holds without a term
+    // being read (dsl.c:136, 143-157).
+    for value in ["", " ", ",", " , ,, ", ", cuda>=99", ",, foo=bar"] {
         let entries = env(&[&format!("NVIDIA_REQUIRE_CUDA={value}")]);
         let requirements = Requirements::from_env(&entries).unwrap();
         assert!(requirements.is_empty(), "{value:?}");
         assert!(requirements.check(&host_535()).is_ok());
     }
     assert!(Requirements::from_env(&[]).unwrap().is_empty());
+    // Only a space separates: a tab is a term, and no valid one (dsl.c:143).
+    assert!(matches!(parse_error("\t"), Error::BadTerm { .. }));
 }
 
 #[test]
@@ -268,4 +272,62 @@ fn huge_values_are_refused_before_parsing() {
         Requirements::from_env(&env(&[&long_version])),
         Err(Error::TooLong { .. })
     ));
+}
+
+#[test]
+fn more_than_32_rules_are_refused_as_nvidia_does() {
+    // cli.h `reqs[32]`, configure.c "too many requirements": one rule per
+    // variable, empty ones included (main.go passes each as --require), and
+    // the legacy rule counts.
+    let rules = |n: usize| -> Vec<String> {
+        (0..n)
+            .map(|i| format!("NVIDIA_REQUIRE_R{i}=cuda>=1"))
+            .collect()
+    };
+    assert_eq!(Requirements::from_env(&rules(32)).unwrap().rules.len(), 32);
+    assert_eq!(
+        Requirements::from_env(&rules(33)).unwrap_err(),
+        Error::TooMany { count: 33 }
+    );
+    let mut with_legacy = rules(32);
+    with_legacy.push("CUDA_VERSION=12.0".into());
+    assert_eq!(
+        Requirements::from_env(&with_legacy).unwrap_err(),
+        Error::TooMany { count: 33 }
+    );
+    let mut with_empty = rules(32);
+    with_empty.push("NVIDIA_REQUIRE_EMPTY=".into());
+    let err = Requirements::from_env(&with_empty).unwrap_err();
+    assert!(
+        err.to_string().contains("more than 32") && !err.to_string().contains('\n'),
+        "{err}"
+    );
+    // A repeated name is one rule; JETPACK variables are none.
+    let mut repeated = rules(32);
+    repeated.push("NVIDIA_REQUIRE_R0=cuda>=2".into());
+    repeated.push("NVIDIA_REQUIRE_JETPACK=csv-mounts=all".into());
+    assert!(Requirements::from_env(&repeated).is_ok());
+    // Off means none are counted.
+    let mut off = rules(40);
+    off.push("NVIDIA_DISABLE_REQUIRE=1".into());
+    assert!(Requirements::from_env(&off).unwrap().is_empty());
+}
+
+#[test]
+fn a_nul_byte_in_a_rule_is_refused_as_nvidia_fails_to_exec() {
+    // main.go passes each rule as a --require argument to syscall.Exec,
+    // which fails with EINVAL on a NUL byte: the container does not start.
+    for rule in ["cuda>=1\0", "\0", "cuda>=1 \0foo"] {
+        let entries = env(&[&format!("NVIDIA_REQUIRE_CUDA={rule}")]);
+        let err = Requirements::from_env(&entries).unwrap_err();
+        assert_eq!(
+            err,
+            Error::NulByte {
+                var: "NVIDIA_REQUIRE_CUDA".into()
+            }
+        );
+        assert!(err
+            .to_string()
+            .starts_with("NVIDIA_REQUIRE_CUDA holds a NUL"));
+    }
 }
