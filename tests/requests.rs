@@ -348,6 +348,11 @@ fn requirements_that_hold_start_the_container() {
             "require-driver-and",
             vec![("NVIDIA_REQUIRE_DRIVER", "driver>=535.100,driver<536")],
         ),
+        // As NVIDIA's CLI: the first alternative holds, so the rest is never read.
+        (
+            "require-lazy-or",
+            vec![("NVIDIA_REQUIRE_CUDA", "cuda>=12.0 foo=bar")],
+        ),
     ] {
         let mut env = env;
         env.push(("NVIDIA_VISIBLE_DEVICES", "0"));
@@ -363,6 +368,25 @@ fn legacy_cuda_image_newer_than_the_driver_refuses() {
     assert!(!run.succeeded(), "{}", run.describe());
     assert!(
         failure_text(&run).contains("cuda>=12.6"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn legacy_cuda_image_with_a_version_nvidia_rejects_refuses() {
+    // NVIDIA's hook fails such a container: `9.0.bar` is no semver.
+    let host = SimHost::shared("real", 4, "new");
+    let run = run_on(
+        &host,
+        "legacy-bad-version",
+        &[("CUDA_VERSION", "9.0.bar")],
+        None,
+    );
+    assert!(!run.succeeded(), "{}", run.describe());
+    assert!(
+        failure_text(&run).contains("CUDA_VERSION \"9.0.bar\" is not a version"),
         "{}",
         run.describe()
     );

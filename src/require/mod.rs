@@ -9,28 +9,41 @@
 //! rule needs but the caller could not determine is an error too, never a
 //! silent pass.
 //!
-//! The grammar is NVIDIA's, because images in the wild are written for it:
-//! whitespace separates alternatives (OR), a comma separates the terms of one
-//! alternative (AND), and a term is `KEY OP VALUE` with the keys `cuda`,
-//! `driver`, `arch` and `brand`. Where NVIDIA's parsers disagree or are
-//! silent, the choice made here is noted at the code that makes it.
+//! The grammar and its evaluation are NVIDIA's (`libnvidia-container`
+//! `src/cli/dsl.c`), because images in the wild are written for it, and a
+//! container NVIDIA starts must start here and one it refuses be refused: a
+//! single space separates alternatives (OR), a comma separates the terms of
+//! one alternative (AND), and a term is `KEY OP VALUE` with the keys `cuda`,
+//! `driver`, `arch` and `brand`. Evaluation goes left to right and stops as
+//! soon as the answer is known, and a term is only read when evaluation
+//! reaches it: `cuda>=11.6 foo=bar` holds wherever `cuda>=11.6` does. Where
+//! this module knowingly differs from NVIDIA, the code that does says why.
 
+mod legacy;
 mod refusal;
 mod term;
 #[cfg(test)]
 mod tests;
 
 use std::fmt;
+use std::rc::Rc;
 
 use thiserror::Error;
 
 use crate::driver::CudaVersion;
 use crate::request::env_var;
 pub use refusal::Unsatisfied;
-use term::{Key, Term};
+use term::{Key, Outcome, Term};
 
-/// Longest rule value we parse; anything longer is refused, not parsed.
+/// Longest rule value we read; anything longer is refused, not parsed. Not
+/// NVIDIA's: a guard on what messages quote. Real CUDA images' rules are
+/// under 2 KiB.
 const MAX_VALUE_LEN: usize = 4096;
+
+/// NVIDIA's CLI takes at most this many `--require` rules, one per
+/// variable, and refuses a container with more (`cli.h` `reqs[32]`,
+/// `configure.c` "too many requirements").
+const MAX_RULES: usize = 32;
 
 /// Every variable with this prefix is one rule...
 const RULE_PREFIX: &str = "NVIDIA_REQUIRE_";
@@ -43,19 +56,46 @@ const JETPACK_PREFIX: &str = "NVIDIA_REQUIRE_JETPACK";
 pub enum Error {
     #[error("{name} is {len} bytes long; at most {MAX_VALUE_LEN} are accepted", name = Shown(.var))]
     TooLong { var: String, len: usize },
-    #[error("{name} {value:?}: bad term {term:?}: {reason}", name = Shown(.var))]
+    #[error(
+        "{name} holds a NUL byte, which NVIDIA's hook cannot pass on (its container fails \
+         there too); remove it",
+        name = Shown(.var)
+    )]
+    NulByte { var: String },
+    #[error(
+        "{count} requirement rules (NVIDIA_REQUIRE_* variables, and CUDA_VERSION without \
+         NVIDIA_REQUIRE_CUDA); NVIDIA's CLI refuses more than {MAX_RULES} as too many \
+         requirements, so this image fails there too"
+    )]
+    TooMany { count: usize },
+    #[error(
+        "{name} {value:?}: invalid expression {term:?}{at}: {reason}; NVIDIA's CLI refuses \
+         it too: fix the rule, or set NVIDIA_DISABLE_REQUIRE=true",
+        name = Shown(.var),
+        at = reached_on(.reached.as_deref())
+    )]
     BadTerm {
         var: String,
         value: String,
         term: String,
         reason: String,
+        /// Where evaluation reached the term, when that depends on the
+        /// host; `None` for a first term, which is always reached.
+        reached: Option<String>,
     },
     #[error(
-        "CUDA_VERSION {value:?} is not a CUDA version (MAJOR[.MINOR[...]]), so the requirement \
-         cuda>=MAJOR.MINOR that an image without NVIDIA_REQUIRE_CUDA implies cannot be formed"
+        "CUDA_VERSION {value:?} is not a version NVIDIA's hook accepts \
+         ([v]MAJOR[.MINOR[.PATCH[-PRERELEASE][+BUILD]]], numbers without leading zeros, \
+         MAJOR and MINOR below 2^32), so the requirement cuda>=MAJOR.MINOR that an image \
+         without NVIDIA_REQUIRE_CUDA implies cannot be formed; fix CUDA_VERSION, set \
+         NVIDIA_REQUIRE_CUDA, or set NVIDIA_DISABLE_REQUIRE=true"
     )]
     BadLegacyCudaVersion { value: String },
-    #[error("{rule}: cannot check {term}{on}: {missing}", on = on_device(.device.as_deref()))]
+    #[error(
+        "{rule}: cannot check {shown}{on}: {missing}",
+        shown = Shown(.term),
+        on = on_device(.device.as_deref())
+    )]
     UnknownFact {
         rule: String,
         device: Option<String>,
@@ -75,8 +115,8 @@ pub struct Requirements {
     rules: Vec<Rule>,
 }
 
-/// Which host facts the rules use, so callers compute only those: `arch` and
-/// `brand` need NVML, `cuda` needs loading libcuda.
+/// Which host facts the rules may use, so callers compute only those:
+/// `arch` and `brand` need NVML, `cuda` needs loading libcuda.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Needs {
     /// The driver's CUDA version (`cuda` terms).
@@ -120,12 +160,14 @@ pub struct DeviceFacts {
 impl Requirements {
     /// The rules a container's `process.env` sets (`KEY=VALUE` entries, the
     /// last of a name winning), including the one a legacy CUDA image
-    /// implies; none when `NVIDIA_DISABLE_REQUIRE` is true.
+    /// implies; none when `NVIDIA_DISABLE_REQUIRE` is true. Refuses here
+    /// what NVIDIA refuses whatever the host: a malformed `CUDA_VERSION`, too
+    /// many rules, and a rule whose first term, which is always read, is
+    /// malformed.
     pub fn from_env(env: &[String]) -> Result<Requirements> {
         if env_var(env, "NVIDIA_DISABLE_REQUIRE").is_some_and(is_true) {
             return Ok(Requirements::default());
         }
-        let mut rules: Vec<Rule> = Vec::new();
         // One rule per variable name: a repeated name keeps its first
         // position and its last value, as `env_var` reads it.
         let mut named: Vec<(&str, &str)> = Vec::new();
@@ -141,6 +183,30 @@ impl Requirements {
                 None => named.push((name, value)),
             }
         }
+        // NVIDIA counts an empty NVIDIA_REQUIRE_CUDA or CUDA_VERSION as unset
+        // here (cuda_image.go IsLegacy).
+        let require_cuda = env_var(env, "NVIDIA_REQUIRE_CUDA").unwrap_or("");
+        let cuda_version = env_var(env, "CUDA_VERSION").unwrap_or("");
+        let legacy = if !cuda_version.is_empty() && require_cuda.is_empty() {
+            Rule::legacy(cuda_version)?
+        } else {
+            None
+        };
+        // In NVIDIA's order: the hook forms the legacy rule, then its exec
+        // of the CLI fails on a NUL, then the CLI counts the rules, then it
+        // evaluates them.
+        for &(name, value) in &named {
+            if value.contains('\0') {
+                return Err(Error::NulByte {
+                    var: name.to_owned(),
+                });
+            }
+        }
+        let count = named.len() + usize::from(legacy.is_some());
+        if count > MAX_RULES {
+            return Err(Error::TooMany { count });
+        }
+        let mut rules: Vec<Rule> = Vec::new();
         for (name, value) in named {
             let source = Source::Variable {
                 name: name.to_owned(),
@@ -148,12 +214,7 @@ impl Requirements {
             };
             rules.extend(Rule::parse(source, value)?);
         }
-        // NVIDIA counts an empty NVIDIA_REQUIRE_CUDA or CUDA_VERSION as unset here.
-        let require_cuda = env_var(env, "NVIDIA_REQUIRE_CUDA").unwrap_or("");
-        let cuda_version = env_var(env, "CUDA_VERSION").unwrap_or("");
-        if !cuda_version.is_empty() && require_cuda.is_empty() {
-            rules.extend(Rule::legacy(cuda_version)?);
-        }
+        rules.extend(legacy);
         Ok(Requirements { rules })
     }
 
@@ -162,12 +223,15 @@ impl Requirements {
         self.rules.is_empty()
     }
 
-    /// Which facts evaluation needs, so callers only compute what is used
-    /// (`arch` and `brand` need NVML; `cuda` needs loading libcuda).
+    /// Which facts evaluation may need, so callers only compute what can be
+    /// used (`arch` and `brand` need NVML; `cuda` needs loading libcuda).
+    /// Every term with a known key counts, whether or not evaluation will
+    /// reach it: which terms are reached depends on the facts.
     pub fn needs(&self) -> Needs {
         let mut needs = Needs::default();
-        for term in self.rules.iter().flat_map(|r| &r.groups).flatten() {
-            match term.key {
+        let texts = self.rules.iter().flat_map(|r| &r.groups).flatten();
+        for key in texts.filter_map(|text| Key::of_text(text)) {
+            match key {
                 Key::Cuda => needs.cuda = true,
                 Key::Driver => needs.driver = true,
                 Key::Arch => needs.arch = true,
@@ -184,14 +248,13 @@ impl Requirements {
     }
 }
 
-/// Whether `NVIDIA_DISABLE_REQUIRE` turns the checks off. NVIDIA's hook
-/// (Go's `strconv.ParseBool`) accepts `1`, `t` and `true` in three spellings;
-/// we take those in any case, plus `yes`, `y` and `on`. Anything else,
-/// `false` included, leaves the checks on: the safe side.
+/// Whether `NVIDIA_DISABLE_REQUIRE` turns the checks off: exactly the values
+/// Go's `strconv.ParseBool` reads as true, untrimmed, as NVIDIA's hook reads
+/// them (cuda_image.go HasDisableRequire). Anything else, `yes` or ` true`
+/// included, is false or a ParseBool error, which NVIDIA also takes as
+/// false: the checks stay on.
 fn is_true(value: &str) -> bool {
-    ["1", "t", "true", "y", "yes", "on"]
-        .iter()
-        .any(|yes| value.trim().eq_ignore_ascii_case(yes))
+    matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
 /// Where a rule came from, for messages.
@@ -210,6 +273,14 @@ impl Source {
             Source::Legacy { .. } => "CUDA_VERSION",
         }
     }
+
+    /// The rule's text.
+    fn text(&self) -> &str {
+        match self {
+            Source::Variable { value, .. } => value,
+            Source::Legacy { rule, .. } => rule,
+        }
+    }
 }
 
 impl fmt::Display for Source {
@@ -224,17 +295,76 @@ impl fmt::Display for Source {
     }
 }
 
-/// One variable's rule: it holds when any alternative holds, and an
-/// alternative holds when all its terms do.
+/// One variable's rule: it holds when an alternative holds, and an
+/// alternative holds when all its terms do, evaluated as NVIDIA's
+/// `dsl_evaluate` does (dsl.c:131-177).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Rule {
     source: Source,
-    groups: Vec<Vec<Term>>,
+    /// The alternatives' terms as written, split as NVIDIA splits them:
+    /// on single spaces, then on commas, empty pieces dropped (a tab or a
+    /// newline is part of a term). An alternative of commas only keeps no
+    /// terms, yet still counts: evaluation ends there (see [`Rule::check`]).
+    groups: Vec<Vec<String>>,
+}
+
+/// How a rule came out on one GPU.
+#[derive(Debug, Clone)]
+enum Verdict {
+    Holds,
+    /// No alternative held.
+    Fails(Failing),
+    /// Evaluation reached a term NVIDIA calls an invalid expression.
+    Invalid {
+        term: String,
+        reason: String,
+    },
+    /// The answer hangs on a fact the caller could not determine.
+    Unknown {
+        term: String,
+        missing: String,
+    },
+}
+
+/// The first false term of each alternative tried, first first: a shared
+/// list, so that the two ways tried for an unknown fact share their tails.
+#[derive(Debug, Clone, Default)]
+struct Failing(Option<Rc<(Term, Failing)>>);
+
+impl Failing {
+    /// This list behind an alternative found false at `term`.
+    fn behind(&self, term: Term) -> Failing {
+        Failing(Some(Rc::new((term, self.clone()))))
+    }
+
+    /// The terms in order, repeated ones listed once.
+    fn terms(&self) -> Vec<Term> {
+        let mut terms: Vec<Term> = Vec::new();
+        let mut link = &self.0;
+        while let Some(node) = link {
+            if !terms.contains(&node.0) {
+                terms.push(node.0.clone());
+            }
+            link = &(node.1).0;
+        }
+        terms
+    }
+}
+
+/// Reads and decides one term as written; `Err` is NVIDIA's invalid
+/// expression, for a term that does not even read.
+fn read(text: &str, facts: &Facts) -> std::result::Result<(Term, Outcome), String> {
+    let term = Term::parse(text)?;
+    let outcome = term.eval(facts);
+    Ok((term, outcome))
 }
 
 impl Rule {
-    /// Parses a rule's text; `None` when it has no terms (an empty value),
-    /// which NVIDIA treats as always true.
+    /// Reads a rule's text; `None` when it holds without a term being read
+    /// (no alternative, or a first alternative of commas only: dsl.c:143-157).
+    /// Its first term is always read, so one NVIDIA refuses whatever the
+    /// host is refused now; later terms are read only when evaluation
+    /// reaches them.
     fn parse(source: Source, text: &str) -> Result<Option<Rule>> {
         let var = source.variable();
         if text.len() > MAX_VALUE_LEN {
@@ -243,49 +373,47 @@ impl Rule {
                 len: text.len(),
             });
         }
-        let mut groups = Vec::new();
-        // NVIDIA splits on single spaces and skips empty pieces; any run of
-        // whitespace (tabs too) separates alternatives here.
-        for group_text in text.split_whitespace() {
-            let mut terms = Vec::new();
-            // A stray comma (`cuda>=12.0,`) is skipped, as both of NVIDIA's
-            // parsers do: images written for them may carry one.
-            for term_text in group_text.split(',').filter(|t| !t.is_empty()) {
-                let term = Term::parse(term_text).map_err(|reason| Error::BadTerm {
-                    var: var.to_owned(),
-                    value: text.to_owned(),
-                    term: term_text.to_owned(),
-                    reason,
-                })?;
-                terms.push(term);
-            }
-            if !terms.is_empty() {
-                groups.push(terms);
-            }
+        let groups: Vec<Vec<String>> = text
+            .split(' ')
+            .filter(|group| !group.is_empty())
+            .map(|group| {
+                group
+                    .split(',')
+                    .filter(|term| !term.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .collect();
+        let Some(first) = groups.first().and_then(|terms| terms.first()) else {
+            return Ok(None);
+        };
+        let bad = |reason: String| Error::BadTerm {
+            var: var.to_owned(),
+            value: text.to_owned(),
+            term: first.clone(),
+            reason,
+            reached: None,
+        };
+        let term = Term::parse(first).map_err(bad)?;
+        if let Some(reason) = term.invalid_whatever_the_facts() {
+            return Err(bad(reason));
         }
-        Ok((!groups.is_empty()).then_some(Rule { source, groups }))
+        Ok(Some(Rule { source, groups }))
     }
 
-    /// The rule `cuda>=MAJOR.MINOR` a legacy image's `CUDA_VERSION` implies.
-    /// Like NVIDIA's hook, an optional `v` and anything after the minor
-    /// version (`12.6.1`, `12.6.1-rc`) are accepted; a missing minor is 0.
+    /// The rule `cuda>=MAJOR.MINOR` a legacy image's `CUDA_VERSION` implies,
+    /// formed as NVIDIA's hook forms it; a value it refuses is refused.
     fn legacy(cuda_version: &str) -> Result<Option<Rule>> {
-        let bad = || Error::BadLegacyCudaVersion {
-            value: cuda_version.to_owned(),
-        };
         if cuda_version.len() > MAX_VALUE_LEN {
             return Err(Error::TooLong {
                 var: "CUDA_VERSION".to_owned(),
                 len: cuda_version.len(),
             });
         }
-        let trimmed = cuda_version.strip_prefix('v').unwrap_or(cuda_version);
-        let mut parts = trimmed.splitn(3, '.');
-        let major = parts.next().and_then(parse_u32).ok_or_else(bad)?;
-        let minor = match parts.next() {
-            None => 0,
-            Some(minor) => parse_u32(minor).ok_or_else(bad)?,
-        };
+        let (major, minor) =
+            legacy::major_minor(cuda_version).ok_or_else(|| Error::BadLegacyCudaVersion {
+                value: cuda_version.to_owned(),
+            })?;
         let rule = format!("cuda>={major}.{minor}");
         let source = Source::Legacy {
             cuda_version: cuda_version.to_owned(),
@@ -294,65 +422,155 @@ impl Rule {
         Rule::parse(source, &rule)
     }
 
-    /// Three-valued: a group with a false term fails even if another of its
-    /// terms is unknown, and one true group is enough for the rule; only when
-    /// the answer hangs on an unknown fact is that an error.
+    /// Evaluates the rule on one GPU as NVIDIA's `dsl_evaluate` does
+    /// (dsl.c:143-158): alternatives left to right, each one's terms left to
+    /// right, each term read only when reached; the first false term ends
+    /// its alternative, the first alternative whose terms all hold ends the
+    /// rule, and an invalid term ends it too.
     fn check(&self, facts: &Facts) -> Result<()> {
         let mut failing: Vec<Term> = Vec::new();
-        let mut unknown: Option<(&Term, String)> = None;
-        for group in &self.groups {
-            let mut group_unknown = None;
-            let mut group_false = None;
-            for term in group {
-                match term.eval(facts) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        group_false = Some(term);
-                        break;
+        let verdict = 'rule: {
+            for (g, terms) in self.groups.iter().enumerate() {
+                // Commas only: NVIDIA's term loop completes without a term,
+                // which ends evaluation with the previous answer: true when
+                // first, false after a failed alternative (dsl.c:156-157).
+                if terms.is_empty() {
+                    break 'rule if g == 0 {
+                        Verdict::Holds
+                    } else {
+                        Verdict::Fails(Failing::default())
+                    };
+                }
+                let mut held = true;
+                for (i, text) in terms.iter().enumerate() {
+                    match read(text, facts) {
+                        Ok((_, Outcome::True)) => {}
+                        Ok((term, Outcome::False)) => {
+                            if !failing.contains(&term) {
+                                failing.push(term);
+                            }
+                            held = false;
+                            break;
+                        }
+                        Err(reason) | Ok((_, Outcome::Invalid(reason))) => {
+                            break 'rule Verdict::Invalid {
+                                term: text.clone(),
+                                reason,
+                            }
+                        }
+                        Ok((_, Outcome::Unknown { .. })) => {
+                            break 'rule self.exhaustive(g, i, facts)
+                        }
                     }
-                    Err(missing) => {
-                        group_unknown.get_or_insert((term, missing));
-                    }
+                }
+                if held {
+                    break 'rule Verdict::Holds;
                 }
             }
-            match (group_false, group_unknown) {
-                (Some(term), _) => {
-                    if !failing.contains(term) {
-                        failing.push(term.clone());
+            // Past the last alternative: each one failed, if there was one.
+            if self.groups.is_empty() {
+                Verdict::Holds
+            } else {
+                Verdict::Fails(Failing::default())
+            }
+        };
+        match verdict {
+            Verdict::Holds => Ok(()),
+            Verdict::Fails(rest) => {
+                for term in rest.terms() {
+                    if !failing.contains(&term) {
+                        failing.push(term);
                     }
                 }
-                (None, Some(first)) => {
-                    unknown.get_or_insert(first);
-                }
-                (None, None) => return Ok(()),
+                Err(Error::Unsatisfied(Box::new(Unsatisfied {
+                    source: self.source.clone(),
+                    failing,
+                    facts: facts.clone(),
+                })))
             }
-        }
-        if let Some((term, missing)) = unknown {
-            return Err(Error::UnknownFact {
+            Verdict::Invalid { term, reason } => Err(Error::BadTerm {
+                var: self.source.variable().to_owned(),
+                value: self.source.text().to_owned(),
+                term,
+                reason,
+                reached: Some(reached(facts)),
+            }),
+            Verdict::Unknown { term, missing } => Err(Error::UnknownFact {
                 rule: self.source.to_string(),
                 device: facts.device.as_ref().map(|d| d.name.clone()),
-                term: term.text.clone(),
+                term,
                 missing,
-            });
+            }),
         }
-        Err(Error::Unsatisfied(Box::new(Unsatisfied {
-            source: self.source.clone(),
-            failing,
-            facts: facts.clone(),
-        })))
+    }
+
+    /// The verdict from term `i` of alternative `g` on, where that term's
+    /// fact is unknown. NVIDIA would know it, so each unknown term is tried
+    /// both ways, and the answer stands only if both agree. Both ways meet
+    /// again at the next alternative, so the verdicts are computed from the
+    /// last alternative back, each once: every later term is read, which
+    /// changes nothing but the cost, as reading has no effect.
+    fn exhaustive(&self, g: usize, i: usize, facts: &Facts) -> Verdict {
+        // Past the last alternative, one having failed.
+        let mut rest = Verdict::Fails(Failing::default());
+        for h in (g + 1..self.groups.len()).rev() {
+            rest = self.alternative(h, 0, &rest, facts);
+        }
+        self.alternative(g, i, &rest, facts)
+    }
+
+    /// The verdict from term `from` of alternative `g` on, given `rest`,
+    /// the verdict should the alternative fail; its terms are decided from
+    /// the last back, each once.
+    fn alternative(&self, g: usize, from: usize, rest: &Verdict, facts: &Facts) -> Verdict {
+        let terms = self.groups.get(g).map_or(&[][..], Vec::as_slice);
+        let mut verdict = if terms.is_empty() && g > 0 {
+            Verdict::Fails(Failing::default())
+        } else {
+            Verdict::Holds
+        };
+        for text in terms.iter().skip(from).rev() {
+            verdict = match read(text, facts) {
+                Ok((_, Outcome::True)) => verdict,
+                Ok((term, Outcome::False)) => match rest {
+                    Verdict::Fails(failing) => Verdict::Fails(failing.behind(term)),
+                    other => other.clone(),
+                },
+                Err(reason) | Ok((_, Outcome::Invalid(reason))) => Verdict::Invalid {
+                    term: text.clone(),
+                    reason,
+                },
+                Ok((
+                    _,
+                    Outcome::Unknown {
+                        missing,
+                        may_be_invalid,
+                    },
+                )) => {
+                    let agreed = match (&verdict, rest) {
+                        (Verdict::Holds, Verdict::Holds)
+                        | (Verdict::Fails(_), Verdict::Fails(_)) => !may_be_invalid,
+                        (Verdict::Invalid { .. }, Verdict::Invalid { .. }) => true,
+                        _ => false,
+                    };
+                    if agreed {
+                        verdict
+                    } else {
+                        Verdict::Unknown {
+                            term: text.clone(),
+                            missing,
+                        }
+                    }
+                }
+            };
+        }
+        verdict
     }
 }
 
-fn parse_u32(text: &str) -> Option<u32> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
-}
-
-/// A variable name as messages show it: as is when it is plain, else quoted
-/// with escapes and cut short, so that no name can break the message's line
-/// or flood the log.
+/// A name or a term as messages show it: as is when it is plain, else
+/// quoted with escapes and cut short, so that nothing an image writes can
+/// break the message's line or flood the log.
 struct Shown<'a>(&'a str);
 
 impl fmt::Display for Shown<'_> {
@@ -368,6 +586,25 @@ impl fmt::Display for Shown<'_> {
             None => write!(f, "{name:?}"),
         }
     }
+}
+
+/// The host facts that led evaluation where it went, for messages.
+fn reached(facts: &Facts) -> String {
+    let mut on = String::new();
+    if let Some(device) = &facts.device {
+        on.push_str(&format!("{} with ", device.name));
+    }
+    on.push_str(&format!("driver {}", facts.driver));
+    if let Some(cuda) = term::effective_cuda(facts) {
+        on.push_str(&format!(", CUDA {cuda}"));
+    }
+    on
+}
+
+fn reached_on(reached: Option<&str>) -> String {
+    reached
+        .map(|r| format!(" (reached on {r})"))
+        .unwrap_or_default()
 }
 
 fn on_device(device: Option<&str>) -> String {

@@ -2,14 +2,17 @@
 //! GPU, what is false, the host's facts that bear on it, and the ways out.
 //!
 //! NVIDIA's text (`unsatisfied condition: cuda>=12.4, please update your
-//! driver…`) names neither the host's versions nor the other fix, an older
-//! image; this one must name both. It never spans lines: the rule's text is
-//! quoted with escapes.
+//! driver…`, dsl.c:159-167) names the rule's first alternative rather than
+//! the false term, and neither the host's versions nor the other fix, an
+//! older image; this one must name all of them. It keeps NVIDIA's phrase
+//! `unsatisfied condition` so that users who search logs for it find ours.
+//! It never spans lines: the rule's text is quoted with escapes, and terms
+//! that are not plain text too.
 
 use std::fmt;
 
 use super::term::{effective_cuda, Key, Op, Term};
-use super::{Facts, Source};
+use super::{Facts, Shown, Source};
 
 /// Where CUDA images keep forward-compatibility libraries.
 const COMPAT_DIR: &str = "/usr/local/cuda/compat";
@@ -39,13 +42,14 @@ impl fmt::Display for Unsatisfied {
         if let Some(device) = &self.facts.device {
             write!(f, "{}: ", device.name)?;
         }
+        f.write_str("unsatisfied condition: ")?;
         match self.failing.as_slice() {
-            [one] => write!(f, "{} is false", one.text)?,
+            [one] => write!(f, "{} is false", Shown(&one.text))?,
             many => {
                 f.write_str("no alternative holds (")?;
                 for (i, term) in many.iter().enumerate() {
                     let sep = if i == 0 { "" } else { "; " };
-                    write!(f, "{sep}{} is false", term.text)?;
+                    write!(f, "{sep}{} is false", Shown(&term.text))?;
                 }
                 f.write_str(")")?;
             }
@@ -101,7 +105,7 @@ impl Unsatisfied {
         else {
             return "use a host or image that satisfies it".into();
         };
-        let wanted = term.value_text();
+        let wanted = Shown(term.value_text());
         let device = facts.device.as_ref();
         match term.key {
             Key::Cuda => {
@@ -116,7 +120,7 @@ impl Unsatisfied {
                         return format!(
                             "use a host driver whose CUDA version satisfies {}, \
                              or an image that accepts CUDA {host}",
-                            term.text
+                            Shown(&term.text)
                         )
                     }
                 };
@@ -134,23 +138,24 @@ impl Unsatisfied {
             }
             Key::Driver => format!(
                 "use a host driver that satisfies {}, or an image that accepts driver {}",
-                term.text, facts.driver
+                Shown(&term.text),
+                facts.driver
             ),
             Key::Arch => match device.and_then(|d| d.arch) {
                 Some((major, minor)) => format!(
                     "use a GPU that satisfies {}, or an image built for compute capability \
                      {major}.{minor}",
-                    term.text
+                    Shown(&term.text)
                 ),
-                None => format!("use a GPU that satisfies {}", term.text),
+                None => format!("use a GPU that satisfies {}", Shown(&term.text)),
             },
             Key::Brand => match device.and_then(|d| d.brand.as_deref()) {
                 Some(brand) => format!(
                     "use a GPU that satisfies {}, or an image that accepts brand {}",
-                    term.text,
+                    Shown(&term.text),
                     brand.to_ascii_lowercase()
                 ),
-                None => format!("use a GPU that satisfies {}", term.text),
+                None => format!("use a GPU that satisfies {}", Shown(&term.text)),
             },
         }
     }

@@ -1,12 +1,21 @@
 //! Tests of the requirement rules, one file per concern; the fixtures here
 //! are a driver 535 host (CUDA 12.2) with one Tesla GPU of compute capability 8.0.
+//!
+//! NVIDIA sources cited: `libnvidia-container` `src/cli/dsl.c` @5823754b
+//! (dsl.c), `src/cli/configure.c` @e27a4a75 (configure.c), `src/cli/cli.h`
+//! @2e347c19 (cli.h); `nvidia-container-toolkit`
+//! `internal/config/image/cuda_image.go` as vendored in
+//! k8s-device-plugin @36c7562d (cuda_image.go) and its test
+//! `cuda_image_test.go` @1081cece (cuda_image_test.go),
+//! `cmd/nvidia-container-runtime-hook/main.go` @09b56d08 (main.go). See
+//! docs/nvidia-parity-notes.md section 4.
 
 mod environment;
+mod evaluation;
 mod garbage;
 mod grammar;
 mod messages;
 
-use super::term::Version;
 use super::*;
 
 const GPU: &str = "GPU 0 (GPU-8a3c)";
@@ -72,4 +81,19 @@ fn parse_error(rule: &str) -> Error {
         Err(e) => e,
         Ok(r) => panic!("{rule:?} parsed as {r:?}"),
     }
+}
+
+/// The invalid-expression error a rule gives on `facts`, whether found up
+/// front (its first term) or when evaluation reaches the term.
+fn bad_term(rule: &str, facts: &Facts) -> Error {
+    let env = env(&[&format!("NVIDIA_REQUIRE_TEST={rule}")]);
+    let err = match Requirements::from_env(&env) {
+        Err(e) => e,
+        Ok(r) => match r.check(facts) {
+            Err(e) => e,
+            Ok(()) => panic!("{rule:?} holds"),
+        },
+    };
+    assert!(matches!(err, Error::BadTerm { .. }), "{rule:?}: {err:?}");
+    err
 }
