@@ -14,7 +14,7 @@ use thiserror::Error;
 
 use crate::bundle::Container;
 use crate::config::Config;
-use crate::driver::{self, Inventory};
+use crate::driver::{self, CudaVersion, Inventory};
 use crate::image::{self, Image, ImageLayout};
 use crate::plan::{self, NodeMode, Plan};
 use crate::request::{self, Capabilities, Capability, DeviceSelection, Request};
@@ -82,20 +82,26 @@ impl Effective {
         self.request.devices == DeviceSelection::Void
     }
 
-    /// Whether NVML must be asked: MIG devices, or `arch`/`brand` requirements.
+    /// Whether NVML must be asked before planning: MIG devices named in a
+    /// list are known only to it. `arch` and `brand` requirements ask it
+    /// later, and only when evaluation reaches such a term (see [`plan`]).
     pub fn needs_nvml(&self) -> bool {
-        let needs = self.requirements.needs();
-        self.request.needs_nvml() || needs.arch || needs.brand
+        self.request.needs_nvml()
     }
 
-    /// The capabilities discovery looks for: NVML is found as a utility
-    /// library, whatever the container asked for.
+    /// The capabilities discovery looks for: what the container asked for,
+    /// plus what checking its requirements may need whatever it asked for
+    /// (NVML is a utility library, the driver's `libcuda` a compute one).
     pub fn discovery_scope(&self) -> Capabilities {
-        if self.needs_nvml() {
-            self.request.capabilities.with(Capability::Utility)
-        } else {
-            self.request.capabilities.clone()
+        let needs = self.requirements.needs();
+        let mut scope = self.request.capabilities.clone();
+        if self.needs_nvml() || needs.arch || needs.brand {
+            scope = scope.with(Capability::Utility);
         }
+        if needs.cuda {
+            scope = scope.with(Capability::Compute);
+        }
+        scope
     }
 }
 
@@ -241,10 +247,29 @@ pub fn image(config: &Config, inventory: &Inventory, source: ImageSource<'_>) ->
 
 /// Plans `effective` on the inventoried host for `image`, then checks its
 /// requirements on every GPU the plan selected, before anything changes.
-pub fn plan(effective: &Effective, inventory: &Inventory, image: &Image) -> Result<Plan> {
+///
+/// NVML is asked only when evaluation reaches an `arch` or `brand` term
+/// whose answer decides: a CUDA image's rule such as `cuda>=12.2
+/// brand=tesla,driver>=470,…` holds on its first alternative on any
+/// recent driver, and NVML's start (a fork, `nvmlInit`, up to seconds
+/// without persistence mode) is spared.
+pub fn plan(effective: &Effective, inventory: &mut Inventory, image: &Image) -> Result<Plan> {
     let plan = Plan::build(inventory, &effective.request, image, effective.node_mode)?;
-    if !effective.requirements.is_empty() {
-        check_requirements(&effective.requirements, inventory, &plan, image)?;
+    let requirements = &effective.requirements;
+    if requirements.is_empty() {
+        return Ok(plan);
+    }
+    let cuda = if requirements.needs().cuda {
+        Some(inventory.cuda_version()?)
+    } else {
+        None
+    };
+    match check_requirements(requirements, inventory, &plan, image, cuda) {
+        Err(Error::Require(require::Error::UnknownFact { .. })) if inventory.nvml.is_none() => {
+            inventory.load_nvml()?;
+            check_requirements(requirements, inventory, &plan, image, cuda)?;
+        }
+        checked => checked?,
     }
     Ok(plan)
 }
@@ -263,9 +288,9 @@ pub fn plan_for(config: &Config, source: Source<'_>, image: ImageSource<'_>) -> 
             inventory: None,
         });
     }
-    let inventory = discover(config, &effective)?;
+    let mut inventory = discover(config, &effective)?;
     let image = self::image(config, &inventory, image)?;
-    let plan = plan(&effective, &inventory, &image)?;
+    let plan = plan(&effective, &mut inventory, &image)?;
     Ok(Planned {
         effective,
         inventory: Some(inventory),
@@ -276,17 +301,15 @@ pub fn plan_for(config: &Config, source: Source<'_>, image: ImageSource<'_>) -> 
 /// Checks `requirements` on every GPU `plan` selected (a MIG device's
 /// parent), once each: a refusal here replaces "CUDA driver version is
 /// insufficient" at run time.
+/// The GPUs' `arch` and `brand` are NVML's answers once it was asked, unknown
+/// before.
 fn check_requirements(
     requirements: &Requirements,
     inventory: &Inventory,
     plan: &Plan,
     image: &Image,
+    cuda: Option<CudaVersion>,
 ) -> Result<()> {
-    let cuda = if requirements.needs().cuda {
-        Some(inventory.cuda_version()?)
-    } else {
-        None
-    };
     let mut facts = Facts {
         driver: inventory.driver_version.clone(),
         cuda,

@@ -201,6 +201,7 @@ const REQUIREMENTS: &[Case] = &[
     Case { name: "disabled by True", env: &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99", "NVIDIA_DISABLE_REQUIRE=True"], nvidia: gets("0", DEFAULT_CAPS), source: "IMG:141; PB", ..BASE },
     Case { name: "yes does not disable", env: &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99", "NVIDIA_DISABLE_REQUIRE=yes"], nvidia: Outcome::Refused("cuda>=99"), source: "IMG:141-142; PB", ..BASE },
     Case { name: "disabled legacy adds no rule", env: &["CUDA_VERSION=12.4.1", "NVIDIA_DISABLE_REQUIRE=true"], nvidia: gets("all", ALL_CAPS), source: "IMGT1:114-118", ..BASE },
+    Case { name: "a cuda rule in a utility container", env: &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility", "NVIDIA_REQUIRE_CUDA=cuda>=11.0"], nvidia: gets("0", "utility"), source: "CFG:181-212 (the CUDA version comes from the driver, whatever the capabilities)", ..BASE },
     Case { name: "brand holds without a GPU", env: &["NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_REQUIRE_BRAND=brand=tesla"], nvidia: gets("", DEFAULT_CAPS), source: "CFG:203-223, 352-360", ..BASE },
 ];
 

@@ -284,10 +284,25 @@ fn whole_gpu_requests_never_load_nvml() {
     ] {
         run_on(&host, name, &[("NVIDIA_VISIBLE_DEVICES", &device)], None).assert_completed();
     }
+    // A CUDA image's rule: brand alternatives after one that holds are never
+    // reached, so NVML is not asked for them.
+    run_on(
+        &host,
+        "nvml-cuda-image-rule",
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "0"),
+            (
+                "NVIDIA_REQUIRE_CUDA",
+                "cuda>=12.0 brand=tesla,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471",
+            ),
+        ],
+        None,
+    )
+    .assert_completed();
     assert_eq!(
         std::fs::read_to_string(&loads).unwrap(),
         "",
-        "a whole-GPU request loaded libnvidia-ml"
+        "a whole-GPU request, or a rule whose brand terms are never reached, loaded libnvidia-ml"
     );
     let run = run_on(
         &host,

@@ -105,9 +105,9 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
             planner::effective(config, Source::Container(&container)).map_err(name_container)?;
     }
     let started = Instant::now();
-    let inventory = planner::discover(config, &effective)?;
+    let mut inventory = planner::discover(config, &effective)?;
     let image = planner::image(config, &inventory, ImageSource::Rootfs(&container.rootfs))?;
-    let plan = planner::plan(&effective, &inventory, &image)?;
+    let plan = planner::plan(&effective, &mut inventory, &image)?;
     let planned = Instant::now();
     if log::log_enabled!(log::Level::Debug) {
         log::debug!(

@@ -33,7 +33,11 @@ fn config_supporting(caps: &str) -> Config {
 /// The plan for `source` on the synthetic three-GPU host, for a Debian image.
 fn plan_on(inventory: &Inventory, config: &Config, source: Source<'_>) -> Result<Plan> {
     let effective = effective(config, source)?;
-    plan(&effective, inventory, &ImageLayout::Debian.into())
+    plan(
+        &effective,
+        &mut inventory.clone(),
+        &ImageLayout::Debian.into(),
+    )
 }
 
 #[test]
@@ -185,7 +189,7 @@ fn user_namespace_binds_device_nodes() {
     c.user_namespace = true;
     let effective = of_container(&Config::default(), &c).unwrap();
     assert_eq!(effective.node_mode, NodeMode::Bind);
-    let plan = plan(&effective, &inventory(), &ImageLayout::Debian.into()).unwrap();
+    let plan = plan(&effective, &mut inventory(), &ImageLayout::Debian.into()).unwrap();
     assert_eq!(plan.node_mode, NodeMode::Bind);
 }
 
@@ -376,7 +380,12 @@ fn blank_capabilities_give_device_nodes_and_no_driver_files() {
     );
     let effective = of_container(&Config::default(), &c).unwrap();
     assert_eq!(effective.request.capabilities.to_string(), "");
-    let plan = plan(&effective, &inventory, &ImageLayout::Debian.into()).unwrap();
+    let plan = plan(
+        &effective,
+        &mut inventory.clone(),
+        &ImageLayout::Debian.into(),
+    )
+    .unwrap();
     let nodes: Vec<String> = plan
         .devices
         .iter()
@@ -435,4 +444,25 @@ fn capabilities_with_all_anywhere_plan_as_all() {
         plan_on(&inventory, &config, flags("0", "foo,all")).unwrap(),
         plan_on(&inventory, &config, flags("0", "all")).unwrap()
     );
+}
+
+#[test]
+fn requirements_widen_discovery_to_what_checking_them_needs() {
+    // A utility container with a cuda rule needs the driver's libcuda for
+    // the CUDA version; a brand rule may need NVML, a utility library.
+    let c = container(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_DRIVER_CAPABILITIES=video",
+            "NVIDIA_REQUIRE_CUDA=cuda>=12.0 brand=tesla",
+        ],
+        false,
+        &[],
+    );
+    let effective = of_container(&Config::default(), &c).unwrap();
+    let scope = effective.discovery_scope();
+    assert!(scope.contains(Capability::Compute) && scope.contains(Capability::Utility));
+    assert!(!effective.request.capabilities.contains(Capability::Utility));
+    // NVML is not asked up front: only when evaluation reaches brand.
+    assert!(!effective.needs_nvml());
 }
