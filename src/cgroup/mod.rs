@@ -42,6 +42,10 @@ pub enum Error {
     /// The container's init exited before its cgroups were read.
     #[error("process {pid} is gone ({path} does not exist)")]
     ProcessGone { pid: u32, path: PathBuf },
+    /// The container's init exited while its cgroups were read: the pid may
+    /// name another process by now.
+    #[error("process {pid} exited while {path} was read; its pid may name another process now, so nothing was granted")]
+    NotHeld { pid: u32, path: PathBuf },
     /// A proc file could not be read.
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
@@ -197,6 +201,20 @@ impl fmt::Display for Outcome {
 ///
 /// With no rules nothing is read and no outcome is returned.
 pub fn allow(proc: &Path, pid: u32, rules: &[CgroupRule]) -> Result<Vec<Outcome>> {
+    allow_held(proc, pid, rules, &|| true)
+}
+
+/// [`allow`], where `held` says whether `pid` is still the process the
+/// caller checked (a pidfd it holds is alive). It is asked once
+/// `<pid>/cgroup` was read and before anything changes: a pid cannot be
+/// reused while its process exists, so the cgroups read were that
+/// process's, and another process's cgroup is never granted.
+pub fn allow_held(
+    proc: &Path,
+    pid: u32,
+    rules: &[CgroupRule],
+    held: &dyn Fn() -> bool,
+) -> Result<Vec<Outcome>> {
     // Refuse bad rules before touching anything, the same way for v1 and v2.
     for rule in rules {
         program::rule_bits(rule).map_err(|reason| Error::UnsupportedRule {
@@ -224,6 +242,12 @@ pub fn allow(proc: &Path, pid: u32, rules: &[CgroupRule]) -> Result<Vec<Outcome>
             })
         }
     };
+    if !held() {
+        return Err(Error::NotHeld {
+            pid,
+            path: cgroup_path,
+        });
+    }
     let memberships = discovery::parse_memberships(&text).map_err(|line| Error::Malformed {
         path: cgroup_path.clone(),
         line,

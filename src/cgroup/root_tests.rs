@@ -281,6 +281,29 @@ fn v1_writes_rules_to_the_containers_devices_cgroup() {
     assert_zero_and_null_open_but_not_full(&prober.run());
 }
 
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn a_process_no_longer_held_gets_no_grant() {
+    // The caller's pidfd says the process it checked is gone: whatever now
+    // answers to the pid, its cgroup is left as it was.
+    require_root();
+    let mount = visible_mount(Hierarchy::V1Devices)
+        .expect("this test needs a visible cgroup v1 devices mount (hybrid or v1 host)");
+    let cgroup = TempCgroup::new(&mount, "v1-not-held");
+    cgroup.write("devices.deny", "a");
+    cgroup.write("devices.allow", "c 1:3 rwm");
+    let prober = Prober::spawn();
+    cgroup.write("cgroup.procs", &prober.pid().to_string());
+    let before = fs::read_to_string(cgroup.path.join("devices.list")).unwrap();
+
+    let err = allow_held(Path::new("/proc"), prober.pid(), &[ZERO], &|| false).unwrap_err();
+
+    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
+    let after = fs::read_to_string(cgroup.path.join("devices.list")).unwrap();
+    assert_eq!(before, after, "nothing granted");
+    assert_only_null_opens(&prober.run());
+}
+
 /// A fake proc whose `<pid>/cgroup` is `cgroup`, with this process's real
 /// mountinfo and fdinfo (so mount ids can be checked).
 fn proc_with_cgroup_file(pid: u32, cgroup: &str, mountinfo: &str) -> tempfile::TempDir {

@@ -129,12 +129,13 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
                 state.id
             );
         }
-        for outcome in cgroup::allow(proc, state.pid, &plan.cgroup_rules)? {
+        let held = || pid::still_held(proc, state.pid, pidfd.as_ref()).is_ok();
+        for outcome in cgroup::allow_held(proc, state.pid, &plan.cgroup_rules, &held)? {
             log::debug!("container {}: device cgroup: {outcome:?}", state.id);
         }
     }
-    // cgroup::allow and userns::detect read /proc/<pid> by number: they
-    // were about the process checked only if it is still the one held.
+    // userns::detect read /proc/<pid> by number: it was about the process
+    // checked only if that is still the one held.
     pid::still_held(proc, state.pid, pidfd.as_ref())?;
     let granted = Instant::now();
     let sys = LinuxSys::default();
