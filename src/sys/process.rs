@@ -25,8 +25,13 @@ pub(crate) fn fork_and_run<F: FnOnce() -> i32>(keep: BorrowedFd<'_>, child: F) -
     // child never returns from this function, so no caller's code runs twice.
     match unsafe { fork() }? {
         ForkResult::Child => {
-            close_all_but(keep.as_raw_fd());
-            let status = catch_unwind(AssertUnwindSafe(child)).unwrap_or(101);
+            // A child that could not close the hook's descriptors runs no
+            // driver code: it reports a status the caller counts as failure.
+            let status = if close_all_but(keep.as_raw_fd()) {
+                catch_unwind(AssertUnwindSafe(child)).unwrap_or(101)
+            } else {
+                CLOSE_FAILED
+            };
             // SAFETY: `_exit` ends the child at once; unlike `exit`, it runs
             // none of the parent's atexit handlers or destructors on the
             // child's copy of its state.
@@ -36,19 +41,43 @@ pub(crate) fn fork_and_run<F: FnOnce() -> i32>(keep: BorrowedFd<'_>, child: F) -
     }
 }
 
-/// Closes every descriptor of the child but stdio and `keep`.
-fn close_all_but(keep: i32) {
+/// The child's status when it could not close the hook's descriptors.
+const CLOSE_FAILED: i32 = 126;
+
+/// Closes every descriptor of the child but stdio and `keep`; false if that
+/// could not be done. On kernels without `close_range(2)` (before 5.9:
+/// RHEL 8's 4.18) each descriptor up to the soft `RLIMIT_NOFILE` (at most
+/// 2^20) is closed instead.
+fn close_all_but(keep: i32) -> bool {
     let keep = keep as libc::c_uint;
-    // SAFETY: only called in the forked child, which then runs nothing but
-    // `fork_and_run`'s closure (using no descriptor but `keep` and stdio)
-    // and `_exit`: the owners of the closed descriptors, in the child's copy
-    // of the caller's frames, never run again to use or close them.
-    unsafe {
-        if keep > 3 {
-            libc::close_range(3, keep - 1, 0);
+    let ranges = [(3, keep.saturating_sub(1)), (keep + 1, libc::c_uint::MAX)];
+    for (first, last) in ranges {
+        if first > last {
+            continue;
         }
-        libc::close_range(keep + 1, libc::c_uint::MAX, 0);
+        // SAFETY: only called in the forked child, which then runs nothing
+        // but `fork_and_run`'s closure (using no descriptor but `keep` and
+        // stdio) and `_exit`: the owners of the closed descriptors, in the
+        // child's copy of the caller's frames, never run again to use or
+        // close them. The call takes plain integers.
+        let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
+        if ret == 0 {
+            continue;
+        }
+        if Errno::last() != Errno::ENOSYS {
+            return false;
+        }
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(1 << 20);
+        let end = soft.min(u64::from(last) + 1).min(1 << 20);
+        for fd in u64::from(first)..end {
+            // SAFETY: as above; closing a descriptor that is not open
+            // fails with EBADF and changes nothing.
+            unsafe { libc::close(fd as i32) };
+        }
     }
+    true
 }
 
 /// Whether the process `pidfd` refers to still exists (not yet reaped), by
