@@ -78,6 +78,13 @@ pub fn prog_get_fd_by_id(id: u32) -> Result<ProgFd, Errno> {
     raw::prog_get_fd_by_id(id).map_err(errno)
 }
 
+/// `BPF_OBJ_GET_INFO_BY_FD` for the program's id alone, copying no instruction.
+pub fn prog_id(prog: &ProgFd) -> Result<u32, Errno> {
+    raw::prog_info(prog, &mut [])
+        .map(|head| head.id)
+        .map_err(errno)
+}
+
 /// `BPF_OBJ_GET_INFO_BY_FD`, twice: once for the sizes, once for the instructions.
 pub fn prog_info(prog: &ProgFd) -> Result<ProgInfo, Errno> {
     let head = raw::prog_info(prog, &mut []).map_err(errno)?;

@@ -255,9 +255,9 @@ fn replace(
 
     let insns = program::encode(&program::prepend(block, &old));
     let new_fd = load(dir, id, &insns)?;
-    let new_id = bpf_sys::prog_info(&new_fd)
-        .map_err(prog_err("BPF_OBJ_GET_INFO_BY_FD (extended program)"))?
-        .id;
+    // Only its id: its instructions are ours, just loaded.
+    let new_id =
+        bpf_sys::prog_id(&new_fd).map_err(prog_err("BPF_OBJ_GET_INFO_BY_FD (extended program)"))?;
     let swap = Swap {
         flags,
         old_id: id,

@@ -41,6 +41,8 @@ pub enum Error {
     State(String),
     #[error("container process {pid} does not exist (dead pid, or not in this pid namespace)")]
     DeadPid { pid: u32 },
+    #[error("process {pid}, between the runtime and this hook, exited while the hook checked its ancestry")]
+    AncestorGone { pid: u32 },
     #[error("refusing to run inside the container's mount namespace (pid {pid}): run this hook at prestart or createRuntime, never createContainer")]
     InsideContainer { pid: u32 },
     #[error("process {pid} is not a container being created: its root is not the runtime's, so it has already pivoted (a running container, or another process)")]

@@ -106,7 +106,9 @@ fn check(proc: &Path, pid: u32) -> Result<()> {
     let parent_pid = |p: u32| -> Result<u32> {
         let path = proc.join(p.to_string()).join("stat");
         let stat = crate::bounded::read_text(&path).map_err(|source| match source.kind() {
-            io::ErrorKind::NotFound => Error::DeadPid { pid: p },
+            io::ErrorKind::NotFound if p == pid => Error::DeadPid { pid: p },
+            // An ancestor of the hook (a wrapper) that exited: not the container.
+            io::ErrorKind::NotFound => Error::AncestorGone { pid: p },
             _ => Error::Inspect {
                 path: path.clone(),
                 source,
