@@ -168,14 +168,12 @@ fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
         );
         return Ok(None);
     };
-    // Re-open the directory for *at calls; entries are judged without following links.
-    let dir = root
-        .resolve(dir_path)
-        .map_err(|e| read_err(e.to_string()))?;
+    // Entries are judged with *at calls on the directory whose listing was
+    // read (its O_PATH handle), never following a link.
     let suffix = format!(".so.{version}");
     let mut files = Vec::new();
     for name in names.iter().filter(|n| n.ends_with(&suffix)) {
-        match regular_elf_library(&reopener, dir.as_fd(), name) {
+        match regular_elf_library(&reopener, handle.as_fd(), name) {
             Ok(()) => files.push(name.clone()),
             Err(reason) => log::warn!("ignoring {}/{name} in the image: {reason}", COMPAT_DIR),
         }
