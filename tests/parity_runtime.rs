@@ -16,6 +16,7 @@
 
 /// The shared pieces of the integration tests (tests/common/) this suite uses.
 mod common {
+    pub mod compat;
     pub mod drivers;
     pub mod ldconfig;
     pub mod mig;
@@ -35,9 +36,9 @@ mod runtime_support {
     pub mod runtimes;
 }
 
+use common::compat::add_compat_libcuda;
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 
 use common::simhost::SimHost;
 use runtime_support::bundle::{Hook, Scenario};
@@ -473,28 +474,6 @@ fn mig_device_by_lower_case_uuid_as_nvidia() {
         cuda: Cuda::Driver,
     })];
     check_all(&host, &cases);
-}
-
-/// Builds, inside an image, a compat `libcuda.so.550.54.15` whose
-/// `cuDriverGetVersion` says 12.4, as NVIDIA's compat package would.
-fn add_compat_libcuda(rootfs: &Path) {
-    let dir = rootfs.join("usr/local/cuda/compat");
-    std::fs::create_dir_all(&dir).unwrap();
-    let source = dir.join("compat.c");
-    std::fs::write(
-        &source,
-        "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }\n",
-    )
-    .unwrap();
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
-        .arg(dir.join("libcuda.so.550.54.15"))
-        .arg(&source)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc failed for the compat libcuda");
-    std::fs::remove_file(source).unwrap();
-    std::os::unix::fs::symlink("libcuda.so.550.54.15", dir.join("libcuda.so.1")).unwrap();
 }
 
 #[test]

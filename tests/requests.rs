@@ -5,6 +5,7 @@
 /// The shared pieces of the integration tests (tests/common/) this suite uses.
 mod common {
     pub mod cli;
+    pub mod compat;
     pub mod ldconfig;
     pub mod mig;
     pub mod mounts;
@@ -24,9 +25,9 @@ mod runtime_support {
     pub mod runtimes;
 }
 
+use common::compat::add_compat_libcuda;
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 
 use common::simhost::SimHost;
 use runtime_support::bundle::{Hook, Scenario};
@@ -439,28 +440,6 @@ fn brand_and_arch_come_from_nvml() {
         "{}",
         run.describe()
     );
-}
-
-/// Builds, inside an image, a compat `libcuda.so.550.54.15` whose
-/// `cuDriverGetVersion` says 12.4, as NVIDIA's compat package would.
-fn add_compat_libcuda(rootfs: &Path) {
-    let dir = rootfs.join("usr/local/cuda/compat");
-    std::fs::create_dir_all(&dir).unwrap();
-    let source = dir.join("compat.c");
-    std::fs::write(
-        &source,
-        "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }\n",
-    )
-    .unwrap();
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
-        .arg(dir.join("libcuda.so.550.54.15"))
-        .arg(&source)
-        .status()
-        .expect("run cc");
-    assert!(status.success());
-    std::fs::remove_file(source).unwrap();
-    std::os::unix::fs::symlink("libcuda.so.550.54.15", dir.join("libcuda.so.1")).unwrap();
 }
 
 #[test]

@@ -98,15 +98,23 @@ impl SimHost {
 
     /// A fixture shared by every test of this binary that only reads it.
     pub fn shared(flavour: &str, gpus: u32, cache_format: &str) -> SimHost {
-        static BUILT: OnceLock<Mutex<HashMap<String, SimHost>>> = OnceLock::new();
         let name = format!("shared-{flavour}-{gpus}-{cache_format}");
+        SimHost::shared_named(&name, |name| {
+            SimHost::fresh(name, flavour, gpus, cache_format)
+        })
+    }
+
+    /// The fixture named `name`, built by `build` the first time this test
+    /// binary asks for it, then shared by every test that only reads it.
+    pub fn shared_named(name: &str, build: impl FnOnce(&str) -> SimHost) -> SimHost {
+        static BUILT: OnceLock<Mutex<HashMap<String, SimHost>>> = OnceLock::new();
         let mut built = BUILT
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         built
-            .entry(name.clone())
-            .or_insert_with(|| SimHost::fresh(&name, flavour, gpus, cache_format))
+            .entry(name.to_string())
+            .or_insert_with(|| build(name))
             .clone()
     }
 
