@@ -470,6 +470,28 @@ fn an_orphan_of_pid_1_is_not_the_container_being_created() {
     );
 }
 
+/// Runs `wrapper` (argv) with the hook's own command line after it,
+/// `prestart` with `config`, and `state` on its stdin, as a runtime that
+/// starts its hooks through a wrapper would.
+fn hook_through(wrapper: &[&str], config: &Path, state: &[u8]) -> std::process::Output {
+    let mut child = std::process::Command::new(wrapper[0])
+        .args(&wrapper[1..])
+        .arg(hook_binary())
+        .arg("--config")
+        .arg(config)
+        .arg("prestart")
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the wrapped hook");
+    let mut stdin = child.stdin.take().expect("the hook's stdin");
+    std::io::Write::write_all(&mut stdin, state).expect("write the state");
+    drop(stdin);
+    child.wait_with_output().expect("wait for the hook")
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn a_forking_wrapper_between_the_runtime_and_the_hook_is_accepted() {
@@ -480,25 +502,11 @@ fn a_forking_wrapper_between_the_runtime_and_the_hook_is_accepted() {
 
     // The shell forks the hook (a command follows it), so the hook's parent
     // is the wrapper, and the wrapper's the process that started the container.
-    let mut child = std::process::Command::new("sh")
-        .args(["-c", "\"$0\" \"$@\"; exit $?"])
-        .arg(hook_binary())
-        .arg("--config")
-        .arg(&sim.config)
-        .arg("prestart")
-        .env_clear()
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(
-        child.stdin.as_mut().unwrap(),
+    let out = hook_through(
+        &["sh", "-c", "\"$0\" \"$@\"; exit $?"],
+        &sim.config,
         &state(container.pid(), &bundle),
-    )
-    .unwrap();
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
+    );
 
     assert!(
         out.status.success(),
@@ -524,26 +532,19 @@ fn unwritable_device_cgroup_is_a_clear_error() {
         "this test needs the v1 devices hierarchy"
     );
     // The hook runs where the devices hierarchy is mounted read-only.
-    let mut child = std::process::Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c"])
-        .arg("mount -o remount,bind,ro /sys/fs/cgroup/devices && exec \"$0\" \"$@\"")
-        .arg(hook_binary())
-        .arg("--config")
-        .arg(&sim.config)
-        .arg("prestart")
-        .env_clear()
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(
-        child.stdin.as_mut().unwrap(),
+    let out = hook_through(
+        &[
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -o remount,bind,ro /sys/fs/cgroup/devices && exec \"$0\" \"$@\"",
+        ],
+        &sim.config,
         &state(container.pid(), &bundle),
-    )
-    .unwrap();
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
+    );
     let err = failure(out, &["read-only devices cgroup"]);
     assert!(
         err.contains("devices.allow") && err.contains("oci-nvidia-hook-test-"),
