@@ -525,3 +525,51 @@ fn compat_libraries_are_used_only_from_a_newer_branch() {
         );
     }
 }
+
+/// Which device names the device plugin's `/dev/null` mounts give, read
+/// from a bundle's `config.json` as the hook reads it, against NVIDIA's
+/// mount-parsing table. `(mounts as (source, destination), NVIDIA's names,
+/// ours where we differ and why, source)`.
+#[allow(clippy::type_complexity)]
+#[rustfmt::skip]
+const DEVICE_MOUNTS: &[(&[(&str, &str)], &[&str], Option<(&[&str], &str)>, &str)] = &[
+    (&[], &[], None, "IMGT2:444-448"),
+    (&[("/dev/zero", "/var/run/nvidia-container-devices/GPU0")], &[], None, "IMGT2:449-458; IMG:363-367"),
+    (&[("/dev/null", "/var/run/other/GPU0")], &[], None, "IMGT2:459-468; IMG:375-378"),
+    (&[("/dev/null", "/var/run/nvidia-container-devices")], &[], None, "IMGT2:469-478; IMG:381-384"),
+    (&[("/dev/null", "/var/run/nvidia-container-devices/GPU0"), ("/dev/null", "/var/run/nvidia-container-devices/GPU1")], &["GPU0", "GPU1"], None, "IMGT2:479-483"),
+    (&[("/dev/null", "/var/run/nvidia-container-devices/GPU0-MIG0/0/1")], &["GPU0-MIG0/0/1"],
+     Some((&[], "a name with `/` names no device either way: NVIDIA's CLI then refuses it as unknown, we ignore the mount")), "IMGT2:484-488; IMG:381"),
+    (&[("/dev/null", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu=all")], &[], None, "IMGT2:489-493"),
+    (&[("/dev/null", "/var/run/nvidia-container-devices/imex/0")], &[], None, "IMGT2:494-498; IMG:340-341"),
+];
+
+#[test]
+fn device_mounts_name_the_devices_nvidia_reads_from_them() {
+    let mut wrong = Vec::new();
+    for (mounts, nvidia, ours, source) in DEVICE_MOUNTS {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mounts: Vec<serde_json::Value> = mounts
+            .iter()
+            .map(|(source, destination)| {
+                serde_json::json!({"source": source, "destination": destination, "type": "bind"})
+            })
+            .collect();
+        let config = serde_json::json!({
+            "ociVersion": "1.0.2",
+            "root": {"path": "rootfs"},
+            "process": {"cwd": "/", "args": ["sh"], "user": {"uid": 0, "gid": 0}},
+            "mounts": mounts,
+        });
+        fs::write(dir.path().join("config.json"), config.to_string()).expect("config.json");
+        let container = oci_nvidia_hook::bundle::load(dir.path()).expect("bundle");
+        let want: &[&str] = ours.map_or(*nvidia, |(ours, _)| ours);
+        if container.device_mounts != want {
+            wrong.push(format!(
+                "{source}: want {want:?}, got {:?}",
+                container.device_mounts
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
