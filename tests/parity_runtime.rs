@@ -205,15 +205,6 @@ fn expected_nodes(
         .collect()
 }
 
-/// The hook's refusal as the user sees it (runc's stderr) plus its log.
-fn failure_text(run: &Run) -> String {
-    format!(
-        "{}\n{}",
-        run.stderr,
-        run.hook_log.as_deref().unwrap_or_default()
-    )
-}
-
 /// Whether the container has the running driver's graphics core library.
 fn has_graphics(run: &Run, version: &str) -> bool {
     let name = format!("/libnvidia-glcore.so.{version}");
@@ -255,7 +246,7 @@ fn check(host: &SimHost, case: &Case) -> Result<(), String> {
             if run.succeeded() || run.report.complete {
                 return fail("NVIDIA refuses it; the container started".into());
             }
-            let text = failure_text(&run);
+            let text = run.failure_text();
             let missing: Vec<&&str> = needles.iter().filter(|n| !text.contains(**n)).collect();
             if !missing.is_empty() {
                 return fail(format!("the refusal does not name {missing:?}"));

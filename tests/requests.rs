@@ -180,14 +180,6 @@ fn expected_mig_nodes(host: &SimHost, mig: &Value) -> BTreeSet<NodeFact> {
     .collect()
 }
 
-fn failure_text(run: &Run) -> String {
-    format!(
-        "{}\n{}",
-        run.stderr,
-        run.hook_log.clone().unwrap_or_default()
-    )
-}
-
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn mig_device_by_uuid_brings_its_caps_nodes_and_nothing_else() {
@@ -313,7 +305,7 @@ fn whole_gpu_requests_never_load_nvml() {
     );
     assert!(!run.succeeded(), "{}", run.describe());
     assert!(
-        failure_text(&run).contains("NVML: driver not loaded"),
+        run.failure_text().contains("NVML: driver not loaded"),
         "{}",
         run.describe()
     );
@@ -338,7 +330,7 @@ fn requirement_above_the_driver_refuses_with_the_remedies() {
         None,
     );
     assert!(!run.succeeded(), "{}", run.describe());
-    let text = failure_text(&run);
+    let text = run.failure_text();
     for needle in ["cuda>=12.4", "535.261.03", "12.2"] {
         assert!(text.contains(needle), "{needle} missing:{}", run.describe());
     }
@@ -383,7 +375,7 @@ fn legacy_cuda_image_newer_than_the_driver_refuses() {
     let run = run_on(&host, "legacy-cuda", &[("CUDA_VERSION", "12.6.1")], None);
     assert!(!run.succeeded(), "{}", run.describe());
     assert!(
-        failure_text(&run).contains("cuda>=12.6"),
+        run.failure_text().contains("cuda>=12.6"),
         "{}",
         run.describe()
     );
@@ -402,7 +394,8 @@ fn legacy_cuda_image_with_a_version_nvidia_rejects_refuses() {
     );
     assert!(!run.succeeded(), "{}", run.describe());
     assert!(
-        failure_text(&run).contains("CUDA_VERSION \"9.0.bar\" is not a version"),
+        run.failure_text()
+            .contains("CUDA_VERSION \"9.0.bar\" is not a version"),
         "{}",
         run.describe()
     );
@@ -436,7 +429,7 @@ fn brand_and_arch_come_from_nvml() {
     );
     assert!(!run.succeeded(), "{}", run.describe());
     assert!(
-        failure_text(&run).contains("brand=geforce"),
+        run.failure_text().contains("brand=geforce"),
         "{}",
         run.describe()
     );

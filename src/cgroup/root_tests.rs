@@ -255,15 +255,21 @@ fn v2_never_attaches_where_nothing_was_attached() {
     assert!(attached(&cgroup).1.is_empty());
 }
 
-#[test]
-#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
-fn v1_writes_rules_to_the_containers_devices_cgroup() {
+/// A v1 devices cgroup that denies everything but `/dev/null` (1:3).
+fn denied_v1_cgroup(name: &str) -> TempCgroup {
     require_root();
     let mount = visible_mount(Hierarchy::V1Devices)
         .expect("this test needs a visible cgroup v1 devices mount (hybrid or v1 host)");
-    let cgroup = TempCgroup::new(&mount, "v1");
+    let cgroup = TempCgroup::new(&mount, name);
     cgroup.write("devices.deny", "a");
     cgroup.write("devices.allow", "c 1:3 rwm");
+    cgroup
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run make test")]
+fn v1_writes_rules_to_the_containers_devices_cgroup() {
+    let cgroup = denied_v1_cgroup("v1");
     let before = Prober::spawn();
     cgroup.write("cgroup.procs", &before.pid().to_string());
     assert_only_null_opens(&before.run());
@@ -286,12 +292,7 @@ fn v1_writes_rules_to_the_containers_devices_cgroup() {
 fn a_process_no_longer_held_gets_no_grant() {
     // The caller's pidfd says the process it checked is gone: whatever now
     // answers to the pid, its cgroup is left as it was.
-    require_root();
-    let mount = visible_mount(Hierarchy::V1Devices)
-        .expect("this test needs a visible cgroup v1 devices mount (hybrid or v1 host)");
-    let cgroup = TempCgroup::new(&mount, "v1-not-held");
-    cgroup.write("devices.deny", "a");
-    cgroup.write("devices.allow", "c 1:3 rwm");
+    let cgroup = denied_v1_cgroup("v1-not-held");
     let prober = Prober::spawn();
     cgroup.write("cgroup.procs", &prober.pid().to_string());
     let before = fs::read_to_string(cgroup.path.join("devices.list")).unwrap();

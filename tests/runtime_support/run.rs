@@ -121,6 +121,18 @@ impl Run {
         run
     }
 
+    /// The hook's refusal as the user sees it (the runtime's stderr) plus
+    /// the hook's log.
+    // Used by the suites that check refusals (requests.rs, parity_runtime.rs).
+    #[allow(dead_code)]
+    pub fn failure_text(&self) -> String {
+        format!(
+            "{}\n{}",
+            self.stderr,
+            self.hook_log.as_deref().unwrap_or_default()
+        )
+    }
+
     /// The runtime exited with success.
     pub fn succeeded(&self) -> bool {
         self.status.is_some_and(|s| s.success())
