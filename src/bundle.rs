@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{
-    Capability, LinuxCapabilities, LinuxNamespace, LinuxNamespaceType, Mount, Root,
+    Capability, LinuxCapabilities, LinuxDeviceType, LinuxNamespace, LinuxNamespaceType, Mount, Root,
 };
 use serde::Deserialize;
 use thiserror::Error;
@@ -51,6 +51,19 @@ struct Process {
 #[derive(Debug, Deserialize)]
 struct Linux {
     namespaces: Option<Vec<LinuxNamespace>>,
+    devices: Option<Vec<Device>>,
+}
+
+/// The parts of a `linux.devices` entry the CDI hook reads. oci-spec's own
+/// `LinuxDevice` is not used: it requires fields a runtime may leave out.
+#[derive(Debug, Deserialize)]
+struct Device {
+    #[serde(rename = "type")]
+    kind: LinuxDeviceType,
+    #[serde(default)]
+    major: i64,
+    #[serde(default)]
+    minor: i64,
 }
 
 /// The container as its bundle describes it.
@@ -66,6 +79,18 @@ pub struct Container {
     pub privileged: bool,
     /// Devices requested by `/dev/null` mounts at `/var/run/nvidia-container-devices/<device>`.
     pub device_mounts: Vec<String>,
+    /// The character devices the runtime itself creates (`linux.devices`):
+    /// what a CDI spec or the runtime wrapper granted the container.
+    pub devices: Vec<GrantedNode>,
+}
+
+/// A character device node the runtime creates in the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantedNode {
+    /// Its major number.
+    pub major: u32,
+    /// Its minor number.
+    pub minor: u32,
 }
 
 /// Where the Kubernetes device plugin's "volume-mounts" strategy puts its requests.
@@ -104,6 +129,20 @@ pub fn load(bundle: &Path) -> Result<Container> {
         .as_ref()
         .and_then(|l| l.namespaces.as_ref())
         .is_some_and(|ns| ns.iter().any(|n| n.typ() == LinuxNamespaceType::User));
+    let devices = spec
+        .linux
+        .as_ref()
+        .and_then(|l| l.devices.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|d| d.kind == LinuxDeviceType::C)
+        .filter_map(|d| {
+            Some(GrantedNode {
+                major: u32::try_from(d.major).ok()?,
+                minor: u32::try_from(d.minor).ok()?,
+            })
+        })
+        .collect();
     let device_mounts = spec
         .mounts
         .iter()
@@ -119,6 +158,7 @@ pub fn load(bundle: &Path) -> Result<Container> {
         user_namespace,
         privileged,
         device_mounts,
+        devices,
     })
 }
 

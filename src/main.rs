@@ -51,7 +51,7 @@ fn run() -> Status {
     if let Err(e) = logging::init(&config.log) {
         return fail(&e);
     }
-    match cli::run(&cli.command, &config) {
+    match cli::run(&cli.command, &config, cli.config.as_deref()) {
         Ok(()) => Status::Success,
         Err(e) if e.is_broken_pipe() => Status::Success,
         Err(e) => {

@@ -12,12 +12,12 @@ use std::path::Path;
 
 use thiserror::Error;
 
-use crate::bundle::Container;
+use crate::bundle::{Container, GrantedNode};
 use crate::config::Config;
-use crate::driver::{self, CudaVersion, Inventory};
+use crate::driver::{self, CudaVersion, Inventory, NodeRole};
 use crate::image::{self, Image, ImageLayout};
 use crate::plan::{self, NodeMode, Plan};
-use crate::request::{self, Capabilities, Capability, DeviceSelection, Request};
+use crate::request::{self, Capabilities, Capability, DeviceId, DeviceSelection, Request};
 use crate::require::{self, DeviceFacts, Facts, Requirements};
 
 /// Why a request cannot be planned on this host.
@@ -35,6 +35,8 @@ pub enum Error {
     Image(#[from] image::Error),
     #[error(transparent)]
     Plan(#[from] plan::Error),
+    #[error("the CDI spec was generated for driver {made_for}, but the host runs driver {running}: generate it again (oci-nvidia-hook cdi generate)")]
+    StaleSpec { made_for: String, running: String },
 }
 
 /// Result of planning.
@@ -296,6 +298,101 @@ pub fn plan_for(config: &Config, source: Source<'_>, image: ImageSource<'_>) -> 
         inventory: Some(inventory),
         plan,
     })
+}
+
+/// What a runtime granted a container from a spec we generated (CDI, or
+/// the runtime wrapper's `config.json`), and how that spec was made: the
+/// hook that finishes the job plans from this, never from the environment.
+#[derive(Debug, Clone, Copy)]
+pub struct Granted<'a> {
+    /// The character devices the runtime creates (`linux.devices`).
+    pub nodes: &'a [GrantedNode],
+    /// The capabilities the spec's mounts carry.
+    pub capabilities: &'a str,
+    /// The layout of the spec's container paths.
+    pub layout: ImageLayout,
+    /// The driver the spec was made for.
+    pub driver_version: &'a str,
+}
+
+/// The plan for what the runtime granted: the GPUs and MIG devices whose
+/// nodes it creates, the spec's capabilities and layout. Refuses a spec
+/// made for another driver: its mounts name files that changed.
+pub fn plan_granted(config: &Config, granted: Granted<'_>) -> Result<Planned> {
+    let capabilities = restrict(
+        Capabilities::from_variable(Some(granted.capabilities), false)?,
+        config,
+    );
+    let mut effective = Effective {
+        request: Request::new(DeviceSelection::None, capabilities),
+        requirements: Requirements::default(),
+        node_mode: NodeMode::Mknod,
+    };
+    let mut inventory = discover(config, &effective)?;
+    if inventory.driver_version != granted.driver_version {
+        return Err(Error::StaleSpec {
+            made_for: granted.driver_version.to_string(),
+            running: inventory.driver_version,
+        });
+    }
+    effective.request.devices = granted_devices(&inventory, granted.nodes);
+    let image = self::image(config, &inventory, ImageSource::Layout(granted.layout))?;
+    let plan = plan(&effective, &mut inventory, &image)?;
+    Ok(Planned {
+        effective,
+        inventory: Some(inventory),
+        plan,
+    })
+}
+
+/// The devices whose nodes are among `nodes`: a GPU by its `nvidiaN`
+/// node, a MIG device by its two `nvidia-capN` nodes beside its GPU's,
+/// named in the older form that procfs resolves without NVML.
+fn granted_devices(inventory: &Inventory, nodes: &[GrantedNode]) -> DeviceSelection {
+    let has = |role: NodeRole, minor: u32| {
+        inventory
+            .nodes
+            .iter()
+            .filter(|n| n.role == role && n.minor == minor)
+            .any(|n| {
+                nodes.contains(&GrantedNode {
+                    major: n.major,
+                    minor,
+                })
+            })
+    };
+    let mut ids = Vec::new();
+    for gpu in inventory
+        .gpus
+        .iter()
+        .filter(|g| has(NodeRole::Gpu, g.minor))
+    {
+        ids.push(DeviceId::Index(gpu.index));
+        for gi in inventory
+            .mig_instances
+            .iter()
+            .filter(|i| i.parent == gpu.index)
+        {
+            if !has(NodeRole::Capability, gi.access.minor) {
+                continue;
+            }
+            for ci in gi
+                .compute
+                .iter()
+                .filter(|c| has(NodeRole::Capability, c.access.minor))
+            {
+                ids.push(DeviceId::Mig(format!(
+                    "MIG-{}/{}/{}",
+                    gpu.uuid, gi.id, ci.id
+                )));
+            }
+        }
+    }
+    if ids.is_empty() {
+        DeviceSelection::None
+    } else {
+        DeviceSelection::List(ids)
+    }
 }
 
 /// Checks `requirements` on every GPU `plan` selected (a MIG device's

@@ -285,9 +285,9 @@ impl Request {
         Request::new(DeviceSelection::Void, Capabilities::empty())
     }
 
-    /// Whether NVML must be asked: MIG devices are known only to it.
+    /// Whether NVML must be asked: MIG devices by UUID or index are known only to it.
     pub fn needs_nvml(&self) -> bool {
-        matches!(&self.devices, DeviceSelection::List(ids) if ids.iter().any(DeviceId::is_mig))
+        matches!(&self.devices, DeviceSelection::List(ids) if ids.iter().any(DeviceId::needs_nvml))
     }
 }
 

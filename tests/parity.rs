@@ -288,6 +288,7 @@ fn outcome_of(case: &Case, hosts: &Hosts) -> String {
         user_namespace: false,
         privileged: case.privileged,
         device_mounts: case.mounts.iter().map(|m| expand(m, sim)).collect(),
+        devices: Vec::new(),
     };
     let planned = match planner::plan_for(
         &config,
@@ -493,6 +494,7 @@ fn compat_used(sim: &SimHost, image: &Path) -> bool {
         user_namespace: false,
         privileged: false,
         device_mounts: Vec::new(),
+        devices: Vec::new(),
     };
     let planned = planner::plan_for(
         &config,

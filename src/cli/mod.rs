@@ -2,15 +2,17 @@
 //! the plan. Each command writes its whole output to stdout and returns an
 //! error for `main` to report on one line.
 
+mod cdi;
 mod info;
 mod list;
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use thiserror::Error;
 
+use crate::cdi::Format;
 use crate::config::Config;
 use crate::image::ImageLayout;
 use crate::{bundle, driver, hook, planner};
@@ -32,6 +34,12 @@ pub enum Error {
     Hook(#[from] hook::Error),
     #[error("refusing to run as hook stage {stage:?}: oci-nvidia-hook runs only at prestart or createRuntime (in the runtime's namespaces, before pivot_root)")]
     Stage { stage: String },
+    #[error("refusing to run the CDI hook at stage {stage:?}: it runs only at createRuntime (in the runtime's namespaces, before pivot_root)")]
+    CdiStage { stage: String },
+    #[error(transparent)]
+    Cdi(#[from] crate::cdi::Error),
+    #[error("cannot name this program or its config for the spec's hook: {source}")]
+    Exe { source: io::Error },
 }
 
 impl Error {
@@ -84,6 +92,28 @@ pub enum Command {
         #[arg(long, value_name = "DIR", conflicts_with_all = ["device", "capabilities", "layout"])]
         bundle: Option<PathBuf>,
     },
+    /// Container Device Interface: generate and list the host's spec.
+    Cdi {
+        /// What to do with the spec.
+        #[command(subcommand)]
+        command: CdiCommand,
+    },
+    /// The createRuntime hook of a CDI spec we generated: loader cache, links
+    /// and /proc/driver/nvidia mask, after the runtime added nodes and mounts.
+    #[command(name = "cdi-hook")]
+    CdiHook {
+        /// The OCI stage it runs at; only createRuntime is accepted.
+        stage: String,
+        /// The driver version the spec was made for.
+        #[arg(long, value_name = "VERSION")]
+        driver_version: String,
+        /// The capabilities the spec's mounts carry.
+        #[arg(long, value_name = "LIST")]
+        capabilities: String,
+        /// The library layout of the spec's container paths.
+        #[arg(long, value_enum)]
+        layout: Layout,
+    },
     /// OCI hook: inject the GPUs the container asks for (state JSON on stdin).
     Prestart,
     /// OCI hook at createRuntime: the same point as prestart.
@@ -92,6 +122,53 @@ pub enum Command {
     /// Any other hook stage is refused.
     #[command(external_subcommand)]
     Other(Vec<String>),
+}
+
+/// What `cdi` does.
+#[derive(Debug, Subcommand)]
+pub enum CdiCommand {
+    /// Write the spec for every GPU of this host (atomically, mode 0644).
+    Generate {
+        /// Where to write it; - for stdout.
+        #[arg(long, default_value = crate::cdi::DEFAULT_OUTPUT, value_name = "FILE")]
+        output: PathBuf,
+        /// Encoding [default: from the output's extension, yaml for stdout].
+        #[arg(long, value_enum)]
+        format: Option<SpecFormat>,
+        /// Device names to write: index (0, 0:1), uuid (GPU-…, MIG-…), or both.
+        #[arg(long, default_value = cdi::DEFAULT_STRATEGIES, value_name = "LIST")]
+        device_name_strategy: String,
+        /// Capabilities whose files the spec mounts [default: all the config supports].
+        #[arg(long, value_name = "LIST")]
+        capabilities: Option<String>,
+        /// Library layout of the container paths.
+        #[arg(long, value_enum, default_value = "debian")]
+        layout: Layout,
+    },
+    /// Print the device names a spec for this host offers (nvidia.com/gpu=…).
+    List {
+        /// Device names: index, uuid, or both.
+        #[arg(long, default_value = cdi::DEFAULT_STRATEGIES, value_name = "LIST")]
+        device_name_strategy: String,
+    },
+}
+
+/// Spec encodings selectable on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SpecFormat {
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+impl From<SpecFormat> for Format {
+    fn from(format: SpecFormat) -> Self {
+        match format {
+            SpecFormat::Yaml => Format::Yaml,
+            SpecFormat::Json => Format::Json,
+        }
+    }
 }
 
 /// Image layouts selectable on the command line.
@@ -112,8 +189,9 @@ impl From<Layout> for ImageLayout {
     }
 }
 
-/// Runs `command` with `config`, writing to stdout.
-pub fn run(command: &Command, config: &Config) -> Result<()> {
+/// Runs `command` with `config` (read from `config_path` when one was
+/// given), writing to stdout.
+pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Result<()> {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     match command {
@@ -134,6 +212,53 @@ pub fn run(command: &Command, config: &Config) -> Result<()> {
                 },
             };
             list::run(config, ask, *json, &mut out)?
+        }
+        Command::Cdi {
+            command:
+                CdiCommand::Generate {
+                    output,
+                    format,
+                    device_name_strategy,
+                    capabilities,
+                    layout,
+                },
+        } => cdi::generate(
+            config,
+            config_path,
+            &cdi::Generate {
+                output,
+                format: format.map(Format::from),
+                strategies: device_name_strategy,
+                capabilities: capabilities.as_deref(),
+                layout: (*layout).into(),
+            },
+            &mut out,
+        )?,
+        Command::Cdi {
+            command: CdiCommand::List {
+                device_name_strategy,
+            },
+        } => cdi::list(config, device_name_strategy, &mut out)?,
+        Command::CdiHook {
+            stage,
+            driver_version,
+            capabilities,
+            layout,
+        } => {
+            if stage != crate::cdi::HOOK_STAGE {
+                return Err(Error::CdiStage {
+                    stage: stage.clone(),
+                });
+            }
+            hook::run_granted(
+                config,
+                io::stdin(),
+                &hook::SpecMade {
+                    driver_version: driver_version.clone(),
+                    capabilities: capabilities.clone(),
+                    layout: (*layout).into(),
+                },
+            )?
         }
         Command::Prestart | Command::CreateRuntime => hook::run(config, io::stdin())?,
         Command::Other(args) => {

@@ -12,7 +12,7 @@ mod pid;
 mod state;
 
 use std::io::{self, Read};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -23,9 +23,10 @@ pub use state::{parse as parse_state, ContainerState, MAX_STATE, STATE_TIMEOUT};
 
 use crate::bundle;
 use crate::config::Config;
+use crate::image::ImageLayout;
 use crate::inject::{self, LinuxSys, Sources, Sys};
-use crate::plan::NodeMode;
-use crate::planner::{self, ImageSource, Source};
+use crate::plan::{NodeMode, Plan};
+use crate::planner::{self, Granted, ImageSource, Source};
 use crate::{cgroup, request};
 
 /// Why the hook refused or failed; `main` prints it on one line.
@@ -70,15 +71,36 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// config's `proc-root` only relocates the driver's files).
 const PROC: &str = "/proc";
 
-/// Runs the hook with the state read from `stdin`.
-pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
+/// A container being created, checked: its state, the process held, its bundle.
+struct Creating {
+    state: ContainerState,
+    pidfd: Option<OwnedFd>,
+    container: bundle::Container,
+}
+
+/// Reads the state from `stdin` and checks that its pid is a container
+/// being created, seen from outside it; then reads its bundle.
+fn creating(stdin: impl Read + AsFd) -> Result<Creating> {
     // Modes we pass are exact: device nodes keep the host node's mode.
     umask(Mode::empty());
     let state = state::parse(&state::read(stdin)?)?;
-    let proc = Path::new(PROC);
-    let pidfd = pid::refuse_inside_container(proc, state.pid)?;
+    let pidfd = pid::refuse_inside_container(Path::new(PROC), state.pid)?;
+    let container = bundle::load(&state.bundle)?;
+    Ok(Creating {
+        state,
+        pidfd,
+        container,
+    })
+}
 
-    let mut container = bundle::load(&state.bundle)?;
+/// Runs the hook with the state read from `stdin`.
+pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
+    let Creating {
+        state,
+        pidfd,
+        mut container,
+    } = creating(stdin)?;
+    let proc = Path::new(PROC);
     let name_container = |source: planner::Error| match source {
         planner::Error::Request(source) => Error::Request {
             id: state.id.clone(),
@@ -171,6 +193,75 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         summary.symlinks,
         summary.loader_entries,
         effective.request.capabilities
+    );
+    Ok(())
+}
+
+/// How the spec that granted a container its devices was made: the
+/// `cdi-hook` arguments `cdi generate` (or the runtime wrapper) wrote.
+#[derive(Debug, Clone)]
+pub struct SpecMade {
+    /// The driver version it was made for.
+    pub driver_version: String,
+    /// The capabilities its mounts carry.
+    pub capabilities: String,
+    /// The layout of its container paths.
+    pub layout: ImageLayout,
+}
+
+/// The `createRuntime` hook of a spec we generated. The runtime created
+/// the nodes, granted the device cgroup and made the mounts; what is left
+/// is what a runtime cannot do: the SONAME and development links, the
+/// loader cache and its `ld.so.conf.d` entry, and the masked
+/// `/proc/driver/nvidia` showing the granted GPUs only. Outside the
+/// container, as the prestart hook; it touches no cgroup and execs nothing.
+pub fn run_granted(config: &Config, stdin: impl Read + AsFd, made: &SpecMade) -> Result<()> {
+    let Creating {
+        state,
+        pidfd,
+        container,
+    } = creating(stdin)?;
+    let proc = Path::new(PROC);
+    let started = Instant::now();
+    let planned = planner::plan_granted(
+        config,
+        Granted {
+            nodes: &container.devices,
+            capabilities: &made.capabilities,
+            layout: made.layout,
+            driver_version: &made.driver_version,
+        },
+    )?;
+    // The runtime owns the nodes, the cgroup and the mounts.
+    let plan = Plan {
+        devices: Vec::new(),
+        mounts: Vec::new(),
+        cgroup_rules: Vec::new(),
+        ..planned.plan
+    };
+    if log::log_enabled!(log::Level::Debug) {
+        log::debug!(
+            "container {}: granted {:?}, planned {}",
+            state.id,
+            planned.effective.request.devices,
+            serde_json::to_string(&plan).unwrap_or_default()
+        );
+    }
+    let userns = inject::userns::detect(proc, state.pid)?;
+    pid::still_held(proc, state.pid, pidfd.as_ref())?;
+    let sys = LinuxSys::default();
+    let mut sources = Sources::open(&sys, &plan)?;
+    if let Some((uid, gid)) = userns.and_then(|ns| ns.root) {
+        inject::userns::act_as(uid, gid)?;
+    }
+    sys.enter_mount_namespace(proc, state.pid, pidfd.as_ref().map(AsFd::as_fd))?;
+    let summary = inject::apply(&sys, &plan, &mut sources, &container.rootfs)?;
+    log::info!(
+        "container {}: CDI: {} links, {} loader entries in {} µs",
+        state.id,
+        summary.symlinks,
+        summary.loader_entries,
+        started.elapsed().as_micros()
     );
     Ok(())
 }

@@ -87,6 +87,18 @@ pub fn select<'a>(
         let duplicate = selected.iter().any(|s| match (s, &device) {
             (Selected::Gpu(a), Selected::Gpu(b)) => a.index == b.index,
             (Selected::Mig { mig: a, .. }, Selected::Mig { mig: b, .. }) => a.uuid == b.uuid,
+            (
+                Selected::Instance {
+                    gpu_instance: a,
+                    compute_instance: x,
+                    ..
+                },
+                Selected::Instance {
+                    gpu_instance: b,
+                    compute_instance: y,
+                    ..
+                },
+            ) => a.parent == b.parent && a.id == b.id && x.id == y.id,
             _ => false,
         });
         if !duplicate {
@@ -133,6 +145,9 @@ fn find_gpu<'a>(gpus: &'a [Gpu], id: &DeviceId) -> Option<&'a Gpu> {
 }
 
 fn find_mig<'a>(inventory: &'a Inventory, id: &DeviceId) -> Result<Option<Selected<'a>>> {
+    if let (None, Some(instance)) = (&inventory.mig, id.instance()) {
+        return Ok(find_instance(inventory, &instance));
+    }
     let migs = inventory.mig.as_deref().ok_or_else(|| Error::NeedsNvml {
         item: id.to_string(),
     })?;
@@ -157,6 +172,28 @@ fn find_mig<'a>(inventory: &'a Inventory, id: &DeviceId) -> Result<Option<Select
             mig,
         })
     }))
+}
+
+/// An older-form MIG name resolved from procfs alone, as `all` takes MIG
+/// devices: NVML was not asked, and the name needs no UUID it knows.
+fn find_instance<'a>(
+    inventory: &'a Inventory,
+    (uuid, gi, ci): &(String, u32, u32),
+) -> Option<Selected<'a>> {
+    let parent = inventory
+        .gpus
+        .iter()
+        .find(|g| g.uuid.eq_ignore_ascii_case(uuid))?;
+    let gpu_instance = inventory
+        .mig_instances
+        .iter()
+        .find(|i| i.parent == parent.index && i.id == *gi)?;
+    let compute_instance = gpu_instance.compute.iter().find(|c| c.id == *ci)?;
+    Some(Selected::Instance {
+        parent,
+        gpu_instance,
+        compute_instance,
+    })
 }
 
 /// The host's devices, for an error about one that does not exist.

@@ -790,3 +790,39 @@ fn a_host_without_gpus_selects_none_whatever_the_list_names() {
     let nodes: Vec<&Path> = plan.devices.iter().map(|d| d.path.as_path()).collect();
     assert_eq!(nodes, [Path::new("/dev/nvidiactl")]);
 }
+
+/// `MIG-GPU-<uuid>/<gi>/<ci>` names a GPU and its instance ids, which
+/// procfs lists: it resolves without NVML, to that instance's caps, its
+/// GPU's node and its access files, and names no instance twice.
+#[test]
+fn older_mig_name_resolves_from_procfs_without_nvml() {
+    let inv = mig_host();
+    assert!(inv.mig.is_none());
+    let parent = inv.gpus.iter().find(|g| g.index == 1).unwrap();
+    let name = format!("MIG-{}/2/0", parent.uuid);
+    let plan = Plan::build(
+        &inv,
+        &request(&format!("{name},{name}"), "utility"),
+        &ImageLayout::Debian.into(),
+        NodeMode::Mknod,
+    )
+    .unwrap();
+    assert_eq!(cap_minors(&plan), [21, 22]);
+    assert!(device_paths(&plan).contains(&format!("/dev/nvidia{}", parent.minor)));
+    assert_eq!(
+        proc_files(&plan),
+        [
+            "capabilities/gpu0/mig/gi2/access",
+            "capabilities/gpu0/mig/gi2/ci0/access"
+        ]
+    );
+    let unknown = format!("MIG-{}/3/0", parent.uuid);
+    let err = Plan::build(
+        &inv,
+        &request(&unknown, "utility"),
+        &ImageLayout::Debian.into(),
+        NodeMode::Mknod,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::UnknownDevice { .. }), "{err}");
+}

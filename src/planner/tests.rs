@@ -9,6 +9,7 @@ fn container(env: &[&str], privileged: bool, device_mounts: &[&str]) -> Containe
         user_namespace: false,
         privileged,
         device_mounts: device_mounts.iter().map(|d| d.to_string()).collect(),
+        devices: Vec::new(),
     }
 }
 

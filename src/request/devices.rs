@@ -40,6 +40,31 @@ impl DeviceId {
     pub fn is_mig(&self) -> bool {
         matches!(self, DeviceId::Mig(_) | DeviceId::MigIndex { .. })
     }
+
+    /// Whether only NVML can resolve this: a MIG device by UUID or index.
+    /// The older `MIG-GPU-<uuid>/<gi>/<ci>` names its GPU and instance ids,
+    /// which the kernel module's capability files list on their own.
+    pub fn needs_nvml(&self) -> bool {
+        match self {
+            DeviceId::Mig(_) => self.instance().is_none(),
+            DeviceId::MigIndex { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The parent GPU's UUID and the GPU and compute instance ids of an
+    /// older-form MIG name, `MIG-GPU-<uuid>/<gi>/<ci>`.
+    pub fn instance(&self) -> Option<(String, u32, u32)> {
+        let DeviceId::Mig(name) = self else {
+            return None;
+        };
+        let rest = name.strip_prefix("MIG-GPU-")?;
+        let mut parts = rest.split('/');
+        let uuid = format!("GPU-{}", parts.next()?);
+        let gi = parts.next()?.parse().ok()?;
+        let ci = parts.next()?.parse().ok()?;
+        parts.next().is_none().then_some((uuid, gi, ci))
+    }
 }
 
 impl std::fmt::Display for DeviceId {
@@ -537,6 +562,20 @@ mod tests {
         );
         assert!(DeviceId::MigIndex { gpu: 0, mig: 1 }.is_mig());
         assert!(!DeviceId::Index(0).is_mig());
+    }
+
+    #[test]
+    fn older_mig_names_need_no_nvml() {
+        let old = DeviceId::Mig("MIG-GPU-b1028956-cfa2-0990-bf4a-5da9abb51763/3/0".into());
+        assert!(old.is_mig());
+        assert!(!old.needs_nvml());
+        assert_eq!(
+            old.instance(),
+            Some(("GPU-b1028956-cfa2-0990-bf4a-5da9abb51763".into(), 3, 0))
+        );
+        assert!(DeviceId::Mig("MIG-b1028956-cfa2-0990-bf4a-5da9abb51763".into()).needs_nvml());
+        assert!(DeviceId::MigIndex { gpu: 0, mig: 1 }.needs_nvml());
+        assert!(!DeviceId::Index(0).needs_nvml());
         assert_eq!(DeviceId::MigIndex { gpu: 2, mig: 3 }.to_string(), "2:3");
     }
 

@@ -1,0 +1,140 @@
+//! A plan as container edits: the part of it a runtime applies itself
+//! (device nodes with their cgroup permissions, bind mounts), plus the one
+//! `createRuntime` hook that does the rest (loader cache, links, the
+//! `/proc/driver/nvidia` mask). The CDI spec and the runtime wrapper both
+//! take their edits from here, so neither re-derives what a plan means.
+
+use std::path::PathBuf;
+
+use super::spec::{ContainerEdits, DeviceNode, Hook, Mount};
+use crate::image::ImageLayout;
+use crate::plan::{self, Plan};
+
+/// The one environment every hook entry we generate runs with: explicit,
+/// never the runtime's or the container's.
+pub const HOOK_ENV: [&str; 1] =
+    ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"];
+
+/// What keeps a `hooks.d` copy of our hook, or NVIDIA's, from injecting a
+/// second time into a container whose devices the runtime already added:
+/// both read `void` as "not a GPU container". CDI appends it after the
+/// image's own environment, so it wins.
+pub const VISIBLE_DEVICES_VOID: &str = "NVIDIA_VISIBLE_DEVICES=void";
+
+/// The cgroup access we grant: read and write, never mknod.
+const PERMISSIONS: &str = "rw";
+
+/// How the spec's hook calls this binary back at `createRuntime`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Callback {
+    /// This binary, absolute.
+    pub program: PathBuf,
+    /// The configuration the spec was made with, absolute; `None` for the default path.
+    pub config: Option<PathBuf>,
+    /// The driver version the spec was made for: the hook refuses another.
+    pub driver_version: String,
+    /// The capabilities whose files the spec mounts.
+    pub capabilities: String,
+    /// The library layout the spec's mounts follow.
+    pub layout: ImageLayout,
+}
+
+/// The subcommand the hook runs.
+pub const HOOK_COMMAND: &str = "cdi-hook";
+
+/// The only stage it runs at.
+pub const HOOK_STAGE: &str = "createRuntime";
+
+impl Callback {
+    /// The `createRuntime` hook entry, with its explicit environment.
+    pub fn hook(&self) -> Hook {
+        let mut args: Vec<String> = vec![
+            "oci-nvidia-hook".into(),
+            HOOK_COMMAND.into(),
+            HOOK_STAGE.into(),
+            "--driver-version".into(),
+            self.driver_version.clone(),
+            "--capabilities".into(),
+            self.capabilities.clone(),
+            "--layout".into(),
+            layout_name(self.layout).into(),
+        ];
+        if let Some(config) = &self.config {
+            args.push("--config".into());
+            args.push(config.display().to_string());
+        }
+        Hook {
+            hook_name: HOOK_STAGE.into(),
+            path: self.program.clone(),
+            args,
+            env: HOOK_ENV.iter().map(|e| (*e).to_string()).collect(),
+            timeout: None,
+        }
+    }
+}
+
+/// A layout as the command line spells it.
+pub fn layout_name(layout: ImageLayout) -> &'static str {
+    match layout {
+        ImageLayout::Debian => "debian",
+        ImageLayout::Rpm => "rpm",
+    }
+}
+
+/// `nodes` as CDI device nodes, each with its host node where that is elsewhere.
+pub fn device_nodes<'a>(nodes: impl IntoIterator<Item = &'a plan::DeviceNode>) -> Vec<DeviceNode> {
+    nodes
+        .into_iter()
+        .map(|node| DeviceNode {
+            path: node.path.clone(),
+            host_path: (node.host_path != node.path).then(|| node.host_path.clone()),
+            kind: Some("c".into()),
+            major: Some(node.major.into()),
+            minor: Some(node.minor.into()),
+            file_mode: Some(node.mode & 0o7777),
+            permissions: Some(PERMISSIONS.into()),
+            uid: None,
+            gid: None,
+        })
+        .collect()
+}
+
+/// The plan's bind mounts, with the options the hook would mount them with.
+pub fn mounts(plan: &Plan) -> Vec<Mount> {
+    plan.mounts
+        .iter()
+        .map(|m| {
+            let mut options: Vec<String> =
+                m.options.names().into_iter().map(String::from).collect();
+            options.push("bind".into());
+            Mount {
+                host_path: m.source.clone(),
+                container_path: m.destination.clone(),
+                options,
+                kind: Some("bind".into()),
+            }
+        })
+        .collect()
+}
+
+/// Everything of `plan` for one container: its nodes, mounts, the
+/// `void` marker and the hook. What a spec splits between its devices and
+/// its spec-wide edits, the runtime wrapper writes at once.
+pub fn container_edits(plan: &Plan, callback: &Callback) -> ContainerEdits {
+    ContainerEdits {
+        env: vec![VISIBLE_DEVICES_VOID.into()],
+        device_nodes: device_nodes(&plan.devices),
+        hooks: vec![callback.hook()],
+        mounts: mounts(plan),
+    }
+}
+
+/// The nodes of `plan` that `common` does not have: what one device adds.
+pub fn nodes_beyond<'a>(
+    plan: &'a Plan,
+    common: &'a Plan,
+) -> impl Iterator<Item = &'a plan::DeviceNode> {
+    plan.devices
+        .iter()
+        .filter(move |node| !common.devices.iter().any(|c| c.path == node.path))
+}

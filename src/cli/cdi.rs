@@ -1,0 +1,127 @@
+//! `cdi generate` and `cdi list`: the host's CDI spec, written or named.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::{Error, Result};
+use crate::cdi::{self, Format, Options, Spec};
+use crate::config::Config;
+use crate::image::ImageLayout;
+
+/// How `cdi generate` was asked to make the spec.
+#[derive(Debug, Clone)]
+pub struct Generate<'a> {
+    /// Where to write it; `-` for stdout.
+    pub output: &'a Path,
+    /// The encoding; `None` follows the output's extension.
+    pub format: Option<Format>,
+    /// `--device-name-strategy`, as given.
+    pub strategies: &'a str,
+    /// `--capabilities`, as given.
+    pub capabilities: Option<&'a str>,
+    /// `--layout`.
+    pub layout: ImageLayout,
+}
+
+/// The spec for this host, made as `generate` asks, its hook reading the
+/// config at `config_path` (absolute) when one was given.
+fn spec(
+    config: &Config,
+    config_path: Option<&Path>,
+    strategies: &str,
+    capabilities: Option<&str>,
+    layout: ImageLayout,
+) -> Result<Spec> {
+    let strategies = cdi::parse_strategies(strategies)?;
+    let program = std::env::current_exe().map_err(|source| Error::Exe { source })?;
+    let config_path = config_path
+        .map(std::path::absolute)
+        .transpose()
+        .map_err(|source| Error::Exe { source })?;
+    Ok(cdi::generate(
+        config,
+        &Options {
+            strategies,
+            capabilities: capabilities.map(str::to_string),
+            layout,
+            program,
+            config_path,
+        },
+    )?)
+}
+
+/// Generates the spec and writes it atomically (or to `out` for `-`).
+pub fn generate(
+    config: &Config,
+    config_path: Option<&Path>,
+    ask: &Generate<'_>,
+    out: &mut impl Write,
+) -> Result<()> {
+    let spec = spec(
+        config,
+        config_path,
+        ask.strategies,
+        ask.capabilities,
+        ask.layout,
+    )?;
+    let to_stdout = ask.output == Path::new("-");
+    let format = ask.format.unwrap_or(if to_stdout {
+        Format::Yaml
+    } else {
+        Format::of(ask.output)
+    });
+    let data = format.encode(&spec)?;
+    if to_stdout {
+        out.write_all(&data)?;
+        return Ok(());
+    }
+    if ask.output == Path::new(cdi::DEFAULT_OUTPUT) {
+        create_default_dir(ask.output)?;
+    }
+    cdi::write_atomically(ask.output, &data)?;
+    log::info!(
+        "wrote {} ({} devices, cdiVersion {}, driver {})",
+        ask.output.display(),
+        spec.devices.len(),
+        spec.cdi_version,
+        driver_of(&spec).unwrap_or("?")
+    );
+    Ok(())
+}
+
+/// `/var/run/cdi` may not exist before the first spec.
+fn create_default_dir(output: &Path) -> Result<()> {
+    let Some(dir) = output.parent() else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).map_err(|source| {
+        Error::Cdi(cdi::Error::CreateDir {
+            path: PathBuf::from(dir),
+            source,
+        })
+    })
+}
+
+/// The driver version a spec of ours records in its hook's arguments.
+pub fn driver_of(spec: &Spec) -> Option<&str> {
+    spec.container_edits
+        .hooks
+        .iter()
+        .filter(|h| h.args.get(1).map(String::as_str) == Some(cdi::HOOK_COMMAND))
+        .find_map(|h| {
+            let at = h.args.iter().position(|a| a == "--driver-version")?;
+            h.args.get(at + 1).map(String::as_str)
+        })
+}
+
+/// Prints the fully qualified names of the devices a spec for this host offers.
+pub fn list(config: &Config, strategies: &str, out: &mut impl Write) -> Result<()> {
+    let spec = spec(config, None, strategies, None, ImageLayout::Debian)?;
+    for device in &spec.devices {
+        writeln!(out, "{}={}", spec.kind, device.name)?;
+    }
+    Ok(())
+}
+
+/// The name strategies `cdi list` and `cdi generate` use unless told.
+pub const DEFAULT_STRATEGIES: &str = "index,uuid";
