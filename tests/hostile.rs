@@ -67,9 +67,12 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
 struct Case {
     dir: tempfile::TempDir,
     bundle: PathBuf,
+    /// The hook's arguments after `--config`.
+    args: Vec<String>,
 }
 
 impl Case {
+    /// A GPU container for the prestart hook.
     fn new() -> Case {
         let dir = tempfile::tempdir().unwrap();
         let bundle = bundle(
@@ -83,7 +86,45 @@ impl Case {
         fs::create_dir_all(canary.join("nvidia")).unwrap();
         fs::write(canary.join("passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
         fs::write(canary.join("ld.so.cache"), "host cache\n").unwrap();
-        Case { dir, bundle }
+        Case {
+            dir,
+            bundle,
+            args: vec!["prestart".into()],
+        }
+    }
+
+    /// A container a runtime created from our CDI spec with GPU index 0:
+    /// its node in `linux.devices`, `NVIDIA_VISIBLE_DEVICES=void` appended,
+    /// and our `cdi-hook` at createRuntime. The runtime's mounts are not
+    /// there (no runtime ran): the hook's own work is what is tested.
+    fn cdi(sim: &SimHost) -> Case {
+        let mut case = Case::new();
+        let gpu0 = &sim.host["gpus"][0];
+        let config = case.bundle.join("config.json");
+        let mut spec: serde_json::Value =
+            serde_json::from_slice(&fs::read(&config).unwrap()).unwrap();
+        spec["process"]["env"]
+            .as_array_mut()
+            .unwrap()
+            .push("NVIDIA_VISIBLE_DEVICES=void".into());
+        spec["linux"]["devices"] = serde_json::json!([
+            {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
+            {"path": format!("/dev/nvidia{}", gpu0["minor"]), "type": "c", "major": 195, "minor": gpu0["minor"]},
+        ]);
+        fs::write(&config, serde_json::to_vec(&spec).unwrap()).unwrap();
+        case.args = [
+            "cdi-hook",
+            "createRuntime",
+            "--driver-version",
+            sim.host["driver_version"].as_str().unwrap(),
+            "--capabilities",
+            "utility,compute",
+            "--layout",
+            "debian",
+        ]
+        .map(String::from)
+        .to_vec();
+        case
     }
 
     fn rootfs(&self) -> PathBuf {
@@ -120,11 +161,8 @@ impl Case {
         let container = Namespaced::start();
         let pid = container.pid().to_string();
         let container_mounts_before = mount_table(&pid);
-        let out = hook_with_stdin(
-            &sim.config,
-            &["prestart"],
-            &state(container.pid(), &self.bundle),
-        );
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let out = hook_with_stdin(&sim.config, &args, &state(container.pid(), &self.bundle));
 
         // Seen from the test's own mount namespace: the host.
         assert_eq!(
@@ -225,9 +263,14 @@ fn sim() -> (SimHost, std::sync::MutexGuard<'static, ()>) {
 /// the link dangles) and with a relative one climbing out (clamped at the
 /// rootfs, to the same dangling path).
 fn linked_out(rel: &str) -> [(&'static str, Case); 2] {
-    let absolute = Case::new();
+    linked_out_with(rel, Case::new)
+}
+
+/// [`linked_out`] for the cases `new` makes.
+fn linked_out_with(rel: &str, new: impl Fn() -> Case) -> [(&'static str, Case); 2] {
+    let absolute = new();
     absolute.link(rel, absolute.canary());
-    let relative = Case::new();
+    let relative = new();
     let up = "../".repeat(40);
     relative.link(rel, format!("{up}{}", relative.canary().display()));
     [("absolute", absolute), ("relative", relative)]
@@ -338,6 +381,125 @@ fn image_files_linked_to_host_files_are_replaced_not_followed() {
     assert!(fs::symlink_metadata(lib.join("libcuda.so.535.261.03"))
         .unwrap()
         .is_file());
+}
+
+/// The CDI spec's createRuntime hook writes into the same image
+/// directories as the prestart hook (library links, the loader cache, its
+/// `ld.so.conf.d` entry): linked out, each is refused the same way.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn cdi_hook_refuses_directories_linked_out_of_the_rootfs() {
+    let (sim, _serial) = sim();
+    for rel in ["usr/lib/x86_64-linux-gnu", "etc", "etc/ld.so.conf.d"] {
+        for (how, case) in linked_out_with(rel, || Case::cdi(&sim)) {
+            let out = case.run(&sim);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success(),
+                "cdi-hook: {rel} linked out ({how}) must be refused: {err}"
+            );
+            assert!(
+                err.contains(&format!("refusing /{rel} in the container"))
+                    && err.contains("it exists as a symlink, expected a directory"),
+                "cdi-hook: {rel} linked out ({how}): the refusal names the directory: {err}"
+            );
+        }
+    }
+}
+
+/// Pre-planted links at the loader cache and at a SONAME link are
+/// replaced, never followed, by the CDI hook too; and it masks
+/// `/proc/driver/nvidia` with the granted GPU only.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn cdi_hook_replaces_planted_links_and_masks_proc_with_the_granted_gpu() {
+    let (sim, _serial) = sim();
+    let case = Case::cdi(&sim);
+    case.link("etc/ld.so.cache", case.canary().join("ld.so.cache"));
+    case.link(
+        "usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        case.canary().join("passwd"),
+    );
+    case.link(
+        "usr/lib/x86_64-linux-gnu/libnvidia-ml.so",
+        case.canary().join("passwd"),
+    );
+    let (out, added) = case.run_seeing_mounts(&sim);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lib = case.rootfs().join("usr/lib/x86_64-linux-gnu");
+    assert!(fs::symlink_metadata(case.rootfs().join("etc/ld.so.cache"))
+        .unwrap()
+        .is_file());
+    assert_eq!(
+        fs::read_link(lib.join("libcuda.so.1")).unwrap(),
+        Path::new("libcuda.so.535.261.03")
+    );
+    assert_eq!(
+        fs::read_link(lib.join("libnvidia-ml.so")).unwrap(),
+        Path::new("libnvidia-ml.so.1")
+    );
+    // No bind mount of a driver file: the runtime owns those.
+    let rootfs = fs::canonicalize(case.rootfs()).unwrap();
+    let proc = format!("{}/proc/driver/nvidia", rootfs.display());
+    let (masks, others): (Vec<&String>, Vec<&String>) =
+        added.iter().partition(|m| m.starts_with(&proc));
+    assert!(others.is_empty(), "cdi-hook mounted {others:#?}");
+    let bus = sim.host["gpus"][0]["bus"].as_str().unwrap().to_lowercase();
+    let gpus: Vec<&&String> = masks.iter().filter(|m| m.contains("/gpus/")).collect();
+    assert_eq!(gpus.len(), 1, "one GPU shown in the mask: {masks:#?}");
+    assert!(gpus[0].contains(&bus), "GPU 0 ({bus}) shown: {masks:#?}");
+}
+
+/// A spec made for another driver: its mounts name files of that driver,
+/// so the hook refuses in one line naming both versions, and changes nothing.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn cdi_hook_refuses_a_spec_made_for_another_driver() {
+    let (sim, _serial) = sim();
+    let mut case = Case::cdi(&sim);
+    case.args[3] = "470.256.02".into();
+    let before = snapshot(&case.rootfs());
+    let out = case.run(&sim);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("generated for driver 470.256.02")
+            && err.contains("runs driver 535.261.03")
+            && err.contains("cdi generate"),
+        "{err}"
+    );
+    assert_eq!(snapshot(&case.rootfs()), before, "the image changed");
+}
+
+/// Only createRuntime: at createContainer the hook would run inside the
+/// container with its environment (CVE-2025-23266), so any other stage
+/// named in the spec is refused before anything is read.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn cdi_hook_refuses_any_stage_but_create_runtime() {
+    let (sim, _serial) = sim();
+    for stage in ["createContainer", "prestart", "startContainer", "poststart"] {
+        let mut case = Case::cdi(&sim);
+        case.args[1] = stage.into();
+        let before = snapshot(&case.rootfs());
+        let out = case.run(&sim);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stage}: {err}");
+        assert!(
+            err.contains(&format!("CDI hook at stage \"{stage}\""))
+                && err.contains("only at createRuntime"),
+            "{stage}: {err}"
+        );
+        assert_eq!(
+            snapshot(&case.rootfs()),
+            before,
+            "{stage}: the image changed"
+        );
+    }
 }
 
 #[test]

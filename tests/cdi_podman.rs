@@ -1,0 +1,397 @@
+//! CDI end to end: real Podman 4.3.1 takes GPUs from the spec
+//! `oci-nvidia-hook cdi generate` wrote for a simulated host, with
+//! `--device nvidia.com/gpu=…`. Podman creates the nodes and grants the
+//! device cgroup itself, bind-mounts the driver's files, and runs the
+//! spec's one `createRuntime` hook (`cdi-hook`), which writes the loader
+//! cache and the links and masks `/proc/driver/nvidia`. Inside each
+//! container `/checker` reports what it sees (TESTBED.md: ENXIO means the
+//! device cgroup allows a node).
+//!
+//! The spec is put where Podman 4.3 reads specs (`/run/cdi`; it has no
+//! setting for another directory), but only inside a private mount
+//! namespace in which a tmpfs covers `/run/cdi` and `/etc/cdi`: the host's
+//! own specs are hidden from the test and ours never reaches the host.
+//!
+//! Run as root: `make test`, or
+//! `cargo test --features _test_as_root --test cdi_podman -- --nocapture`.
+
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod json;
+    pub mod ldconfig;
+    pub mod mig;
+    pub mod mounts;
+    pub mod project;
+    pub mod simhost;
+}
+/// The runtime harness (tests/runtime_support/): the parts this suite uses.
+// This suite builds its own Podman command line (CDI device names, a
+// private spec directory) from the harness's pieces: the Scenario runner,
+// the config.json writer and runc's command lines are other suites'.
+mod runtime_support {
+    #[allow(dead_code)]
+    pub mod bundle;
+    pub mod cleanup;
+    pub mod expected;
+    pub mod host_state;
+    pub mod injected;
+    #[allow(dead_code)]
+    pub mod oci_config;
+    pub mod process;
+    pub mod report;
+    pub mod run;
+    #[allow(dead_code)]
+    pub mod runtimes;
+}
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use common::mounts::{assert_mounts_unchanged, host_mounts};
+use common::project::hook_binary;
+use common::simhost::SimHost;
+use runtime_support::bundle::{copy_template, work_root, write_hook_config, write_hooks_dir};
+use runtime_support::cleanup::{remove_tree_safely, Cleanup};
+use runtime_support::expected::{gpus, node_specs, NodeSpec};
+use runtime_support::host_state::{listing_diff, tree_listing};
+use runtime_support::injected::{assert_injected, Expected};
+use runtime_support::oci_config::{path_str, CONTAINER_SCRIPT};
+use runtime_support::process::run_bounded;
+use runtime_support::run::{serial, Run, RunFiles, RUN_LIMIT};
+use runtime_support::runtimes::{podman_run_args, Runtime};
+
+/// Where Podman 4.3 reads transient specs; covered by a tmpfs in the run's namespace.
+const SPEC_DIR: &str = "/run/cdi";
+
+/// Which hooks.d files Podman is given beside the spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HooksDir {
+    /// None: the spec alone.
+    Empty,
+    /// Ours and one shaped as NVIDIA's toolkit ships it, both of which
+    /// would inject every GPU into an image that sets
+    /// `NVIDIA_VISIBLE_DEVICES=all`, were it not for the spec's `void`.
+    OursAndNvidias,
+}
+
+/// One Podman run with CDI devices.
+struct CdiRun<'a> {
+    name: &'a str,
+    host: &'a SimHost,
+    /// The names after `nvidia.com/gpu=`.
+    devices: &'a [&'a str],
+    /// The image's own variables.
+    env: &'a [(&'a str, &'a str)],
+    hooks: HooksDir,
+}
+
+/// `/run/cdi` must exist to be covered; made here if the host lacks it,
+/// and removed again (if still empty) when dropped.
+struct SpecDirMountpoint {
+    created: bool,
+}
+
+impl SpecDirMountpoint {
+    fn ensure() -> SpecDirMountpoint {
+        let created = !Path::new(SPEC_DIR).is_dir();
+        if created {
+            std::fs::create_dir_all(SPEC_DIR).expect("create /run/cdi");
+        }
+        SpecDirMountpoint { created }
+    }
+}
+
+impl Drop for SpecDirMountpoint {
+    fn drop(&mut self) {
+        if self.created {
+            let _ = std::fs::remove_dir(SPEC_DIR);
+        }
+    }
+}
+
+/// Generates the spec for `host` with the hook config `config`, into `spec`.
+fn generate(config: &Path, spec: &Path) {
+    let out = Command::new(hook_binary())
+        .env_clear()
+        .arg("--config")
+        .arg(config)
+        .args(["cdi", "generate", "--output"])
+        .arg(spec)
+        .output()
+        .expect("run oci-nvidia-hook cdi generate");
+    assert!(
+        out.status.success(),
+        "cdi generate failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes a hooks.d file shaped as NVIDIA's toolkit ships it (ANCHORS.md);
+/// NVIDIA's toolkit is not in Debian, so our binary stands in for
+/// `nvidia-container-runtime-hook`, reading the default config path as
+/// NVIDIA's does.
+fn write_nvidias_hooks_d_file(hooks_dir: &Path) {
+    let file = serde_json::json!({
+        "version": "1.0.0",
+        "hook": {
+            "path": path_str(hook_binary()),
+            "args": ["nvidia-container-runtime-hook", "prestart"],
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        },
+        "when": {"always": true, "commands": [".*"]},
+        "stages": ["prestart"]
+    });
+    std::fs::write(
+        hooks_dir.join("nvidia-container-toolkit.json"),
+        serde_json::to_vec_pretty(&file).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Runs the container; checks that the host's mounts and driver tree are
+/// as they were.
+fn run_cdi(case: &CdiRun) -> Run {
+    Runtime::Podman.require_tools();
+    let _serial = serial();
+    let dir = work_root()
+        .join("bundles")
+        .join(format!("cdi-{}", case.name));
+    remove_tree_safely(&dir);
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    let rootfs = dir.join("rootfs");
+    copy_template(case.host, &rootfs);
+    let config = dir.join("hook-config.toml");
+    let log = dir.join("hook.log");
+    write_hook_config(case.host, &config, &log, "debug");
+    let spec = dir.join("nvidia.yaml");
+    generate(&config, &spec);
+    let hooks_dir = dir.join("hooks.d");
+    std::fs::create_dir_all(&hooks_dir).unwrap();
+    if case.hooks == HooksDir::OursAndNvidias {
+        write_hooks_dir(&hooks_dir, &config);
+        write_nvidias_hooks_d_file(&hooks_dir);
+    }
+
+    let id = format!("onh-cdi-{}-{}", case.name, std::process::id());
+    let mut argv = Runtime::Podman.podman_globals(&hooks_dir);
+    let mut extra = Vec::new();
+    for device in case.devices {
+        extra.push("--device".to_string());
+        extra.push(format!("nvidia.com/gpu={device}"));
+    }
+    argv.extend(podman_run_args(
+        &id,
+        &dir.join("out"),
+        case.env,
+        &extra,
+        &rootfs,
+        &["/bin/sh", "-c", CONTAINER_SCRIPT],
+    ));
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(
+            "mount -t tmpfs -o mode=0755 cdi /run/cdi && \
+             { [ ! -d /etc/cdi ] || mount -t tmpfs -o mode=0755 cdi /etc/cdi; } && \
+             cp \"$0\" /run/cdi/nvidia.yaml && exec \"$@\"",
+        )
+        .arg(&spec)
+        .args(&argv);
+
+    let mounts_before = host_mounts();
+    let driver_before = tree_listing(&case.host.dir);
+    let mountpoint = SpecDirMountpoint::ensure();
+    let guard = Cleanup {
+        runtime: Runtime::Podman,
+        id,
+        state_root: dir.join("state"),
+        hooks_dir: hooks_dir.clone(),
+    };
+    let started = Instant::now();
+    let finished = run_bounded(cmd, RUN_LIMIT);
+    let elapsed = started.elapsed();
+    drop(guard);
+    drop(mountpoint);
+
+    let run = Run::collect(
+        Runtime::Podman,
+        case.name,
+        finished,
+        elapsed,
+        RunFiles {
+            bundle: &dir,
+            rootfs: &rootfs,
+            hook_log: &log,
+        },
+    );
+    eprintln!("{}: podman run took {} ms", case.name, elapsed.as_millis());
+    assert_mounts_unchanged(&mounts_before, &run.describe());
+    let changed = listing_diff(&driver_before, &tree_listing(&case.host.dir));
+    assert!(
+        changed.is_empty(),
+        "the simulated host changed: {changed:?}{}",
+        run.describe()
+    );
+    run
+}
+
+fn host() -> SimHost {
+    SimHost::shared("real", 4, "new")
+}
+
+/// The container got exactly the GPUs of `minors` (plus the control and
+/// UVM nodes), each allowed by the cgroup Podman wrote from the spec, with
+/// libcuda answering 12020 through the loader cache and nvidia-smi
+/// reaching for the driver (see `assert_injected`); no other GPU's node is
+/// there; and the spec's hook ran at createRuntime.
+fn assert_cdi_gpus(run: &Run, host: &SimHost, minors: &[u32], extra_nodes: &[NodeSpec]) {
+    let mut nodes = node_specs(host, minors);
+    nodes.extend_from_slice(extra_nodes);
+    assert_injected(
+        run,
+        host,
+        &Expected {
+            nodes: &nodes,
+            real_libraries: host.host["flavour"] == "real",
+        },
+    );
+    let seen: Vec<u32> = run.report.gpu_nodes().keys().copied().collect();
+    let mut want = minors.to_vec();
+    want.sort_unstable();
+    assert_eq!(seen, want, "GPU nodes in the container:{}", run.describe());
+    let log = run.hook_log.as_deref().unwrap_or_default();
+    assert!(
+        log.contains("CDI:"),
+        "the spec's createRuntime hook did not run:{}",
+        run.describe()
+    );
+}
+
+fn minor_of_index(host: &SimHost, index: u32) -> u32 {
+    gpus(host)
+        .into_iter()
+        .find(|g| g.index == index)
+        .unwrap_or_else(|| panic!("no GPU {index}"))
+        .minor
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_takes_a_gpu_by_index() {
+    let host = host();
+    let run = run_cdi(&CdiRun {
+        name: "index",
+        host: &host,
+        devices: &["0"],
+        env: &[],
+        hooks: HooksDir::Empty,
+    });
+    assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 0)], &[]);
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_takes_a_gpu_by_uuid() {
+    let host = host();
+    let gpu = gpus(&host).into_iter().find(|g| g.index == 2).unwrap();
+    let run = run_cdi(&CdiRun {
+        name: "uuid",
+        host: &host,
+        devices: &[&gpu.uuid],
+        env: &[],
+        hooks: HooksDir::Empty,
+    });
+    assert_cdi_gpus(&run, &host, &[gpu.minor], &[]);
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_takes_all_gpus() {
+    let host = host();
+    let run = run_cdi(&CdiRun {
+        name: "all",
+        host: &host,
+        devices: &["all"],
+        env: &[],
+        hooks: HooksDir::Empty,
+    });
+    let minors: Vec<u32> = gpus(&host).iter().map(|g| g.minor).collect();
+    assert_cdi_gpus(&run, &host, &minors, &[]);
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_takes_two_devices_named_two_ways() {
+    let host = host();
+    let third = gpus(&host).into_iter().find(|g| g.index == 3).unwrap();
+    let run = run_cdi(&CdiRun {
+        name: "two",
+        host: &host,
+        devices: &["1", &third.uuid],
+        env: &[],
+        hooks: HooksDir::Empty,
+    });
+    assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 1), third.minor], &[]);
+}
+
+/// A MIG device by its NVML UUID (the mock NVML's on the MIG host): its
+/// GPU's node and its two `nvidia-caps` nodes, and the mask shows its
+/// access files, which the hook found from procfs without NVML.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_takes_a_mig_device() {
+    let host = SimHost::shared_mig(2);
+    let mig = &host.host["mig"][0];
+    let uuid = mig["uuid"].as_str().expect("MIG uuid");
+    let parent = mig["gpu"].as_u64().unwrap() as u32;
+    let caps_major = host.host["caps_major"].as_u64().unwrap() as u32;
+    let caps: Vec<NodeSpec> = ["gi_access_minor", "ci_access_minor"]
+        .iter()
+        .map(|key| {
+            let minor = mig[*key].as_u64().unwrap() as u32;
+            (
+                format!("/dev/nvidia-caps/nvidia-cap{minor}"),
+                (caps_major, minor),
+            )
+        })
+        .collect();
+    let run = run_cdi(&CdiRun {
+        name: "mig",
+        host: &host,
+        devices: &[uuid],
+        env: &[],
+        hooks: HooksDir::Empty,
+    });
+    assert_cdi_gpus(&run, &host, &[minor_of_index(&host, parent)], &caps);
+    let log = run.hook_log.as_deref().unwrap_or_default();
+    let (gi, ci) = (mig["gi"].as_u64().unwrap(), mig["ci"].as_u64().unwrap());
+    assert!(
+        log.contains(&format!("mig/gi{gi}/access"))
+            && log.contains(&format!("mig/gi{gi}/ci{ci}/access")),
+        "the mask holds the MIG device's access files:{}",
+        run.describe()
+    );
+}
+
+/// The spec appends `NVIDIA_VISIBLE_DEVICES=void`: with our hooks.d hook
+/// and one shaped as NVIDIA's installed too, an image asking for `all`
+/// still gets only the CDI device, and both hooks do nothing.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn hooks_d_hooks_do_not_inject_a_second_time() {
+    let host = host();
+    let run = run_cdi(&CdiRun {
+        name: "double",
+        host: &host,
+        devices: &["0"],
+        env: &[("NVIDIA_VISIBLE_DEVICES", "all")],
+        hooks: HooksDir::OursAndNvidias,
+    });
+    assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 0)], &[]);
+    let log = run.hook_log.as_deref().unwrap_or_default();
+    assert!(
+        log.contains("unset or void, nothing to do"),
+        "our hooks.d hook saw the spec's void:{}",
+        run.describe()
+    );
+}
