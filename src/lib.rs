@@ -11,6 +11,7 @@ pub mod cdi;
 pub mod cgroup;
 pub mod child;
 pub mod cli;
+pub mod compat;
 pub mod config;
 pub mod driver;
 pub mod elf;

@@ -9,11 +9,12 @@
 #![no_main]
 #![deny(unsafe_code)]
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, OsString};
 use std::io::Write;
 
 use clap::Parser;
 use oci_nvidia_hook::cli::{self, Cli};
+use oci_nvidia_hook::compat::{runtime_hook, Front};
 use oci_nvidia_hook::config::Config;
 use oci_nvidia_hook::{logging, sys};
 
@@ -43,7 +44,32 @@ enum Status {
 }
 
 fn run() -> Status {
-    let cli = Cli::parse();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let front = Front::of(args.first().map(OsString::as_os_str).unwrap_or_default());
+    // NVIDIA's command lines are ASCII; a stray byte is refused by name below.
+    let lossy = || -> Vec<String> {
+        args.iter()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    };
+    let cli = match front {
+        Front::Ours => Cli::parse_from(&args),
+        Front::RuntimeHook => match runtime_hook::parse(&lossy()) {
+            Ok(runtime_hook::Parsed::Ours(cli)) => cli,
+            Ok(runtime_hook::Parsed::Nothing) => return Status::Success,
+            Ok(runtime_hook::Parsed::Version) => {
+                println!("{} {}", runtime_hook::NAME, cli::version());
+                return Status::Success;
+            }
+            Err(e) => return fail(&e),
+        },
+    };
+    run_ours(cli)
+}
+
+/// Runs our own command line's command.
+fn run_ours(cli: Cli) -> Status {
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(e) => return fail(&e),

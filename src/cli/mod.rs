@@ -53,7 +53,7 @@ impl Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// oci-nvidia-hook: gives OCI containers NVIDIA GPUs.
-#[derive(Debug, Parser)]
+#[derive(Debug, PartialEq, Eq, Parser)]
 #[command(name = "oci-nvidia-hook", version, about)]
 pub struct Cli {
     /// Configuration file [default: /etc/oci-nvidia-hook/config.toml, optional]
@@ -65,7 +65,7 @@ pub struct Cli {
 }
 
 /// The subcommands.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Print the host driver's inventory: version, GPUs, device nodes, libraries.
     Info {
@@ -125,7 +125,7 @@ pub enum Command {
 }
 
 /// What `cdi` does.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, PartialEq, Eq, Subcommand)]
 pub enum CdiCommand {
     /// Write the spec for every GPU of this host (atomically, mode 0644).
     Generate {
@@ -154,7 +154,7 @@ pub enum CdiCommand {
 }
 
 /// Spec encodings selectable on the command line.
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SpecFormat {
     /// YAML.
     Yaml,
@@ -172,7 +172,7 @@ impl From<SpecFormat> for Format {
 }
 
 /// Image layouts selectable on the command line.
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Layout {
     /// /usr/lib/x86_64-linux-gnu (Debian, Ubuntu).
     Debian,
@@ -269,6 +269,11 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
     }
     out.flush()?;
     Ok(())
+}
+
+/// This build's version, as `--version` prints it.
+pub fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
 }
 
 /// An error and its sources on one line, as `main` reports it.

@@ -1,0 +1,171 @@
+//! `nvidia-container-runtime-hook`: NVIDIA's OCI hook's command line.
+//!
+//! Docker's `--gpus` adds a prestart hook `nvidia-container-runtime-hook
+//! prestart`, found on dockerd's PATH, with no config flag; hooks.d files
+//! written for NVIDIA's toolkit call it the same way. NVIDIA's hook takes Go
+//! flags (`-config PATH`, `-debug`, `-version`, one or two dashes) before
+//! its command; `prestart` injects, `poststart` and `poststop` do nothing.
+//! Here `prestart` is our prestart hook, with our config file (the default
+//! path unless `-config` names another): the request is still read only
+//! from the container's `config.json`, never from the environment dockerd
+//! passes.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::cli::{Cli, Command};
+
+/// The name Docker looks up on its PATH.
+pub const NAME: &str = "nvidia-container-runtime-hook";
+
+/// Why the command line was refused.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("{NAME}: no command: expected prestart, poststart or poststop")]
+    NoCommand,
+    #[error("{NAME}: unknown command {command:?}: expected prestart, poststart or poststop")]
+    UnknownCommand { command: String },
+    #[error("{NAME}: flag {flag} needs a value")]
+    MissingValue { flag: String },
+    #[error("{NAME}: unknown flag {flag:?} (known: -config PATH, -debug, -version)")]
+    UnknownFlag { flag: String },
+    #[error("{NAME}: unexpected argument {argument:?} after {command}")]
+    Extra { command: String, argument: String },
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// Run our own command line's command: the prestart hook.
+    Ours(Cli),
+    /// Nothing to do: `poststart`, `poststop`.
+    Nothing,
+    /// Print the version.
+    Version,
+}
+
+/// Parses the arguments after `argv[0]`.
+pub fn parse(args: &[String]) -> Result<Parsed, Error> {
+    let mut config: Option<PathBuf> = None;
+    let mut args = args.iter();
+    let command = loop {
+        let Some(arg) = args.next() else {
+            return Err(Error::NoCommand);
+        };
+        let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+            break arg;
+        };
+        let (name, inline) = match flag.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_string())),
+            None => (flag, None),
+        };
+        match name {
+            "config" => {
+                let value = match inline {
+                    Some(value) => value,
+                    None => args
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| Error::MissingValue { flag: arg.clone() })?,
+                };
+                config = Some(PathBuf::from(value));
+            }
+            // Our log level comes from the config file, never a flag.
+            "debug" => log::debug!("{NAME}: -debug ignored: the config file sets the log level"),
+            "version" => return Ok(Parsed::Version),
+            _ => {
+                return Err(Error::UnknownFlag { flag: arg.clone() });
+            }
+        }
+    };
+    if let Some(extra) = args.next() {
+        return Err(Error::Extra {
+            command: command.clone(),
+            argument: extra.clone(),
+        });
+    }
+    match command.as_str() {
+        "prestart" => Ok(Parsed::Ours(Cli {
+            config,
+            command: Command::Prestart,
+        })),
+        "poststart" | "poststop" => Ok(Parsed::Nothing),
+        other => Err(Error::UnknownCommand {
+            command: other.to_string(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_args(args: &[&str]) -> Result<Parsed, Error> {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
+        parse(&args)
+    }
+
+    fn prestart(config: Option<&str>) -> Parsed {
+        Parsed::Ours(Cli {
+            config: config.map(PathBuf::from),
+            command: Command::Prestart,
+        })
+    }
+
+    #[test]
+    fn dockers_call_is_our_prestart_hook_with_the_default_config() {
+        assert_eq!(parse_args(&["prestart"]), Ok(prestart(None)));
+    }
+
+    #[test]
+    fn go_flags_take_one_or_two_dashes_and_an_inline_or_separate_value() {
+        for args in [
+            &["-config", "/etc/x.toml", "prestart"][..],
+            &["--config", "/etc/x.toml", "prestart"],
+            &["-config=/etc/x.toml", "-debug", "prestart"],
+            &["--debug", "--config=/etc/x.toml", "prestart"],
+        ] {
+            assert_eq!(
+                parse_args(args),
+                Ok(prestart(Some("/etc/x.toml"))),
+                "{args:?}"
+            );
+        }
+        assert_eq!(parse_args(&["-version"]), Ok(Parsed::Version));
+    }
+
+    #[test]
+    fn poststart_and_poststop_do_nothing() {
+        assert_eq!(parse_args(&["poststart"]), Ok(Parsed::Nothing));
+        assert_eq!(parse_args(&["poststop"]), Ok(Parsed::Nothing));
+    }
+
+    #[test]
+    fn other_stages_and_flags_are_refused_naming_them() {
+        assert_eq!(
+            parse_args(&["createContainer"]),
+            Err(Error::UnknownCommand {
+                command: "createContainer".into()
+            })
+        );
+        assert_eq!(parse_args(&[]), Err(Error::NoCommand));
+        assert_eq!(
+            parse_args(&["-config"]),
+            Err(Error::MissingValue {
+                flag: "-config".into()
+            })
+        );
+        assert_eq!(
+            parse_args(&["-x", "prestart"]),
+            Err(Error::UnknownFlag { flag: "-x".into() })
+        );
+        assert_eq!(
+            parse_args(&["prestart", "extra"]),
+            Err(Error::Extra {
+                command: "prestart".into(),
+                argument: "extra".into()
+            })
+        );
+    }
+}
