@@ -553,3 +553,47 @@ fn unwritable_device_cgroup_is_a_clear_error() {
     // Nothing was injected: the cgroup step comes before the container is touched.
     assert!(!bundle.join("rootfs/usr").exists());
 }
+
+/// Docker runs the hook twice for a repeated `--gpus`, in the same
+/// container: the second run finds the first's mounts, nodes, links, cache
+/// and mask, stacks nothing and succeeds.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_second_run_for_the_same_container_stacks_nothing() {
+    let sim = SimHost::shared("synthetic", 2, "new");
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(
+        dir.path(),
+        &[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_DRIVER_CAPABILITIES=utility,compute",
+        ],
+    );
+    let container = inject(&sim.config, &bundle);
+    let mounts = |c: &Namespaced| {
+        let mut lines: Vec<String> = exec_in(c, "cat /proc/self/mountinfo")
+            .lines()
+            .map(|l| l.split(' ').skip(4).collect::<Vec<_>>().join(" "))
+            .collect();
+        lines.sort();
+        lines
+    };
+    let first = mounts(&container);
+    let rootfs = fs::canonicalize(bundle.join("rootfs")).unwrap();
+    let ours = first
+        .iter()
+        .filter(|l| l.starts_with(&rootfs.display().to_string()))
+        .count();
+    assert!(ours > 5, "the first run mounted: {first:#?}");
+    let out = hook_with_stdin(&sim.config, &["prestart"], &state(container.pid(), &bundle));
+    assert!(
+        out.status.success(),
+        "the second run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        mounts(&container),
+        first,
+        "the second run changed the mounts"
+    );
+}

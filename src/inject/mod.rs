@@ -57,7 +57,7 @@ use crate::ldcache;
 use crate::plan::{MountKind, NodeMode, Plan};
 use crate::reopen;
 use journal::{Change, Journal, Mountpoint};
-use place::{create_target, replace_with_symlink, Dirs};
+use place::{mount_target, replace_with_symlink, Dirs, MountTarget};
 use slot::Target;
 
 /// Why injection failed; each error names the path inside the container or on the host.
@@ -254,10 +254,18 @@ impl<S: Sys> Injection<'_, S> {
                         .devices
                         .get(index)
                         .ok_or_else(|| missing_source(&node.host_path))?;
-                    let target = create_target(&slot, Target::File, journal)?;
-                    self.sys
-                        .bind_mount(source, target.as_fd(), slot.place(), DEVICE_OPTIONS)?;
-                    journal.record(Change::Mounted(Mountpoint::Entry(slot)));
+                    match mount_target(&slot, Target::File, Some(source.id), journal)? {
+                        MountTarget::Ready(target) => {
+                            self.sys.bind_mount(
+                                source,
+                                target.as_fd(),
+                                slot.place(),
+                                DEVICE_OPTIONS,
+                            )?;
+                            journal.record(Change::Mounted(Mountpoint::Entry(slot)));
+                        }
+                        MountTarget::Mounted => {}
+                    }
                 }
             }
             summary.devices += 1;
@@ -274,10 +282,14 @@ impl<S: Sys> Injection<'_, S> {
                 Target::File
             };
             let slot = self.dirs.slot(&mount.destination, journal)?;
-            let target = create_target(&slot, target, journal)?;
-            self.sys
-                .bind_mount(source, target.as_fd(), slot.place(), mount.options)?;
-            journal.record(Change::Mounted(Mountpoint::Entry(slot)));
+            match mount_target(&slot, target, Some(source.id), journal)? {
+                MountTarget::Ready(target) => {
+                    self.sys
+                        .bind_mount(source, target.as_fd(), slot.place(), mount.options)?;
+                    journal.record(Change::Mounted(Mountpoint::Entry(slot)));
+                }
+                MountTarget::Mounted => {}
+            }
             summary.mounts += 1;
         }
 

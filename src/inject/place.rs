@@ -218,12 +218,29 @@ pub(super) fn kind_at(place: Place<'_>) -> Result<Option<&'static str>> {
     }
 }
 
-/// The mount target at `slot`, as a descriptor to mount onto. An existing
-/// regular file (or directory) is reused: its type is checked on the very
-/// descriptor that is returned. An image's symlink there is swapped aside,
+/// What is at a mount target.
+pub(super) enum MountTarget {
+    /// A target to mount onto.
+    Ready(OwnedFd),
+    /// The source is mounted there already: an earlier run of the hook for
+    /// the same container (Docker runs it twice for a repeated `--gpus`).
+    Mounted,
+}
+
+/// The mount target at `slot` for the host source whose device and inode
+/// are `source` (none for targets of our own tree), as a descriptor to
+/// mount onto. An existing regular file (or directory) is reused: its type
+/// is checked on the very descriptor that is returned. A mount root
+/// showing the source's own inode is the source already mounted, left as
+/// it is rather than stacked. An image's symlink there is swapped aside,
 /// never followed; anything else is refused. A missing target is created
 /// (`O_CREAT|O_EXCL|O_NOFOLLOW`, or `mkdirat`).
-pub(super) fn create_target(slot: &Slot, target: Target, journal: &mut Journal) -> Result<OwnedFd> {
+pub(super) fn mount_target(
+    slot: &Slot,
+    target: Target,
+    source: Option<(u64, u64)>,
+    journal: &mut Journal,
+) -> Result<MountTarget> {
     let place = slot.place();
     // O_PATH opens nothing: an image's device node or fifo is only looked at.
     match openat(
@@ -237,12 +254,15 @@ pub(super) fn create_target(slot: &Slot, target: Target, journal: &mut Journal) 
                 path: place.path.to_path_buf(),
                 source: errno.into(),
             })?;
+            if source == Some((stat.st_dev, stat.st_ino)) && is_mount_root(&fd) {
+                return Ok(MountTarget::Mounted);
+            }
             return match kind_name(stat.st_mode) {
-                found if found == target.kind() => Ok(fd),
+                found if found == target.kind() => Ok(MountTarget::Ready(fd)),
                 "symlink" => {
                     let (staged, fd) = Staged::target(slot.clone(), target)?;
                     staged.install(true, journal)?;
-                    Ok(fd)
+                    Ok(MountTarget::Ready(fd))
                 }
                 found => Err(Error::Exists {
                     path: place.path.to_path_buf(),
@@ -270,7 +290,23 @@ pub(super) fn create_target(slot: &Slot, target: Target, journal: &mut Journal) 
         Target::File => Change::Created(slot.clone()),
         Target::Directory => Change::CreatedDir(slot.clone()),
     });
-    Ok(fd)
+    Ok(MountTarget::Ready(fd))
+}
+
+/// Whether `fd` is the root of a mount (statx, Linux 5.8+). Where the
+/// kernel cannot say, the inode alone decided: an image cannot hold a host
+/// driver file's inode unless it is that file.
+fn is_mount_root(fd: &OwnedFd) -> bool {
+    use rustix::fs::{statx, AtFlags as StatxAt, StatxAttributes, StatxFlags};
+    match statx(fd, "", StatxAt::EMPTY_PATH, StatxFlags::BASIC_STATS) {
+        Ok(stx) => {
+            let known = StatxAttributes::from_bits_retain(stx.stx_attributes_mask.bits());
+            !known.contains(StatxAttributes::MOUNT_ROOT)
+                || StatxAttributes::from_bits_retain(stx.stx_attributes.bits())
+                    .contains(StatxAttributes::MOUNT_ROOT)
+        }
+        Err(_) => true,
+    }
 }
 
 /// Makes `slot` a symlink to `target`, swapping an image's file or link

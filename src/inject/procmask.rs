@@ -22,7 +22,7 @@ use nix::sys::stat::{fstat, mkdirat, Mode};
 use pathrs::Root;
 
 use super::journal::{Change, Journal, Mountpoint};
-use super::place::{create_target, open_dir, split};
+use super::place::{mount_target, open_dir, split, MountTarget};
 use super::slot::{Place, Slot, Target};
 use super::sources::{self, Sources};
 use super::{Error, Result, Sys};
@@ -43,6 +43,13 @@ pub(super) fn mask(
         })
     };
     match root.resolve(path) {
+        Ok(handle) if is_our_mask(handle.as_fd()) => {
+            log::debug!(
+                "{} is masked already (an earlier run of the hook for this container)",
+                path.display()
+            );
+            return Ok(());
+        }
         Ok(handle) if fstat(handle.as_fd()).is_ok_and(|s| kind_name(s.st_mode) == "directory") => {
             // Now they are needed: the GPUs' directories are cloned.
             sys.clone_in_host(&mut sources.proc_gpus, sources::PROC_OPTIONS)?;
@@ -93,12 +100,26 @@ pub(super) fn mask(
                 path: gpus_path.join(bus),
             };
             // The tmpfs is new: the target is created, and goes with it.
-            let target = create_target(&slot, Target::Directory, &mut Journal::default())?;
+            let MountTarget::Ready(target) =
+                mount_target(&slot, Target::Directory, None, &mut Journal::default())?
+            else {
+                continue; // Only a source's own inode reads as mounted.
+            };
             sys.bind_mount(source, target.as_fd(), slot.place(), sources::PROC_OPTIONS)?;
             journal.record(Change::Mounted(Mountpoint::Entry(slot)));
         }
     }
     sys.remount_read_only(resolve(root)?.as_fd(), path)
+}
+
+/// Whether `dir` is a mask an earlier run made: a read-only tmpfs, which
+/// the driver's procfs directory never is, nor an image directory the hook
+/// could write into.
+fn is_our_mask(dir: BorrowedFd<'_>) -> bool {
+    use nix::sys::statfs::{fstatfs, TMPFS_MAGIC};
+    use nix::sys::statvfs::{fstatvfs, FsFlags};
+    fstatfs(dir).is_ok_and(|fs| fs.filesystem_type() == TMPFS_MAGIC)
+        && fstatvfs(dir).is_ok_and(|vfs| vfs.flags().contains(FsFlags::ST_RDONLY))
 }
 
 /// Creates file `place` holding `data`; nothing may be there yet.
