@@ -1,0 +1,451 @@
+//! Docker's `--gpus` and containerd's `ctr run --gpus`, with stock runc and
+//! no NVIDIA package: real dockerd 20.10 and containerd 1.6 (Debian's
+//! docker.io), started and stopped by the tests (runtime_support/daemons.rs),
+//! find this binary under NVIDIA's names on their PATH:
+//! `nvidia-container-runtime-hook prestart` for Docker, and
+//! `nvidia-container-cli … configure --pid=… ROOTFS` through `containerd
+//! oci-hook` for ctr. The hook reads its default config, which in the
+//! daemons' private namespace points at a simulated 4-GPU host with
+//! NVIDIA's real 535 libraries. Inside each container `/checker` reports
+//! the nodes (ENXIO: the device cgroup allows; EPERM: it denies), libcuda's
+//! answer and nvidia-smi's.
+//!
+//! Run as root: `make test`, or
+//! `cargo test --features _test_as_root --test docker -- --nocapture`.
+
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod json;
+    pub mod ldconfig;
+    pub mod mounts;
+    pub mod project;
+    pub mod simhost;
+}
+// This suite runs containers through the daemons, from the harness's
+// pieces: the Scenario runner, config.json writer and runc command lines
+// are other suites'.
+mod runtime_support {
+    #[allow(dead_code)]
+    pub mod bundle;
+    // The daemons remove their own containers; the drop guard is for runs
+    // a test starts with a runtime directly.
+    #[allow(dead_code)]
+    pub mod cleanup;
+    pub mod daemons;
+    pub mod expected;
+    pub mod host_state;
+    pub mod injected;
+    #[allow(dead_code)]
+    pub mod oci_config;
+    pub mod process;
+    pub mod report;
+    pub mod run;
+    #[allow(dead_code)]
+    pub mod runtimes;
+}
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use common::mounts::{assert_mounts_unchanged, host_mounts};
+use common::simhost::SimHost;
+use runtime_support::bundle::{template_rootfs, work_root, write_hook_config};
+use runtime_support::cleanup::cgroup_dirs;
+use runtime_support::daemons::{DaemonSetup, Daemons};
+use runtime_support::expected::{gpus, node_specs, uvm_major, Gpu};
+use runtime_support::host_state::{listing_diff, tree_listing};
+use runtime_support::injected::{assert_injected, Expected};
+use runtime_support::oci_config::{path_str, CONTAINER_SCRIPT, NVIDIA_MAJOR};
+use runtime_support::process::Finished;
+use runtime_support::run::{serial, Run, RunFiles};
+use runtime_support::runtimes::Runtime;
+
+/// The image every container runs: the template rootfs, imported.
+const IMAGE: &str = "onh-gpu:test";
+
+fn host() -> SimHost {
+    SimHost::shared("real", 4, "new")
+}
+
+/// The daemons for one test, with our binary on their PATH as NVIDIA's
+/// tools, the image imported, and the host's state recorded to compare
+/// afterwards ([`Docker::finish`]).
+struct Docker {
+    daemons: Daemons,
+    host: SimHost,
+    hook_log: PathBuf,
+    mounts_before: Vec<String>,
+    driver_before: std::collections::BTreeMap<PathBuf, String>,
+    etc_before: std::collections::BTreeMap<PathBuf, String>,
+}
+
+impl Docker {
+    fn start(name: &str) -> Docker {
+        let host = host();
+        let dir = work_root().join("docker").join(name);
+        let mounts_before = host_mounts();
+        let driver_before = tree_listing(&host.dir);
+        let etc_before = etc_listing();
+        let hook_log = work_root().join("docker").join(format!("{name}-hook.log"));
+        let _ = std::fs::remove_file(&hook_log);
+        let config = work_root().join("docker").join(format!("{name}-hook.toml"));
+        std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+        write_hook_config(&host, &config, &hook_log, "debug");
+        let daemons = Daemons::start(
+            &dir,
+            &DaemonSetup {
+                hook_config: &config,
+                links: &["nvidia-container-runtime-hook", "nvidia-container-cli"],
+                runtimes: &[],
+            },
+        );
+        let docker = Docker {
+            daemons,
+            host,
+            hook_log,
+            mounts_before,
+            driver_before,
+            etc_before,
+        };
+        docker.import_image();
+        docker
+    }
+
+    fn import_image(&self) {
+        let tar = self.daemons.dir.join("rootfs.tar");
+        let status = Command::new("tar")
+            .arg("-C")
+            .arg(template_rootfs(&self.host))
+            .arg("-cf")
+            .arg(&tar)
+            .arg(".")
+            .status()
+            .expect("run tar");
+        assert!(status.success(), "tar of the template rootfs failed");
+        let out = self.daemons.docker(&[
+            "import",
+            "-c",
+            "ENV PATH=/usr/bin:/bin",
+            &path_str(&tar),
+            IMAGE,
+        ]);
+        assert!(
+            out.status.is_some_and(|s| s.success()),
+            "docker import failed: {}\n{}",
+            out.stderr,
+            self.daemons.logs()
+        );
+    }
+
+    /// `docker run --rm ARGS IMAGE sh -c SCRIPT`, where SCRIPT first makes
+    /// decoy nodes for `decoy_minors` (Docker's default rules allow mknod,
+    /// not opening) and then runs the checker and nvidia-smi.
+    fn run(&self, name: &str, args: &[&str], decoy_minors: &[u32]) -> Run {
+        let out_dir = self.daemons.dir.join(name).join("out");
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let _ = std::fs::remove_file(&self.hook_log);
+        let mut script = String::new();
+        for minor in decoy_minors {
+            script.push_str(&format!(
+                "mknod /dev/nvidia{minor} c {NVIDIA_MAJOR} {minor}; "
+            ));
+        }
+        script.push_str(CONTAINER_SCRIPT);
+        let volume = format!("{}:/out", path_str(&out_dir));
+        let mut argv: Vec<&str> = vec!["run", "--rm", "--network", "none", "-v", &volume];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&[IMAGE, "/bin/sh", "-c", &script]);
+        let started = Instant::now();
+        let finished = self.daemons.docker(&argv);
+        let elapsed = started.elapsed();
+        eprintln!("{name}: docker run took {} ms", elapsed.as_millis());
+        self.collect(name, finished, elapsed, &out_dir)
+    }
+
+    /// The run's outcome; `out_dir` is `<run>/out`, the checker's /out.
+    fn collect(
+        &self,
+        name: &str,
+        finished: Finished,
+        elapsed: std::time::Duration,
+        out_dir: &Path,
+    ) -> Run {
+        let run_dir = out_dir.parent().expect("out/ has a parent");
+        Run::collect(
+            Runtime::RuncV1,
+            name,
+            finished,
+            elapsed,
+            RunFiles {
+                bundle: run_dir,
+                rootfs: run_dir,
+                hook_log: &self.hook_log,
+            },
+        )
+    }
+
+    /// Stops the daemons and checks that the host is as it was: mounts,
+    /// `/etc`, the simulated driver, no daemon, container or cgroup left.
+    fn finish(self) {
+        let tag = self.daemons.tag.clone();
+        let Docker {
+            daemons,
+            host,
+            mounts_before,
+            driver_before,
+            etc_before,
+            ..
+        } = self;
+        drop(daemons);
+        assert_mounts_unchanged(&mounts_before, "after the daemons stopped");
+        assert_eq!(
+            listing_diff(&etc_before, &etc_listing()),
+            Vec::<String>::new(),
+            "/etc changed"
+        );
+        assert_eq!(
+            listing_diff(&driver_before, &tree_listing(&host.dir)),
+            Vec::<String>::new(),
+            "the simulated host changed"
+        );
+        let left = cgroup_dirs(|n| n.to_str().is_some_and(|n| n.starts_with(&tag)));
+        assert!(left.is_empty(), "cgroups left behind: {left:?}");
+        for daemon in ["dockerd", "containerd", "containerd-shim-runc-v2"] {
+            let out = Command::new("pgrep")
+                .arg("-f")
+                .arg(format!("{daemon}.*{tag}"))
+                .output()
+                .unwrap();
+            assert!(
+                out.stdout.is_empty(),
+                "{daemon} left running: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+    }
+}
+
+/// `/etc` as a listing, to show that the daemons' overlay kept it unchanged.
+fn etc_listing() -> std::collections::BTreeMap<PathBuf, String> {
+    tree_listing(Path::new("/etc"))
+}
+
+fn gpu(host: &SimHost, index: u32) -> Gpu {
+    gpus(host)
+        .into_iter()
+        .find(|g| g.index == index)
+        .unwrap_or_else(|| panic!("no GPU {index}"))
+}
+
+/// Exactly the GPUs of `indices` (plus nvidiactl and UVM for compute),
+/// allowed by the cgroup, libcuda 12020 and nvidia-smi; every decoy denied.
+fn assert_gpus(run: &Run, host: &SimHost, indices: &[u32], decoys: &[u32]) {
+    let minors: Vec<u32> = indices.iter().map(|i| gpu(host, *i).minor).collect();
+    assert_injected(
+        run,
+        host,
+        &Expected {
+            nodes: &node_specs(host, &minors),
+            real_libraries: true,
+        },
+    );
+    let ctx = run.describe();
+    for (minor, node) in run.report.gpu_nodes() {
+        if minors.contains(&minor) {
+            continue;
+        }
+        assert!(
+            decoys.contains(&minor),
+            "/dev/nvidia{minor} was not asked for:{ctx}"
+        );
+        assert_eq!(
+            node.open.as_deref(),
+            Some("EPERM"),
+            "decoy /dev/nvidia{minor}: the device cgroup must deny it:{ctx}"
+        );
+    }
+    for minor in decoys {
+        assert!(
+            run.report.gpu_nodes().contains_key(minor),
+            "the decoy /dev/nvidia{minor} is missing:{ctx}"
+        );
+    }
+}
+
+/// Every form of `--gpus` Docker 20.10 sends (TESTBED.md), on one pair of
+/// daemons: the request reaches the hook only through `process.env`.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn docker_gpus_forms() {
+    let _serial = serial();
+    let docker = Docker::start("gpus-forms");
+    let host = docker.host.clone();
+    let minor = |i| gpu(&host, i).minor;
+
+    let run = docker.run("all", &["--gpus", "all"], &[]);
+    assert_gpus(&run, &host, &[0, 1, 2, 3], &[]);
+
+    let run = docker.run("count", &["--gpus", "2"], &[minor(3)]);
+    assert_gpus(&run, &host, &[0, 1], &[minor(3)]);
+
+    let run = docker.run("list", &["--gpus", "\"device=1,2\""], &[minor(0)]);
+    assert_gpus(&run, &host, &[1, 2], &[minor(0)]);
+
+    let uuid = format!("\"device={}\"", gpu(&host, 3).uuid);
+    let run = docker.run("uuid", &["--gpus", &uuid], &[minor(1)]);
+    assert_gpus(&run, &host, &[3], &[minor(1)]);
+
+    // Utility only: nvidia-smi and NVML, no UVM nodes, no libcuda.
+    let run = docker.run("utility", &["--gpus", "all,capabilities=utility"], &[]);
+    run.assert_completed();
+    let ctx = run.describe();
+    let uvm = uvm_major(&host);
+    assert!(
+        run.report
+            .nodes
+            .values()
+            .all(|n| n.numbers.map(|(m, _)| m) != Some(uvm)),
+        "utility brings no UVM node:{ctx}"
+    );
+    assert_eq!(run.report.gpu_nodes().len(), 4, "{ctx}");
+    assert!(
+        run.report.cuda.as_ref().is_none_or(|c| !c.loaded),
+        "utility brings no libcuda:{ctx}"
+    );
+    assert!(
+        run.stdout
+            .contains("couldn't communicate with the NVIDIA driver"),
+        "{ctx}"
+    );
+
+    // `--gpus 0`: the hook is added, the variable is not: nothing happens.
+    let run = docker.run("zero", &["--gpus", "0"], &[]);
+    run.assert_completed();
+    assert!(run.report.nodes.is_empty(), "{}", run.describe());
+    assert!(run.report.files.is_empty(), "{}", run.describe());
+
+    // The image's void comes first, `--gpus 1`'s value last, and wins.
+    let run = docker.run(
+        "void-then-gpus",
+        &["-e", "NVIDIA_VISIBLE_DEVICES=void", "--gpus", "1"],
+        &[],
+    );
+    assert_gpus(&run, &host, &[0], &[]);
+    docker.finish();
+}
+
+/// Repeated `--gpus`: Docker adds the hook twice and the variable twice;
+/// the second run finds the first's injection and leaves one consistent
+/// injection of the last value, with no mount stacked and no error.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn docker_repeated_gpus_injects_once() {
+    let _serial = serial();
+    let docker = Docker::start("gpus-repeated");
+    let host = docker.host.clone();
+    let run = docker.run("repeated", &["--gpus", "1", "--gpus", "2"], &[]);
+    assert_gpus(&run, &host, &[0, 1], &[]);
+    let log = run.hook_log.as_deref().unwrap_or_default();
+    assert_eq!(
+        log.matches("injected").count(),
+        2,
+        "the hook ran twice:{}",
+        run.describe()
+    );
+    // One mount per library, not two stacked.
+    let libcuda = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("mount /usr/lib/x86_64-linux-gnu/libcuda.so."))
+        .count();
+    assert_eq!(libcuda, 1, "stacked mounts:{}", run.describe());
+    docker.finish();
+}
+
+/// A requirement the host does not meet refuses the container, and Docker
+/// shows the hook's one line, which says what to do.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn docker_shows_a_requirement_refusal() {
+    let _serial = serial();
+    let docker = Docker::start("gpus-refused");
+    let run = docker.run(
+        "refused",
+        &["-e", "NVIDIA_REQUIRE_CUDA=cuda>=13.0", "--gpus", "all"],
+        &[],
+    );
+    assert!(!run.succeeded(), "{}", run.describe());
+    let stderr = &run.stderr;
+    assert!(
+        stderr.contains("error running hook #0")
+            && stderr.contains("unsatisfied condition: cuda>=13.0")
+            && stderr.contains("535.261.03"),
+        "Docker's message names the hook's refusal:{}",
+        run.describe()
+    );
+    docker.finish();
+}
+
+/// containerd 1.6's `ctr run --gpus`: its prestart hook is `containerd
+/// oci-hook -- nvidia-container-cli --load-kmods configure --device=…
+/// --compute --compat32 --graphics --utility --video --display
+/// --pid={{pid}} {{rootfs}}`, with empty stdin: the argv is the request.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn ctr_run_gpus() {
+    let _serial = serial();
+    let docker = Docker::start("ctr");
+    let host = docker.host.clone();
+    let namespace = format!("{}-ctr", docker.daemons.tag);
+    for (name, gpus, decoy) in [
+        ("ctr-one", &["--gpus", "0"][..], 3),
+        ("ctr-two", &["--gpus", "1", "--gpus", "3"], 0),
+    ] {
+        let rootfs = docker.daemons.dir.join(format!("rootfs-{name}"));
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(template_rootfs(&host))
+            .arg(&rootfs)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let out_dir = docker.daemons.dir.join(name).join("out");
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let _ = std::fs::remove_file(&docker.hook_log);
+        let decoy_minor = gpu(&host, decoy).minor;
+        let script = format!(
+            "mknod /dev/nvidia{decoy_minor} c {NVIDIA_MAJOR} {decoy_minor}; {CONTAINER_SCRIPT}"
+        );
+        let mount = format!(
+            "type=bind,src={},dst=/out,options=rbind:rw",
+            path_str(&out_dir)
+        );
+        let rootfs_arg = path_str(&rootfs);
+        let mut args = vec!["run", "--rm", "--mount", &mount];
+        args.extend_from_slice(gpus);
+        args.extend_from_slice(&["--rootfs", &rootfs_arg, name, "/bin/sh", "-c", &script]);
+        let started = Instant::now();
+        let finished = docker.daemons.ctr(&namespace, &args);
+        let run = docker.collect(name, finished, started.elapsed(), &out_dir);
+        let indices: Vec<u32> = gpus.iter().filter_map(|a| a.parse().ok()).collect();
+        // ctr grants the devices it names; the decoy must stay denied.
+        let minors: Vec<u32> = indices.iter().map(|i| gpu(&host, *i).minor).collect();
+        assert_injected(
+            &run,
+            &host,
+            &Expected {
+                nodes: &node_specs(&host, &minors),
+                real_libraries: true,
+            },
+        );
+        let ctx = run.describe();
+        let nodes = run.report.gpu_nodes();
+        assert_eq!(
+            nodes.get(&decoy_minor).and_then(|n| n.open.as_deref()),
+            Some("EPERM"),
+            "the decoy /dev/nvidia{decoy_minor} must be denied:{ctx}"
+        );
+    }
+    docker.finish();
+}
