@@ -64,6 +64,14 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets --features _test_as_root -- -D warnings
 
+# The binary, its hooks.d file, and the links under NVIDIA's names that
+# Docker's --gpus (nvidia-container-runtime-hook, looked up on dockerd's
+# PATH: restart dockerd afterwards), ctr run --gpus (nvidia-container-cli)
+# and hosts set up for NVIDIA's runtime (nvidia-container-runtime) call.
+# Do not install over NVIDIA's toolkit: the links would replace its tools.
+COMPAT_NAMES := nvidia-container-runtime-hook nvidia-container-cli nvidia-container-runtime
+
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
 	install -D -m 0644 hooks.d/oci-nvidia-hook.json $(DESTDIR)/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json
+	for name in $(COMPAT_NAMES); do ln -sf oci-nvidia-hook $(DESTDIR)$(PREFIX)/bin/$$name; done

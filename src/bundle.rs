@@ -103,7 +103,13 @@ pub fn load(bundle: &Path) -> Result<Container> {
         path: path.clone(),
         source,
     })?;
-    let spec: Config = serde_json::from_slice(&data).map_err(|source| Error::Spec {
+    parse(bundle, &path, &data)
+}
+
+/// Reads the container from `data`, the bundle's `config.json` at `path`.
+pub fn parse(bundle: &Path, path: &Path, data: &[u8]) -> Result<Container> {
+    let path = path.to_path_buf();
+    let spec: Config = serde_json::from_slice(data).map_err(|source| Error::Spec {
         path: path.clone(),
         reason: source.to_string(),
     })?;

@@ -64,6 +64,47 @@ pub struct Config {
     pub log: LogConfig,
     /// CUDA forward compatibility.
     pub cuda_compat: CudaCompatConfig,
+    /// The runtime wrapper's real runtime.
+    pub runtime: RuntimeConfig,
+}
+
+/// `[runtime]`: what `oci-nvidia-hook runtime` (`nvidia-container-runtime`)
+/// executes after editing the spec.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct RuntimeConfig {
+    /// Names (looked up in the system directories, never the caller's PATH)
+    /// or absolute paths, tried in order; as NVIDIA's `runtimes`.
+    #[serde(deserialize_with = "runtimes")]
+    pub runtimes: Vec<String>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            runtimes: vec!["runc".into(), "crun".into()],
+        }
+    }
+}
+
+/// Parses the runtime list: non-empty, each a plain name or an absolute path.
+fn runtimes<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Vec<String>, D::Error> {
+    let list = Vec::<String>::deserialize(deserializer)?;
+    if list.is_empty() {
+        return Err(serde::de::Error::custom(
+            "empty: name at least one runtime, e.g. [\"runc\"]",
+        ));
+    }
+    for item in &list {
+        if item.is_empty() || (item.contains('/') && !item.starts_with('/')) {
+            return Err(serde::de::Error::custom(format!(
+                "{item:?} is neither a plain name (runc) nor an absolute path"
+            )));
+        }
+    }
+    Ok(list)
 }
 
 impl Default for Config {
@@ -76,6 +117,7 @@ impl Default for Config {
             driver: DriverConfig::default(),
             log: LogConfig::default(),
             cuda_compat: CudaCompatConfig::default(),
+            runtime: RuntimeConfig::default(),
         }
     }
 }
@@ -310,6 +352,17 @@ file = "/var/log/oci-nvidia-hook.log"
             text.contains("/etc/x.toml") && text.contains("rooot"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn runtimes_are_names_or_absolute_paths_and_never_empty() {
+        assert_eq!(Config::default().runtime.runtimes, ["runc", "crun"]);
+        let config = parse("[runtime]\nruntimes = [\"/usr/local/sbin/runc\", \"crun\"]\n").unwrap();
+        assert_eq!(config.runtime.runtimes, ["/usr/local/sbin/runc", "crun"]);
+        for bad in ["[]", "[\"\"]", "[\"bin/runc\"]"] {
+            let err = parse(&format!("[runtime]\nruntimes = {bad}\n")).unwrap_err();
+            assert!(matches!(err, Error::Parse { line: 2, .. }), "{bad}: {err}");
+        }
     }
 
     #[test]

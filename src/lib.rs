@@ -27,5 +27,6 @@ pub mod planner;
 pub mod reopen;
 pub mod request;
 pub mod require;
+pub mod runtime;
 #[allow(unsafe_code)]
 pub mod sys;

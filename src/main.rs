@@ -64,6 +64,13 @@ fn run() -> Status {
             }
             Err(e) => return fail(&e),
         },
+        // runc's command line, whole: nothing of it is ours to parse.
+        Front::Runtime => Cli {
+            config: None,
+            command: cli::Command::Runtime {
+                args: args.get(1..).unwrap_or_default().to_vec(),
+            },
+        },
     };
     run_ours(cli)
 }

@@ -116,6 +116,8 @@ pub struct Planned {
     pub inventory: Option<Inventory>,
     /// What the container receives.
     pub plan: Plan,
+    /// The library layout the plan's container paths follow.
+    pub layout: ImageLayout,
 }
 
 /// The request `source` makes, as `config`'s policy lets it stand. Pure:
@@ -288,6 +290,7 @@ pub fn plan_for(config: &Config, source: Source<'_>, image: ImageSource<'_>) -> 
             },
             effective,
             inventory: None,
+            layout: ImageLayout::default(),
         });
     }
     let mut inventory = discover(config, &effective)?;
@@ -297,6 +300,7 @@ pub fn plan_for(config: &Config, source: Source<'_>, image: ImageSource<'_>) -> 
         effective,
         inventory: Some(inventory),
         plan,
+        layout: image.layout,
     })
 }
 
@@ -342,6 +346,7 @@ pub fn plan_granted(config: &Config, granted: Granted<'_>) -> Result<Planned> {
         effective,
         inventory: Some(inventory),
         plan,
+        layout: image.layout,
     })
 }
 

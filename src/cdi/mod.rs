@@ -9,6 +9,7 @@
 //! `spec` is the format, `edits` turns a plan into container edits (shared
 //! with the runtime wrapper), `generate` builds the spec, `output` writes it.
 
+pub mod apply;
 pub mod edits;
 pub mod generate;
 pub mod output;

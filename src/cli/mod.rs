@@ -40,6 +40,8 @@ pub enum Error {
     Cdi(#[from] crate::cdi::Error),
     #[error("cannot name this program or its config for the spec's hook: {source}")]
     Exe { source: io::Error },
+    #[error(transparent)]
+    Runtime(crate::runtime::Error),
 }
 
 impl Error {
@@ -113,6 +115,18 @@ pub enum Command {
         /// The library layout of the spec's container paths.
         #[arg(long, value_enum)]
         layout: Layout,
+    },
+    /// Runtime mode: write a GPU container's devices, mounts and hook into its
+    /// config.json on create/run, then exec the real runtime (runc) with these arguments.
+    #[command(disable_help_flag = true)]
+    Runtime {
+        /// The runtime's own command line, passed on unchanged.
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "RUNC ARGS"
+        )]
+        args: Vec<std::ffi::OsString>,
     },
     /// OCI hook: inject the GPUs the container asks for (state JSON on stdin).
     Prestart,
@@ -259,6 +273,13 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
                     layout: (*layout).into(),
                 },
             )?
+        }
+        Command::Runtime { args } => {
+            return Err(Error::Runtime(crate::runtime::run(
+                config,
+                config_path,
+                args,
+            )))
         }
         Command::Prestart | Command::CreateRuntime => hook::run(config, io::stdin())?,
         Command::Other(args) => {

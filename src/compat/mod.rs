@@ -7,6 +7,9 @@
 
 pub mod runtime_hook;
 
+/// The name hosts configured for NVIDIA's runtime wrapper call (`daemon.json`'s `runtimes`).
+pub const RUNTIME_NAME: &str = "nvidia-container-runtime";
+
 use std::ffi::OsStr;
 use std::path::Path;
 
@@ -17,6 +20,8 @@ pub enum Front {
     Ours,
     /// `nvidia-container-runtime-hook`: NVIDIA's OCI hook.
     RuntimeHook,
+    /// `nvidia-container-runtime`: NVIDIA's runc wrapper, our runtime mode.
+    Runtime,
 }
 
 impl Front {
@@ -24,6 +29,7 @@ impl Front {
     pub fn of(argv0: &OsStr) -> Front {
         match Path::new(argv0).file_name().and_then(OsStr::to_str) {
             Some(runtime_hook::NAME) => Front::RuntimeHook,
+            Some(RUNTIME_NAME) => Front::Runtime,
             _ => Front::Ours,
         }
     }
@@ -38,6 +44,7 @@ mod tests {
         for (argv0, front) in [
             ("nvidia-container-runtime-hook", Front::RuntimeHook),
             ("/usr/bin/nvidia-container-runtime-hook", Front::RuntimeHook),
+            ("/usr/bin/nvidia-container-runtime", Front::Runtime),
             ("/usr/bin/oci-nvidia-hook", Front::Ours),
             ("oci-nvidia-hook", Front::Ours),
             (

@@ -1,0 +1,219 @@
+//! Runtime mode: `oci-nvidia-hook runtime` (also the name
+//! `nvidia-container-runtime`), a thin layer in front of runc, as NVIDIA's
+//! runtime is. On `create` and `run` it writes the GPUs a container asks
+//! for into its `config.json` (the same edits as our CDI spec: device
+//! nodes and their cgroup rules, read-only mounts, one `createRuntime`
+//! hook), so the runtime owns the devices and a systemd `daemon-reload`
+//! keeps them; then, as for every other command, it `exec`s the real
+//! runtime with the arguments it was given, unchanged. It parses no more
+//! of runc's command line than the global flags, the command and the
+//! bundle, and never executes itself.
+
+pub mod args;
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::bundle;
+use crate::cdi::apply;
+use crate::cdi::edits::{self, Callback};
+use crate::config::Config;
+use crate::planner::{self, ImageSource, Source};
+
+/// Where plain runtime names are looked up: the system's directories, never
+/// the caller's `PATH`.
+const SEARCH: [&str; 6] = [
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
+
+/// Why the wrapper stopped before the real runtime ran.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("no OCI runtime found: tried {tried} ([runtime] runtimes in the config)")]
+    NoRuntime { tried: String },
+    #[error("refusing runtime {path}: it is this wrapper itself ([runtime] runtimes must name the real runtime, e.g. runc)")]
+    Itself { path: PathBuf },
+    #[error("cannot find this program: {0}")]
+    Exe(std::io::Error),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("bad config.json {path}: {reason}")]
+    Spec { path: PathBuf, reason: String },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Bundle(#[from] bundle::Error),
+    #[error(transparent)]
+    Planner(#[from] planner::Error),
+    #[error(transparent)]
+    Edit(#[from] apply::Error),
+    #[error("cannot execute {path}: {source}")]
+    Exec {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Result of the wrapper.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Edits the bundle's spec when `args` create a container that asks for
+/// GPUs, then replaces this process with the real runtime given `args`.
+/// Returns only on failure.
+pub fn run(config: &Config, config_path: Option<&Path>, args: &[OsString]) -> Error {
+    let runtime = match find_runtime(config) {
+        Ok(runtime) => runtime,
+        Err(e) => return e,
+    };
+    if let Some(bundle) = args::bundle_of(args) {
+        if let Err(e) = edit_bundle(config, config_path, &bundle) {
+            return e;
+        }
+    }
+    log::debug!("exec {} {args:?}", runtime.display());
+    let name = runtime
+        .file_name()
+        .unwrap_or(runtime.as_os_str())
+        .to_owned();
+    let source = Command::new(&runtime).arg0(name).args(args).exec();
+    Error::Exec {
+        path: runtime,
+        source,
+    }
+}
+
+/// The first runtime of the config that exists and is not this binary.
+pub fn find_runtime(config: &Config) -> Result<PathBuf> {
+    let me = fs::canonicalize("/proc/self/exe").map_err(Error::Exe)?;
+    let mut tried = Vec::new();
+    for name in &config.runtime.runtimes {
+        let candidates: Vec<PathBuf> = if name.starts_with('/') {
+            vec![PathBuf::from(name)]
+        } else {
+            SEARCH.iter().map(|dir| Path::new(dir).join(name)).collect()
+        };
+        for path in candidates {
+            tried.push(path.display().to_string());
+            let Ok(real) = fs::canonicalize(&path) else {
+                continue;
+            };
+            if !real.is_file() {
+                continue;
+            }
+            if real == me {
+                return Err(Error::Itself { path });
+            }
+            return Ok(path);
+        }
+    }
+    Err(Error::NoRuntime {
+        tried: tried.join(", "),
+    })
+}
+
+/// Writes the plan into `bundle`'s `config.json` when the container asks
+/// for GPUs and the spec is not ours already; the file is replaced whole.
+pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -> Result<()> {
+    let path = bundle.join("config.json");
+    let data = fs::read(&path).map_err(|source| Error::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let mut spec: Value = serde_json::from_slice(&data).map_err(|e| Error::Spec {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    if apply::is_edited(&spec) {
+        log::debug!("{}: edited already", path.display());
+        return Ok(());
+    }
+    let container = bundle::parse(bundle, &path, &data)?;
+    let effective = planner::effective(config, Source::Container(&container))?;
+    if effective.is_void() {
+        return Ok(());
+    }
+    let planned = planner::plan_for(
+        config,
+        Source::Container(&container),
+        ImageSource::Rootfs(&container.rootfs),
+    )?;
+    let Some(inventory) = &planned.inventory else {
+        return Ok(());
+    };
+    let program = fs::canonicalize("/proc/self/exe").map_err(Error::Exe)?;
+    let config_path = config_path
+        .map(std::path::absolute)
+        .transpose()
+        .map_err(Error::Exe)?;
+    let callback = Callback {
+        program,
+        config: config_path,
+        driver_version: inventory.driver_version.clone(),
+        capabilities: planned.effective.request.capabilities.to_string(),
+        layout: planned.layout,
+    };
+    apply::apply(&mut spec, &edits::container_edits(&planned.plan, &callback))?;
+    let mut text = serde_json::to_vec(&spec).map_err(|e| Error::Spec {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    text.push(b'\n');
+    replace(&path, &text)?;
+    log::info!(
+        "{}: {} device nodes, {} mounts written for the runtime",
+        path.display(),
+        planned.plan.devices.len(),
+        planned.plan.mounts.len()
+    );
+    Ok(())
+}
+
+/// Replaces `path` with `data` through a temporary file beside it: the
+/// runtime reads the old spec or the new one, never half of one.
+fn replace(path: &Path, data: &[u8]) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(path)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o600);
+    let temp = path.with_file_name(format!(".config.json.{}.tmp", std::process::id()));
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Write { path, source }
+    };
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&temp)
+        .and_then(|mut file| {
+            file.write_all(data)?;
+            file.set_permissions(fs::Permissions::from_mode(mode))?;
+            file.sync_all()
+        })
+        .map_err(write_err(&temp))
+        .and_then(|()| fs::rename(&temp, path).map_err(write_err(path)));
+    if written.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    written
+}
