@@ -77,6 +77,13 @@ fn run() -> Status {
 
 /// Runs our own command line's command.
 fn run_ours(cli: Cli) -> Status {
+    // The runtime wrapper's caller reads errors from the runtime's log.
+    let fail = |e: &dyn std::error::Error| {
+        if let cli::Command::Runtime { args } = &cli.command {
+            oci_nvidia_hook::runtime::log_failure(args, &cli::one_line(e));
+        }
+        fail(e)
+    };
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(e) => return fail(&e),

@@ -80,8 +80,22 @@ struct Docker {
     etc_before: std::collections::BTreeMap<PathBuf, String>,
 }
 
+/// Links under NVIDIA's names on the daemons' PATH.
+const LINKS: [&str; 3] = [
+    "nvidia-container-runtime-hook",
+    "nvidia-container-cli",
+    "nvidia-container-runtime",
+];
+
 impl Docker {
+    /// dockerd with runc, `--gpus` reaching us as NVIDIA's hook.
     fn start(name: &str) -> Docker {
+        Docker::start_with(name, None)
+    }
+
+    /// dockerd with our runtime mode added as `nvidia`, and the default
+    /// runtime `default` when given.
+    fn start_with(name: &str, default: Option<&str>) -> Docker {
         let host = host();
         let dir = work_root().join("docker").join(name);
         let mounts_before = host_mounts();
@@ -96,8 +110,9 @@ impl Docker {
             &dir,
             &DaemonSetup {
                 hook_config: &config,
-                links: &["nvidia-container-runtime-hook", "nvidia-container-cli"],
-                runtimes: &[],
+                links: &LINKS,
+                runtimes: &[("nvidia", "nvidia-container-runtime")],
+                default_runtime: default,
             },
         );
         let docker = Docker {
@@ -142,9 +157,6 @@ impl Docker {
     /// decoy nodes for `decoy_minors` (Docker's default rules allow mknod,
     /// not opening) and then runs the checker and nvidia-smi.
     fn run(&self, name: &str, args: &[&str], decoy_minors: &[u32]) -> Run {
-        let out_dir = self.daemons.dir.join(name).join("out");
-        std::fs::create_dir_all(&out_dir).unwrap();
-        let _ = std::fs::remove_file(&self.hook_log);
         let mut script = String::new();
         for minor in decoy_minors {
             script.push_str(&format!(
@@ -152,10 +164,19 @@ impl Docker {
             ));
         }
         script.push_str(CONTAINER_SCRIPT);
+        self.docker_run(name, &["--rm"], args, &script)
+    }
+
+    /// `docker run OPTIONS -v OUT:/out ARGS IMAGE sh -c SCRIPT`, as a [`Run`].
+    fn docker_run(&self, name: &str, options: &[&str], args: &[&str], script: &str) -> Run {
+        let out_dir = self.daemons.dir.join(name).join("out");
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let _ = std::fs::remove_file(&self.hook_log);
         let volume = format!("{}:/out", path_str(&out_dir));
-        let mut argv: Vec<&str> = vec!["run", "--rm", "--network", "none", "-v", &volume];
+        let mut argv: Vec<&str> = vec!["run", "--network", "none", "-v", &volume];
+        argv.extend_from_slice(options);
         argv.extend_from_slice(args);
-        argv.extend_from_slice(&[IMAGE, "/bin/sh", "-c", &script]);
+        argv.extend_from_slice(&[IMAGE, "/bin/sh", "-c", script]);
         let started = Instant::now();
         let finished = self.daemons.docker(&argv);
         let elapsed = started.elapsed();
@@ -447,5 +468,169 @@ fn ctr_run_gpus() {
             "the decoy /dev/nvidia{decoy_minor} must be denied:{ctx}"
         );
     }
+    docker.finish();
+}
+
+// ------------------------------------------------------------ runtime mode
+
+/// `docker run --runtime nvidia` with the image's `NVIDIA_VISIBLE_DEVICES`:
+/// the wrapper writes the GPUs into the spec and runc creates them; the
+/// spec's createRuntime hook writes the loader cache and links.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn docker_runtime_nvidia_takes_gpus_from_the_spec() {
+    let _serial = serial();
+    let docker = Docker::start("runtime");
+    let host = docker.host.clone();
+    let minor = |i| gpu(&host, i).minor;
+    let uuid = format!("NVIDIA_VISIBLE_DEVICES={}", gpu(&host, 2).uuid);
+    for (name, env, indices, decoy) in [
+        (
+            "rt-index",
+            "NVIDIA_VISIBLE_DEVICES=0",
+            &[0][..],
+            Some(minor(1)),
+        ),
+        ("rt-all", "NVIDIA_VISIBLE_DEVICES=all", &[0, 1, 2, 3], None),
+        ("rt-uuid", uuid.as_str(), &[2], Some(minor(3))),
+    ] {
+        let decoys: Vec<u32> = decoy.into_iter().collect();
+        let run = docker.run(name, &["--runtime", "nvidia", "-e", env], &decoys);
+        assert_gpus(&run, &host, indices, &decoys);
+        let log = run.hook_log.as_deref().unwrap_or_default();
+        assert!(
+            log.contains("written for the runtime") && log.contains("CDI:"),
+            "the wrapper edited the spec and its hook ran:{}",
+            run.describe()
+        );
+        assert!(
+            !log.contains("device cgroup"),
+            "nothing of ours wrote the device cgroup: runc did:{}",
+            run.describe()
+        );
+    }
+    docker.finish();
+}
+
+/// While a GPU container runs, its `config.json` in containerd's state
+/// holds the GPU's node, its cgroup rule, the mounts and our hook; the v1
+/// devices cgroup lists the node, written by runc alone; `docker exec`
+/// into it sees the GPU; a non-GPU container through the same default
+/// runtime keeps its spec untouched.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn docker_default_runtime_nvidia_edits_only_gpu_specs() {
+    let _serial = serial();
+    let docker = Docker::start_with("runtime-default", Some("nvidia"));
+    let host = docker.host.clone();
+    let m0 = gpu(&host, 0).minor;
+    let started = docker.daemons.docker(&[
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "-e",
+        "NVIDIA_VISIBLE_DEVICES=0",
+        IMAGE,
+        "sleep",
+        "60",
+    ]);
+    assert!(
+        started.status.is_some_and(|s| s.success()),
+        "{}\n{}",
+        started.stderr,
+        docker.daemons.logs()
+    );
+    let id = started.stdout.trim().to_string();
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(docker.daemons.task_config(&id)).unwrap()).unwrap();
+    let devices = spec["linux"]["devices"].to_string();
+    assert!(
+        devices.contains(&format!("\"/dev/nvidia{m0}\"")),
+        "{devices}"
+    );
+    let rules = spec["linux"]["resources"]["devices"].to_string();
+    assert!(
+        rules.contains(&format!("\"major\":195,\"minor\":{m0}")),
+        "{rules}"
+    );
+    let mounts = spec["mounts"].to_string();
+    assert!(
+        mounts.contains("/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03"),
+        "{mounts}"
+    );
+    assert!(
+        spec["hooks"]["createRuntime"]
+            .to_string()
+            .contains("cdi-hook"),
+        "{spec}"
+    );
+    assert!(
+        spec["hooks"]["createContainer"].is_null(),
+        "nothing at createContainer: {spec}"
+    );
+    let list = cgroup_dirs(|n| n.to_str() == Some(id.as_str()))
+        .into_iter()
+        .find(|d| d.join("devices.list").is_file())
+        .map(|d| std::fs::read_to_string(d.join("devices.list")).unwrap())
+        .expect("the container's v1 devices cgroup");
+    assert!(list.contains(&format!("c 195:{m0} rw")), "{list}");
+
+    let exec = docker.daemons.docker(&["exec", &id, "/checker"]);
+    assert!(
+        exec.stdout.contains(&format!(
+            "node /dev/nvidia{m0} c 195:{m0} mode=0666 open=ENXIO"
+        )),
+        "{}",
+        exec.stdout
+    );
+    assert!(exec.stdout.contains("version=12020"), "{}", exec.stdout);
+    let _ = docker.daemons.docker(&["rm", "-f", &id]);
+
+    // No GPU asked for: the wrapper leaves the spec as dockerd wrote it.
+    let plain = docker
+        .daemons
+        .docker(&["run", "-d", "--network", "none", IMAGE, "sleep", "60"]);
+    assert!(
+        plain.status.is_some_and(|s| s.success()),
+        "{}",
+        plain.stderr
+    );
+    let id = plain.stdout.trim().to_string();
+    let spec = std::fs::read_to_string(docker.daemons.task_config(&id)).unwrap();
+    assert!(
+        !spec.contains("nvidia"),
+        "a non-GPU spec was edited: {spec}"
+    );
+    let _ = docker.daemons.docker(&["rm", "-f", &id]);
+    docker.finish();
+}
+
+/// A requirement the host does not meet stops the wrapper before runc
+/// runs, and Docker shows its one line.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn docker_runtime_nvidia_shows_a_requirement_refusal() {
+    let _serial = serial();
+    let docker = Docker::start("runtime-refused");
+    let run = docker.run(
+        "rt-refused",
+        &[
+            "--runtime",
+            "nvidia",
+            "-e",
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "-e",
+            "NVIDIA_REQUIRE_CUDA=cuda>=13.0",
+        ],
+        &[],
+    );
+    assert!(!run.succeeded(), "{}", run.describe());
+    assert!(
+        run.stderr.contains("unsatisfied condition: cuda>=13.0")
+            && run.stderr.contains("535.261.03"),
+        "Docker shows the wrapper's refusal:{}",
+        run.describe()
+    );
     docker.finish();
 }

@@ -275,11 +275,9 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
             )?
         }
         Command::Runtime { args } => {
-            return Err(Error::Runtime(crate::runtime::run(
-                config,
-                config_path,
-                args,
-            )))
+            let error = Error::Runtime(crate::runtime::run(config, config_path, args));
+            crate::runtime::log_failure(args, &one_line(&error));
+            return Err(error);
         }
         Command::Prestart | Command::CreateRuntime => hook::run(config, io::stdin())?,
         Command::Other(args) => {

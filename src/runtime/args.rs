@@ -51,6 +51,36 @@ pub fn command(args: &[OsString]) -> Option<(&str, &[OsString])> {
     None
 }
 
+/// Where the caller asked the runtime to log (`--log PATH`), and whether
+/// as JSON (`--log-format json`): containerd's shim reads the runtime's
+/// error from there, not from stderr.
+pub fn log_file(args: &[OsString]) -> Option<(PathBuf, bool)> {
+    let mut log = None;
+    let mut json = false;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].to_str()?;
+        let Some((name, inline)) = flag_name(arg) else {
+            break;
+        };
+        let value = if inline {
+            arg.split_once('=').map(|(_, v)| OsString::from(v))
+        } else if VALUED_GLOBALS.contains(&name) {
+            i += 1;
+            args.get(i).cloned()
+        } else {
+            None
+        };
+        match (name, value) {
+            ("log", Some(path)) => log = Some(PathBuf::from(path)),
+            ("log-format", Some(format)) => json = format == "json",
+            _ => {}
+        }
+        i += 1;
+    }
+    log.map(|path| (path, json))
+}
+
 /// The bundle of a `create` or `run`: `--bundle`/`-b` (Go flags: one or
 /// two dashes, `=value` or the next argument), else the working directory
 /// as runc takes it. `None` for every other command.
@@ -130,6 +160,29 @@ mod tests {
         ] {
             assert_eq!(bundle_of(&strings(args)), None, "{args:?}");
         }
+    }
+
+    #[test]
+    fn finds_the_runtime_log_containerd_reads_errors_from() {
+        assert_eq!(
+            log_file(&strings(&[
+                "--root",
+                "/r",
+                "--log",
+                "/b/log.json",
+                "--log-format",
+                "json",
+                "create",
+                "--log",
+                "x"
+            ])),
+            Some((PathBuf::from("/b/log.json"), true))
+        );
+        assert_eq!(
+            log_file(&strings(&["--log=/b/log", "create"])),
+            Some((PathBuf::from("/b/log"), false))
+        );
+        assert_eq!(log_file(&strings(&["create", "--log", "/x"])), None);
     }
 
     #[test]

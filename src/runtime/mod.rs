@@ -101,6 +101,28 @@ pub fn run(config: &Config, config_path: Option<&Path>, args: &[OsString]) -> Er
     }
 }
 
+/// Appends `message` to the log the caller gave the runtime, in the
+/// runtime's own format: containerd shows the last error there as the
+/// runtime's ("OCI runtime create failed: …"), and Docker prints it. A log
+/// that cannot be written changes nothing: stderr still has the line.
+pub fn log_failure(args: &[OsString], message: &str) {
+    let Some((path, json)) = args::log_file(args) else {
+        return;
+    };
+    let line = if json {
+        serde_json::json!({"level": "error", "msg": message}).to_string()
+    } else {
+        format!("level=error msg={}", serde_json::Value::from(message))
+    };
+    let _ = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(&path)
+        .and_then(|mut file| writeln!(file, "{line}"));
+}
+
 /// The first runtime of the config that exists and is not this binary.
 pub fn find_runtime(config: &Config) -> Result<PathBuf> {
     let me = fs::canonicalize("/proc/self/exe").map_err(Error::Exe)?;

@@ -52,8 +52,11 @@ pub struct DaemonSetup<'a> {
     /// Names our binary is linked under on dockerd's and ctr's PATH
     /// (`nvidia-container-runtime-hook`, `nvidia-container-cli`, …).
     pub links: &'a [&'a str],
-    /// `--add-runtime NAME=PATH` for dockerd.
-    pub runtimes: &'a [(&'a str, &'a Path)],
+    /// `--add-runtime NAME=PATH` for dockerd: NAME and the link PATH is
+    /// named after (one of `links`, found in the daemons' `bin/`).
+    pub runtimes: &'a [(&'a str, &'a str)],
+    /// `--default-runtime`, when not runc.
+    pub default_runtime: Option<&'a str>,
 }
 
 impl Daemons {
@@ -158,10 +161,13 @@ impl Daemons {
                 "--bridge=none",
                 "--storage-driver=overlay2",
             ]);
-        for (name, path) in setup.runtimes {
+        for (name, link) in setup.runtimes {
             dockerd
                 .arg("--add-runtime")
-                .arg(format!("{name}={}", path_str(path)));
+                .arg(format!("{name}={}", path_str(&bin.join(link))));
+        }
+        if let Some(name) = setup.default_runtime {
+            dockerd.arg("--default-runtime").arg(name);
         }
         let dockerd = dockerd
             .stdout(log_file(&dir.join("dockerd.log")))
@@ -192,6 +198,16 @@ impl Daemons {
             "{}:/usr/sbin:/usr/bin:/sbin:/bin",
             path_str(&self.dir.join("bin"))
         )
+    }
+
+    /// The `config.json` containerd keeps for running container `id` of
+    /// dockerd's namespace.
+    pub fn task_config(&self, id: &str) -> PathBuf {
+        self.dir
+            .join("ctd-state/io.containerd.runtime.v2.task")
+            .join(&self.tag)
+            .join(id)
+            .join("config.json")
     }
 
     /// containerd's GRPC socket.
