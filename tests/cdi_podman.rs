@@ -5,7 +5,9 @@
 //! spec's one `createRuntime` hook (`cdi-hook`), which writes the loader
 //! cache and the links and masks `/proc/driver/nvidia`. Inside each
 //! container `/checker` reports what it sees (TESTBED.md: ENXIO means the
-//! device cgroup allows a node).
+//! device cgroup allows a node). One more test gives Podman our runtime
+//! wrapper (`nvidia-container-runtime`) as its runtime: the same edits,
+//! written into the spec by the wrapper rather than by Podman from CDI.
 //!
 //! The spec is put where Podman 4.3 reads specs (`/run/cdi`; it has no
 //! setting for another directory), but only inside a private mount
@@ -84,6 +86,9 @@ struct CdiRun<'a> {
     /// The image's own variables.
     env: &'a [(&'a str, &'a str)],
     hooks: HooksDir,
+    /// Podman's runtime is our wrapper (`nvidia-container-runtime`), which
+    /// writes the GPUs into the spec, instead of runc with a CDI spec.
+    wrapper: bool,
 }
 
 /// `/run/cdi` must exist to be covered; made here if the host lacks it,
@@ -165,7 +170,20 @@ fn run_cdi(case: &CdiRun) -> Run {
     let log = dir.join("hook.log");
     write_hook_config(case.host, &config, &log, "debug");
     let spec = dir.join("nvidia.yaml");
-    generate(&config, &spec);
+    if case.wrapper {
+        // No spec: an empty file keeps the namespace set-up the same.
+        std::fs::write(&spec, "").unwrap();
+    } else {
+        generate(&config, &spec);
+    }
+    // The wrapper reads the default config: an overlay on /etc in the
+    // run's namespace carries it, leaving the host's /etc as it is.
+    let etc = dir.join("etc");
+    std::fs::create_dir_all(etc.join("upper/oci-nvidia-hook")).unwrap();
+    std::fs::create_dir_all(etc.join("work")).unwrap();
+    std::fs::copy(&config, etc.join("upper/oci-nvidia-hook/config.toml")).unwrap();
+    let link = dir.join("nvidia-container-runtime");
+    std::os::unix::fs::symlink(hook_binary(), &link).unwrap();
     let hooks_dir = dir.join("hooks.d");
     std::fs::create_dir_all(&hooks_dir).unwrap();
     if case.hooks == HooksDir::OursAndNvidias {
@@ -175,6 +193,10 @@ fn run_cdi(case: &CdiRun) -> Run {
 
     let id = format!("onh-cdi-{}-{}", case.name, std::process::id());
     let mut argv = Runtime::Podman.podman_globals(&hooks_dir);
+    if case.wrapper {
+        let at = argv.iter().position(|a| a == "--runtime").unwrap() + 1;
+        argv[at] = path_str(&link);
+    }
     let mut extra = Vec::new();
     for device in case.devices {
         extra.push("--device".to_string());
@@ -193,9 +215,12 @@ fn run_cdi(case: &CdiRun) -> Run {
         .arg(
             "mount -t tmpfs -o mode=0755 cdi /run/cdi && \
              { [ ! -d /etc/cdi ] || mount -t tmpfs -o mode=0755 cdi /etc/cdi; } && \
-             cp \"$0\" /run/cdi/nvidia.yaml && exec \"$@\"",
+             { [ ! -s \"$0\" ] || cp \"$0\" /run/cdi/nvidia.yaml; } && \
+             mount -t overlay onh-etc -o \"lowerdir=/etc,upperdir=$1/upper,workdir=$1/work\" /etc && \
+             shift && exec \"$@\"",
         )
         .arg(&spec)
+        .arg(&etc)
         .args(&argv);
 
     let mounts_before = host_mounts();
@@ -285,6 +310,7 @@ fn podman_takes_a_gpu_by_index() {
         devices: &["0"],
         env: &[],
         hooks: HooksDir::Empty,
+        wrapper: false,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 0)], &[]);
 }
@@ -300,6 +326,7 @@ fn podman_takes_a_gpu_by_uuid() {
         devices: &[&gpu.uuid],
         env: &[],
         hooks: HooksDir::Empty,
+        wrapper: false,
     });
     assert_cdi_gpus(&run, &host, &[gpu.minor], &[]);
 }
@@ -314,6 +341,7 @@ fn podman_takes_all_gpus() {
         devices: &["all"],
         env: &[],
         hooks: HooksDir::Empty,
+        wrapper: false,
     });
     let minors: Vec<u32> = gpus(&host).iter().map(|g| g.minor).collect();
     assert_cdi_gpus(&run, &host, &minors, &[]);
@@ -330,6 +358,7 @@ fn podman_takes_two_devices_named_two_ways() {
         devices: &["1", &third.uuid],
         env: &[],
         hooks: HooksDir::Empty,
+        wrapper: false,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 1), third.minor], &[]);
 }
@@ -361,6 +390,7 @@ fn podman_takes_a_mig_device() {
         devices: &[uuid],
         env: &[],
         hooks: HooksDir::Empty,
+        wrapper: false,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, parent)], &caps);
     let log = run.hook_log.as_deref().unwrap_or_default();
@@ -386,12 +416,37 @@ fn hooks_d_hooks_do_not_inject_a_second_time() {
         devices: &["0"],
         env: &[("NVIDIA_VISIBLE_DEVICES", "all")],
         hooks: HooksDir::OursAndNvidias,
+        wrapper: false,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 0)], &[]);
     let log = run.hook_log.as_deref().unwrap_or_default();
     assert!(
         log.contains("unset or void, nothing to do"),
         "our hooks.d hook saw the spec's void:{}",
+        run.describe()
+    );
+}
+
+/// Podman with our runtime wrapper as its runtime: the image's
+/// `NVIDIA_VISIBLE_DEVICES=1` becomes device entries, cgroup rules, mounts
+/// and the createRuntime hook in the spec, and runc does the rest.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_with_the_runtime_wrapper_takes_a_gpu() {
+    let host = host();
+    let run = run_cdi(&CdiRun {
+        name: "wrapper",
+        host: &host,
+        devices: &[],
+        env: &[("NVIDIA_VISIBLE_DEVICES", "1")],
+        hooks: HooksDir::Empty,
+        wrapper: true,
+    });
+    assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 1)], &[]);
+    let log = run.hook_log.as_deref().unwrap_or_default();
+    assert!(
+        log.contains("written for the runtime"),
+        "the wrapper edited the spec:{}",
         run.describe()
     );
 }
