@@ -9,6 +9,10 @@
   bench_stats.py slopes RESULTS
       The cost of each GPU beyond the first, (t(16) - t(1)) / 15, for every
       capabilities/cgroup pair measured with 1 and 16 GPUs.
+  bench_stats.py compare RESULTS KEY BASE NAME[=TARGET_MS]...
+      One row per command named NAME (hyperfine --command-name) in
+      RESULTS/KEY.*.json: its median and what it adds to BASE's, with a
+      bootstrap interval, judged against TARGET_MS where one is given.
 
 Intervals are bootstrap 95% percentile intervals of medians (2,000 resamples,
 fixed seed: the same data give the same table). A target is "met" when the
@@ -100,8 +104,36 @@ def slopes(results):
         print(row + "|")
 
 
+def compare(results, key, base, *names):
+    times = {}
+    for path in sorted(glob.glob(f"{results}/{key}.*.json")):
+        for r in json.load(open(path))["results"]:
+            times.setdefault(r["command"], []).extend(t * 1000 for t in r["times"])
+    if base not in times:
+        sys.exit(f"bench_stats: no measurements of {base} in {results}/{key}.*.json")
+    rng = random.Random(1)
+    base_boot = boot_median(rng, times[base])
+    print("| command | median ms | IQR ms | runs | added to " + base + " ms | 95% CI ms | target |")
+    print("|---|---|---|---|---|---|---|")
+    xs = times[base]
+    print(f"| {base} | {st.median(xs):.2f} | {q(xs, .75) - q(xs, .25):.2f} | {len(xs)} | - | - | |")
+    for spec in names:
+        name, _, limit = spec.partition("=")
+        xs = times.get(name)
+        if not xs:
+            sys.exit(f"bench_stats: no measurements of {name}")
+        added = st.median(xs) - st.median(times[base])
+        boot = [a - b for a, b in zip(boot_median(rng, xs), base_boot)]
+        lo, hi = q(boot, .025), q(boot, .975)
+        target = f"≤ {float(limit):g} ms: {verdict(lo, hi, float(limit))}" if limit else ""
+        print(f"| {name} | {st.median(xs):.2f} | {q(xs, .75) - q(xs, .25):.2f} | {len(xs)} "
+              f"| {added:.2f} | {lo:.2f} .. {hi:.2f} | {target} |")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 10 and sys.argv[1] == "cell":
+    if len(sys.argv) >= 5 and sys.argv[1] == "compare":
+        compare(*sys.argv[2:])
+    elif len(sys.argv) == 10 and sys.argv[1] == "cell":
         cell(*sys.argv[2:])
     elif len(sys.argv) == 3 and sys.argv[1] == "slopes":
         slopes(sys.argv[2])
