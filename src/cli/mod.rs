@@ -40,6 +40,10 @@ pub enum Error {
     Cdi(#[from] crate::cdi::Error),
     #[error("cannot name this program or its config for the spec's hook: {source}")]
     Exe { source: io::Error },
+    #[error("cannot read CDI spec {path}: {source}")]
+    ReadSpec { path: PathBuf, source: io::Error },
+    #[error("{count} {} in {path}", if *.count == 1 { "problem" } else { "problems" })]
+    InvalidSpec { count: usize, path: PathBuf },
 }
 
 impl Error {
@@ -92,7 +96,7 @@ pub enum Command {
         #[arg(long, value_name = "DIR", conflicts_with_all = ["device", "capabilities", "layout"])]
         bundle: Option<PathBuf>,
     },
-    /// Container Device Interface: generate and list the host's spec.
+    /// Container Device Interface: generate, list and validate the host's spec.
     Cdi {
         /// What to do with the spec.
         #[command(subcommand)]
@@ -150,6 +154,13 @@ pub enum CdiCommand {
         /// Device names: index, uuid, or both.
         #[arg(long, default_value = cdi::DEFAULT_STRATEGIES, value_name = "LIST")]
         device_name_strategy: String,
+    },
+    /// Check a spec (YAML or JSON, ours or another vendor's) against the CDI
+    /// schema and this host; print one line per problem, exit 1 if any.
+    Validate {
+        /// The spec file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
     },
 }
 
@@ -239,6 +250,9 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
                 device_name_strategy,
             },
         } => cdi::list(config, device_name_strategy, &mut out)?,
+        Command::Cdi {
+            command: CdiCommand::Validate { file },
+        } => cdi::validate(config, file, &mut out)?,
         Command::CdiHook {
             stage,
             driver_version,
