@@ -1,9 +1,9 @@
 //! Every hook entry the project ships (hooks.d/), documents (README.md's
-//! JSON blocks) or has its tests generate (the runtime harness's
-//! `config.json` for runc and crun, and its hooks.d file for Podman) sets
-//! `env` explicitly: a hook must never inherit an environment it did not
-//! choose, and the runtime passes its own when `env` is absent. Reads files
-//! and builds JSON only; needs no root.
+//! JSON blocks), generates (the CDI spec's hook, at `createRuntime` only) or
+//! has its tests generate (the runtime harness's `config.json` for runc and
+//! crun, and its hooks.d file for Podman) sets `env` explicitly: a hook must
+//! never inherit an environment it did not choose, and the runtime passes its
+//! own when `env` is absent. Reads files and builds JSON only; needs no root.
 
 /// The shared pieces of the integration tests (tests/common/) this suite uses.
 mod common {
@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use common::project::{hook_binary, repo};
+use oci_nvidia_hook::cdi::spec::{ContainerEdits, Spec, KIND};
+use oci_nvidia_hook::cdi::{Callback, Format, HOOK_STAGE};
+use oci_nvidia_hook::image::ImageLayout;
 use runtime_support::oci_config::{config_json, hooks_d_file, ContainerConfig};
 
 /// A hook entry found in a document, with where it was found.
@@ -29,9 +32,10 @@ struct Entry {
     hook: Value,
 }
 
-/// The hook entries in `doc`: a hooks.d file's `hook`, and every entry of
+/// The hook entries in `doc`: a hooks.d file's `hook`, every entry of
 /// every stage under a `hooks` object (a `config.json` or a fragment of
-/// one), at any depth.
+/// one), and every entry of a `hooks` list (a CDI spec's `containerEdits`,
+/// each naming its stage in `hookName`), at any depth.
 fn hook_entries(doc: &Value, place: &str) -> Vec<Entry> {
     let mut found = Vec::new();
     match doc {
@@ -40,6 +44,14 @@ fn hook_entries(doc: &Value, place: &str) -> Vec<Entry> {
                 if let Some(hook) = map.get("hook") {
                     found.push(Entry {
                         place: format!("{place}: hooks.d `hook`"),
+                        hook: hook.clone(),
+                    });
+                }
+            }
+            if let Some(Value::Array(entries)) = map.get("hooks") {
+                for (i, hook) in entries.iter().enumerate() {
+                    found.push(Entry {
+                        place: format!("{place}: hooks[{i}]"),
                         hook: hook.clone(),
                     });
                 }
@@ -198,6 +210,43 @@ fn hook_entries_the_test_harness_generates_set_env() {
     let entries = hook_entries(&file, "the harness's hooks.d file");
     assert_eq!(entries.len(), 1, "one hook in {file}");
     assert_env_set(&entries);
+}
+
+#[test]
+fn the_hook_a_cdi_spec_gets_sets_env_and_runs_at_create_runtime() {
+    // The spec's hook as `cdi generate` makes it (the one Callback::hook),
+    // in both of the spec's encodings, read back as a runtime reads them.
+    // Generating on a simulated host needs root: tests/cdi.rs does that.
+    let callback = Callback {
+        program: hook_binary().to_path_buf(),
+        config: Some("/etc/oci-nvidia-hook/config.toml".into()),
+        driver_version: "535.261.03".into(),
+        capabilities: "compute,utility".into(),
+        layout: ImageLayout::Debian,
+    };
+    let spec = Spec {
+        cdi_version: "0.5.0".into(),
+        kind: KIND.into(),
+        container_edits: ContainerEdits {
+            hooks: vec![callback.hook()],
+            ..ContainerEdits::default()
+        },
+        ..Spec::default()
+    };
+    for format in [Format::Yaml, Format::Json] {
+        let text = format.encode(&spec).expect("encode the spec");
+        let doc: Value = serde_yaml::from_slice(&text).expect("read the spec back");
+        let entries = hook_entries(&doc, &format!("a generated CDI spec ({format})"));
+        assert_eq!(entries.len(), 1, "one hook in {doc}");
+        assert_env_set(&entries);
+        for entry in &entries {
+            assert_eq!(
+                entry.hook["hookName"], HOOK_STAGE,
+                "{}: the CDI hook runs at createRuntime, never createContainer",
+                entry.place
+            );
+        }
+    }
 }
 
 fn read_json(path: &Path) -> Value {

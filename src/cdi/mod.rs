@@ -7,13 +7,15 @@
 //! `/proc/driver/nvidia`.
 //!
 //! `spec` is the format, `edits` turns a plan into container edits (shared
-//! with the runtime wrapper), `generate` builds the spec, `output` writes it.
+//! with the runtime wrapper), `generate` builds the spec, `output` writes it,
+//! `validate` checks a spec against the schema and this host.
 
 pub mod apply;
 pub mod edits;
 pub mod generate;
 pub mod output;
 pub mod spec;
+pub mod validate;
 
 use std::io;
 use std::path::PathBuf;

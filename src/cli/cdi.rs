@@ -1,4 +1,5 @@
-//! `cdi generate` and `cdi list`: the host's CDI spec, written or named.
+//! `cdi generate`, `cdi list` and `cdi validate`: the host's CDI spec,
+//! written or named, and any spec checked.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -7,6 +8,7 @@ use super::{Error, Result};
 use crate::cdi::{self, Format, Options, Spec};
 use crate::config::Config;
 use crate::image::ImageLayout;
+use crate::oneline::escape_controls;
 
 /// How `cdi generate` was asked to make the spec.
 #[derive(Debug, Clone)]
@@ -120,6 +122,45 @@ pub fn list(config: &Config, strategies: &str, out: &mut impl Write) -> Result<(
     for device in &spec.devices {
         writeln!(out, "{}={}", spec.kind, device.name)?;
     }
+    Ok(())
+}
+
+/// Checks the spec in `file` against the CDI schema and this host: prints
+/// one line per problem, each naming the file and the item's JSON path, and
+/// fails with their count; prints one `ok` line when there is none.
+pub fn validate(config: &Config, file: &Path, out: &mut impl Write) -> Result<()> {
+    let text = crate::bounded::read_text(file).map_err(|source| Error::ReadSpec {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let mut driver = || cdi::validate::running_driver(&config.driver);
+    let report = cdi::validate::validate(
+        &text,
+        &mut cdi::validate::Host {
+            dev_root: &config.driver.dev_root,
+            driver_version: &mut driver,
+        },
+    );
+    let name = file.display();
+    for problem in &report.problems {
+        writeln!(out, "{}", escape_controls(&format!("{name}: {problem}")))?;
+    }
+    if !report.problems.is_empty() {
+        out.flush()?;
+        return Err(Error::InvalidSpec {
+            count: report.problems.len(),
+            path: file.to_path_buf(),
+        });
+    }
+    writeln!(
+        out,
+        "{}",
+        escape_controls(&format!(
+            "{name}: ok: {} devices, cdiVersion {}",
+            report.devices,
+            report.cdi_version.as_deref().unwrap_or("?")
+        ))
+    )?;
     Ok(())
 }
 

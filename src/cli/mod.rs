@@ -42,6 +42,10 @@ pub enum Error {
     Exe { source: io::Error },
     #[error(transparent)]
     Runtime(crate::runtime::Error),
+    #[error("cannot read CDI spec {path}: {source}")]
+    ReadSpec { path: PathBuf, source: io::Error },
+    #[error("{count} {} in {path}", if *.count == 1 { "problem" } else { "problems" })]
+    InvalidSpec { count: usize, path: PathBuf },
 }
 
 impl Error {
@@ -94,7 +98,7 @@ pub enum Command {
         #[arg(long, value_name = "DIR", conflicts_with_all = ["device", "capabilities", "layout"])]
         bundle: Option<PathBuf>,
     },
-    /// Container Device Interface: generate and list the host's spec.
+    /// Container Device Interface: generate, list and validate the host's spec.
     Cdi {
         /// What to do with the spec.
         #[command(subcommand)]
@@ -164,6 +168,13 @@ pub enum CdiCommand {
         /// Device names: index, uuid, or both.
         #[arg(long, default_value = cdi::DEFAULT_STRATEGIES, value_name = "LIST")]
         device_name_strategy: String,
+    },
+    /// Check a spec (YAML or JSON, ours or another vendor's) against the CDI
+    /// schema and this host; print one line per problem, exit 1 if any.
+    Validate {
+        /// The spec file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
     },
 }
 
@@ -253,6 +264,9 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
                 device_name_strategy,
             },
         } => cdi::list(config, device_name_strategy, &mut out)?,
+        Command::Cdi {
+            command: CdiCommand::Validate { file },
+        } => cdi::validate(config, file, &mut out)?,
         Command::CdiHook {
             stage,
             driver_version,
