@@ -293,7 +293,17 @@ pub fn plan_for(config: &Config, source: Source<'_>, image: ImageSource<'_>) -> 
             layout: ImageLayout::default(),
         });
     }
-    let mut inventory = discover(config, &effective)?;
+    let inventory = discover(config, &effective)?;
+    planned(config, effective, inventory, image)
+}
+
+/// The image examined and the plan made on `inventory`, all of it kept.
+fn planned(
+    config: &Config,
+    effective: Effective,
+    mut inventory: Inventory,
+    image: ImageSource<'_>,
+) -> Result<Planned> {
     let image = self::image(config, &inventory, image)?;
     let plan = plan(&effective, &mut inventory, &image)?;
     Ok(Planned {
@@ -332,7 +342,7 @@ pub fn plan_granted(config: &Config, granted: Granted<'_>) -> Result<Planned> {
         requirements: Requirements::default(),
         node_mode: NodeMode::Mknod,
     };
-    let mut inventory = discover(config, &effective)?;
+    let inventory = discover(config, &effective)?;
     if inventory.driver_version != granted.driver_version {
         return Err(Error::StaleSpec {
             made_for: granted.driver_version.to_string(),
@@ -340,14 +350,12 @@ pub fn plan_granted(config: &Config, granted: Granted<'_>) -> Result<Planned> {
         });
     }
     effective.request.devices = granted_devices(&inventory, granted.nodes);
-    let image = self::image(config, &inventory, ImageSource::Layout(granted.layout))?;
-    let plan = plan(&effective, &mut inventory, &image)?;
-    Ok(Planned {
+    planned(
+        config,
         effective,
-        inventory: Some(inventory),
-        plan,
-        layout: image.layout,
-    })
+        inventory,
+        ImageSource::Layout(granted.layout),
+    )
 }
 
 /// The devices whose nodes are among `nodes`: a GPU by its `nvidiaN`

@@ -292,19 +292,26 @@ fn directories_linked_out_of_the_rootfs_are_refused() {
         "lib/firmware",
         "dev",
     ] {
-        for (how, case) in linked_out(rel) {
-            let out = case.run(&sim);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                !out.status.success(),
-                "{rel} linked out ({how}) must be refused: {err}"
-            );
-            assert!(
-                err.contains(&format!("refusing /{rel} in the container"))
-                    && err.contains("it exists as a symlink, expected a directory"),
-                "{rel} linked out ({how}): the refusal names the directory: {err}"
-            );
-        }
+        assert_linked_out_dir_refused(&sim, rel, Case::new);
+    }
+}
+
+/// `rel`, linked out of the rootfs of cases `new` makes (both ways), is
+/// refused in one line naming it, nothing made outside (Case::run).
+fn assert_linked_out_dir_refused(sim: &SimHost, rel: &str, new: impl Fn() -> Case) {
+    for (how, case) in linked_out_with(rel, new) {
+        let out = case.run(sim);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let hook = &case.args[0];
+        assert!(
+            !out.status.success(),
+            "{hook}: {rel} linked out ({how}) must be refused: {err}"
+        );
+        assert!(
+            err.contains(&format!("refusing /{rel} in the container"))
+                && err.contains("it exists as a symlink, expected a directory"),
+            "{hook}: {rel} linked out ({how}): the refusal names the directory: {err}"
+        );
     }
 }
 
@@ -391,19 +398,7 @@ fn image_files_linked_to_host_files_are_replaced_not_followed() {
 fn cdi_hook_refuses_directories_linked_out_of_the_rootfs() {
     let (sim, _serial) = sim();
     for rel in ["usr/lib/x86_64-linux-gnu", "etc", "etc/ld.so.conf.d"] {
-        for (how, case) in linked_out_with(rel, || Case::cdi(&sim)) {
-            let out = case.run(&sim);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                !out.status.success(),
-                "cdi-hook: {rel} linked out ({how}) must be refused: {err}"
-            );
-            assert!(
-                err.contains(&format!("refusing /{rel} in the container"))
-                    && err.contains("it exists as a symlink, expected a directory"),
-                "cdi-hook: {rel} linked out ({how}): the refusal names the directory: {err}"
-            );
-        }
+        assert_linked_out_dir_refused(&sim, rel, || Case::cdi(&sim));
     }
 }
 
