@@ -5,8 +5,13 @@
 CARGO  ?= cargo
 PREFIX ?= /usr/local
 BIN    := target/release/oci-nvidia-hook
+# systemd and udev read both /usr/lib and /usr/local/lib.
+UNITDIR      ?= $(PREFIX)/lib/systemd/system
+UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
+UNITS        := packaging/systemd/oci-nvidia-hook-cdi.service packaging/systemd/oci-nvidia-hook-cdi.path
+UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 
-.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases lint install fuzz
+.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi lint install install-units fuzz
 
 build:
 	$(CARGO) build --release --locked
@@ -64,6 +69,17 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets --features _test_as_root -- -D warnings
 
-install: build
+install: build install-units
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
 	install -D -m 0644 hooks.d/oci-nvidia-hook.json $(DESTDIR)/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json
+
+# The CDI refresh units and udev rule (README, "CDI"), their binary path
+# rewritten from the packages' /usr/bin to $(PREFIX)/bin. Installs files
+# only: enabling them is the administrator's (systemctl enable).
+install-units:
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(UDEVRULESDIR)
+	for f in $(UNITS); do \
+	  sed 's|/usr/bin/oci-nvidia-hook|$(PREFIX)/bin/oci-nvidia-hook|g' $$f >$(DESTDIR)$(UNITDIR)/$${f##*/} && \
+	  chmod 0644 $(DESTDIR)$(UNITDIR)/$${f##*/} || exit 1; \
+	done
+	install -m 0644 $(UDEVRULES) $(DESTDIR)$(UDEVRULESDIR)/
