@@ -31,8 +31,9 @@ demo: build deps
 # Every benchmark, one after the other; each also runs alone (README,
 # "Benchmarks"). All but bench-inprocess need root: they build simulated
 # hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
-# BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases
+# BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
+# bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi
 
 # Criterion: ldcache parse/write, ELF checks, request parsing, plan building.
 bench-inprocess:
@@ -59,6 +60,11 @@ bench-mask: build deps
 # events): bench-runc's quantity without runc's noisy work before the hook.
 bench-phases: build deps
 	integration/bench-phases $(BIN)
+
+# `cdi generate` as a whole process (8 GPUs, against 5 ms), and a Podman
+# start with CDI against the hooks.d hook and no GPU, interleaved.
+bench-cdi: build deps
+	integration/bench-cdi $(BIN)
 
 # Every fuzz target for FUZZ_SECONDS each (CI uses 15).
 FUZZ_SECONDS ?= 60
