@@ -5,8 +5,13 @@
 CARGO  ?= cargo
 PREFIX ?= /usr/local
 BIN    := target/release/oci-nvidia-hook
+# systemd and udev read both /usr/lib and /usr/local/lib.
+UNITDIR      ?= $(PREFIX)/lib/systemd/system
+UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
+UNITS        := packaging/systemd/oci-nvidia-hook-cdi.service packaging/systemd/oci-nvidia-hook-cdi.path
+UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 
-.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-docker lint install fuzz
+.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker lint install install-units fuzz
 
 build:
 	$(CARGO) build --release --locked
@@ -26,8 +31,9 @@ demo: build deps
 # Every benchmark, one after the other; each also runs alone (README,
 # "Benchmarks"). All but bench-inprocess need root: they build simulated
 # hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
-# BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-docker
+# BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
+# bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker
 
 # Criterion: ldcache parse/write, ELF checks, request parsing, plan building.
 bench-inprocess:
@@ -55,6 +61,11 @@ bench-mask: build deps
 bench-phases: build deps
 	integration/bench-phases $(BIN)
 
+# `cdi generate` as a whole process (8 GPUs, against 5 ms), and a Podman
+# start with CDI against the hooks.d hook and no GPU, interleaved.
+bench-cdi: build deps
+	integration/bench-cdi $(BIN)
+
 # docker run with --gpus (the hook as nvidia-container-runtime-hook) and
 # with --runtime nvidia (runtime mode), against plain runc, through real
 # dockerd and containerd started for the run: BENCH_RUNS, BENCH_BLOCK.
@@ -77,7 +88,18 @@ lint:
 # Do not install over NVIDIA's toolkit: the links would replace its tools.
 COMPAT_NAMES := nvidia-container-runtime-hook nvidia-container-cli nvidia-container-runtime
 
-install: build
+install: build install-units
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
 	install -D -m 0644 hooks.d/oci-nvidia-hook.json $(DESTDIR)/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json
 	for name in $(COMPAT_NAMES); do ln -sf oci-nvidia-hook $(DESTDIR)$(PREFIX)/bin/$$name; done
+
+# The CDI refresh units and udev rule (README, "CDI"), their binary path
+# rewritten from the packages' /usr/bin to $(PREFIX)/bin. Installs files
+# only: enabling them is the administrator's (systemctl enable).
+install-units:
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(UDEVRULESDIR)
+	for f in $(UNITS); do \
+	  sed 's|/usr/bin/oci-nvidia-hook|$(PREFIX)/bin/oci-nvidia-hook|g' $$f >$(DESTDIR)$(UNITDIR)/$${f##*/} && \
+	  chmod 0644 $(DESTDIR)$(UNITDIR)/$${f##*/} || exit 1; \
+	done
+	install -m 0644 $(UDEVRULES) $(DESTDIR)$(UDEVRULESDIR)/

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Statistics for integration/bench-runc (standard library only).
+"""Statistics for integration/bench-runc and bench-cdi (standard library only).
 
   bench_stats.py cell RESULTS KEY NOOP_ID SELF_TIMES GPUS CAPS CGROUP VARIANT
       One table row from hyperfine's JSON files RESULTS/KEY.*.json (no-op
@@ -9,10 +9,17 @@
   bench_stats.py slopes RESULTS
       The cost of each GPU beyond the first, (t(16) - t(1)) / 15, for every
       capabilities/cgroup pair measured with 1 and 16 GPUs.
-  bench_stats.py compare RESULTS KEY BASE NAME[=TARGET_MS]...
-      One row per command named NAME (hyperfine --command-name) in
-      RESULTS/KEY.*.json: its median and what it adds to BASE's, with a
-      bootstrap interval, judged against TARGET_MS where one is given.
+  bench_stats.py process NAME JSON TARGET_MS
+      One row for a whole process timed by hyperfine (bench-cdi's `cdi
+      generate`): median, its 95% interval, IQR, min, max, runs, and the
+      verdict against TARGET_MS ("-" for none).
+  bench_stats.py starts RESULTS KEY BASE_LABEL BASE_NEEDLE LABEL[=TARGET_MS] NEEDLE...
+      Interleaved container starts (bench-cdi's Podman rows, bench-docker's)
+      from hyperfine's JSON files RESULTS/KEY.*.json, told apart by a NEEDLE
+      in each command (or its --command-name): each variant's median and IQR,
+      then what each adds to the BASE variant and, for the last two, what the
+      last adds to the one before, with 95% intervals; a variant given a
+      TARGET_MS is judged against it for what it adds to BASE.
 
 Intervals are bootstrap 95% percentile intervals of medians (2,000 resamples,
 fixed seed: the same data give the same table). A target is "met" when the
@@ -104,38 +111,69 @@ def slopes(results):
         print(row + "|")
 
 
-def compare(results, key, base, *names):
-    times = {}
+def process(name, path, target):
+    times = [t * 1000 for t in json.load(open(path))["results"][0]["times"]]
+    rng = random.Random(1)
+    boot = boot_median(rng, times)
+    lo, hi = q(boot, .025), q(boot, .975)
+    verdict_text = ""
+    if target != "-":
+        verdict_text = f"≤ {float(target):g} ms: {verdict(lo, hi, float(target))}"
+    print(f"| {name} | {st.median(times):.3f} | {lo:.3f} .. {hi:.3f} "
+          f"| {q(times, .75) - q(times, .25):.3f} | {min(times):.3f} | {max(times):.3f} "
+          f"| {len(times)} | {verdict_text} |", flush=True)
+
+
+def starts(results, key, pairs):
+    labels, needles = pairs[0::2], pairs[1::2]
+    targets = {}
+    for i, spec in enumerate(labels):
+        label, _, limit = spec.rpartition("=")
+        try:  # a label may hold "=" itself: only a number after the last is a target
+            targets[label] = float(limit)
+            labels[i] = label
+        except ValueError:
+            pass
+    times = {label: [] for label in labels}
     for path in sorted(glob.glob(f"{results}/{key}.*.json")):
         for r in json.load(open(path))["results"]:
-            times.setdefault(r["command"], []).extend(t * 1000 for t in r["times"])
-    if base not in times:
-        sys.exit(f"bench_stats: no measurements of {base} in {results}/{key}.*.json")
+            owners = [l for l, n in zip(labels, needles) if n in r["command"]]
+            if len(owners) != 1:
+                sys.exit(f"bench_stats: {r['command']!r} matches {owners}, not one variant")
+            times[owners[0]].extend(t * 1000 for t in r["times"])
+    if any(not t for t in times.values()):
+        sys.exit(f"bench_stats: no measurements for {key}: {[l for l, t in times.items() if not t]}")
     rng = random.Random(1)
-    base_boot = boot_median(rng, times[base])
-    print("| command | median ms | IQR ms | runs | added to " + base + " ms | 95% CI ms | target |")
-    print("|---|---|---|---|---|---|---|")
-    xs = times[base]
-    print(f"| {base} | {st.median(xs):.2f} | {q(xs, .75) - q(xs, .25):.2f} | {len(xs)} | - | - | |")
-    for spec in names:
-        name, _, limit = spec.partition("=")
-        xs = times.get(name)
-        if not xs:
-            sys.exit(f"bench_stats: no measurements of {name}")
-        added = st.median(xs) - st.median(times[base])
-        boot = [a - b for a, b in zip(boot_median(rng, xs), base_boot)]
+    boots = {label: boot_median(rng, t) for label, t in times.items()}
+    print("| variant | median ms | IQR ms | runs |")
+    print("|---|---|---|---|")
+    for label, t in times.items():
+        print(f"| {label} | {st.median(t):.1f} | {q(t, .75) - q(t, .25):.1f} | {len(t)} |")
+    print()
+    print("| difference | added ms (of the medians) | 95% CI ms | target |")
+    print("|---|---|---|---|")
+    base = labels[0]
+    compared = [(label, base) for label in labels[1:]]
+    if len(labels) > 2:
+        compared.append((labels[-1], labels[-2]))
+    for label, other in compared:
+        added = st.median(times[label]) - st.median(times[other])
+        boot = [a - b for a, b in zip(boots[label], boots[other])]
         lo, hi = q(boot, .025), q(boot, .975)
-        target = f"≤ {float(limit):g} ms: {verdict(lo, hi, float(limit))}" if limit else ""
-        print(f"| {name} | {st.median(xs):.2f} | {q(xs, .75) - q(xs, .25):.2f} | {len(xs)} "
-              f"| {added:.2f} | {lo:.2f} .. {hi:.2f} | {target} |")
+        target = ""
+        if other == base and label in targets:
+            target = f"≤ {targets[label]:g} ms: {verdict(lo, hi, targets[label])}"
+        print(f"| {label} − {other} | {added:+.1f} | {lo:+.1f} .. {hi:+.1f} | {target} |")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 5 and sys.argv[1] == "compare":
-        compare(*sys.argv[2:])
-    elif len(sys.argv) == 10 and sys.argv[1] == "cell":
+    if len(sys.argv) == 10 and sys.argv[1] == "cell":
         cell(*sys.argv[2:])
     elif len(sys.argv) == 3 and sys.argv[1] == "slopes":
         slopes(sys.argv[2])
+    elif len(sys.argv) == 5 and sys.argv[1] == "process":
+        process(*sys.argv[2:])
+    elif len(sys.argv) >= 8 and len(sys.argv) % 2 == 0 and sys.argv[1] == "starts":
+        starts(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
         sys.exit(__doc__)
