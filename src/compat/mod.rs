@@ -5,6 +5,7 @@
 //! Each front parses NVIDIA's command line for that name and hands the
 //! request to the same planner and hook as ours; none decides policy.
 
+pub mod nvidia_cli;
 pub mod runtime_hook;
 
 use std::ffi::OsStr;
@@ -17,6 +18,8 @@ pub enum Front {
     Ours,
     /// `nvidia-container-runtime-hook`: NVIDIA's OCI hook.
     RuntimeHook,
+    /// `nvidia-container-cli`: NVIDIA's C CLI.
+    Cli,
 }
 
 impl Front {
@@ -24,6 +27,7 @@ impl Front {
     pub fn of(argv0: &OsStr) -> Front {
         match Path::new(argv0).file_name().and_then(OsStr::to_str) {
             Some(runtime_hook::NAME) => Front::RuntimeHook,
+            Some(nvidia_cli::NAME) => Front::Cli,
             _ => Front::Ours,
         }
     }
@@ -38,6 +42,9 @@ mod tests {
         for (argv0, front) in [
             ("nvidia-container-runtime-hook", Front::RuntimeHook),
             ("/usr/bin/nvidia-container-runtime-hook", Front::RuntimeHook),
+            ("nvidia-container-cli", Front::Cli),
+            ("/usr/local/bin/nvidia-container-cli", Front::Cli),
+            ("/usr/bin/nvidia-container-cli.real", Front::Ours),
             ("/usr/bin/oci-nvidia-hook", Front::Ours),
             ("oci-nvidia-hook", Front::Ours),
             (
