@@ -49,6 +49,13 @@ pub enum Error {
          calling process in its own mount namespace, which this implementation never does"
     )]
     NoPid,
+    #[error("{NAME} configure: --cuda-compat-mode={value:?} is not a mode (known: ldconfig, mount, disabled)")]
+    BadCudaCompatMode { value: String },
+    #[error(
+        "{NAME} configure: --imex-channel={value:?} is refused: this implementation injects no \
+         IMEX channel; use NVIDIA's CLI for containers that need one"
+    )]
+    ImexChannel { value: String },
     #[error("{NAME}: {option}={value:?} must be an absolute path")]
     NotAbsolute { option: &'static str, value: String },
     #[error("{NAME}: {option} is not valid UTF-8")]
@@ -151,6 +158,21 @@ pub struct Configure {
     pub no_cgroups: bool,
     /// `--no-devbind`: leave the device nodes to the runtime.
     pub no_devbind: bool,
+    /// `--cuda-compat-mode`, which NVIDIA's hook passes since 1.17.
+    pub cuda_compat: Option<CudaCompat>,
+}
+
+/// How the image's CUDA forward-compatibility libraries are used
+/// (`--cuda-compat-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaCompat {
+    /// Preferred through the loader cache: our `ldconfig` mode.
+    Ldconfig,
+    /// NVIDIA mounts them over the driver's; nothing of an image is ever
+    /// mounted here, so this is the `ldconfig` mode too.
+    Mount,
+    /// Ignored.
+    Disabled,
 }
 
 /// Every option of every command, by what it does.
@@ -173,6 +195,8 @@ enum Key {
     MigMonitor,
     NoCgroups,
     NoDevbind,
+    CudaCompatMode,
+    ImexChannel,
     Libraries,
     Binaries,
     Ipcs,
@@ -357,7 +381,7 @@ const CAPABILITIES: [Opt<Key>; 7] = [
     ),
 ];
 
-const CONFIGURE: [Opt<Key>; 8] = [
+const CONFIGURE: [Opt<Key>; 10] = [
     opt(
         "pid",
         Some('p'),
@@ -421,6 +445,22 @@ const CONFIGURE: [Opt<Key>; 8] = [
         Key::NoDevbind,
         "",
         "Don't create device nodes",
+    ),
+    opt(
+        "cuda-compat-mode",
+        None,
+        Value::Required,
+        Key::CudaCompatMode,
+        "MODE",
+        "CUDA forward compatibility: ldconfig, mount (as ldconfig) or disabled",
+    ),
+    opt(
+        "imex-channel",
+        None,
+        Value::Required,
+        Key::ImexChannel,
+        "CHANNEL",
+        "Refused: no IMEX channel is injected",
     ),
 ];
 
@@ -672,6 +712,7 @@ fn configure(items: Vec<Item<Key>>) -> Result<Command, Error> {
     let mut pid = None;
     let mut rootfs = None;
     let mut ldconfig = None;
+    let mut cuda_compat = None;
     let (mut no_cgroups, mut no_devbind) = (false, false);
     for item in items {
         let (key, value) = match item {
@@ -697,6 +738,15 @@ fn configure(items: Vec<Item<Key>>) -> Result<Command, Error> {
             Key::MigMonitor => asked.mig_monitor.push(value),
             Key::NoCgroups => no_cgroups = true,
             Key::NoDevbind => no_devbind = true,
+            Key::CudaCompatMode => {
+                cuda_compat = Some(match value.as_str() {
+                    "ldconfig" => CudaCompat::Ldconfig,
+                    "mount" => CudaCompat::Mount,
+                    "disabled" => CudaCompat::Disabled,
+                    _ => return Err(Error::BadCudaCompatMode { value }),
+                })
+            }
+            Key::ImexChannel => return Err(Error::ImexChannel { value }),
             _ => {}
         }
     }
@@ -713,6 +763,7 @@ fn configure(items: Vec<Item<Key>>) -> Result<Command, Error> {
         ldconfig,
         no_cgroups,
         no_devbind,
+        cuda_compat,
     }))
 }
 

@@ -8,13 +8,19 @@
 
 use std::path::Path;
 
-use super::args::{Configure, NAME};
+use super::args::{Configure, CudaCompat, NAME};
 use super::Result;
 use crate::config::Config;
 use crate::hook::{self, Steps};
 
 /// Configures the container `configure` names.
 pub fn run(config: &Config, configure: &Configure) -> Result<()> {
+    if configure.cuda_compat == Some(CudaCompat::Mount) {
+        log::debug!(
+            "{NAME}: --cuda-compat-mode=mount taken as ldconfig: the image's compat libraries are \
+             preferred through its loader cache, never mounted"
+        );
+    }
     if let Some(ldconfig) = &configure.ldconfig {
         log::debug!(
             "{NAME}: --ldconfig={ldconfig} ignored: the container's loader cache is written directly, \

@@ -23,7 +23,7 @@ use thiserror::Error;
 
 pub use args::{parse, Invocation, Parsed, NAME};
 
-use crate::config::{self, Config, LogLevel};
+use crate::config::{self, CompatMode, Config, LogLevel};
 use crate::{driver, hook, planner};
 
 /// Why a command failed.
@@ -51,19 +51,37 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// The configuration `invocation` runs with: the default config file, its
 /// driver root replaced by `--root`, its log by `--debug=FILE` at debug
-/// level.
+/// level, its CUDA compat mode by `configure --cuda-compat-mode`.
 pub fn config(invocation: &Invocation) -> config::Result<Config> {
-    let mut config = Config::load(None)?;
+    Ok(with_options(invocation, Config::load(None)?))
+}
+
+/// `config` with what `invocation`'s options change in it.
+fn with_options(invocation: &Invocation, mut config: Config) -> Config {
     let globals = &invocation.globals;
     if let Some(root) = &globals.root {
         config.driver.root = root.clone();
     }
     if let Some(file) = &globals.debug {
         config.log.level = LogLevel::Debug;
-        config.log.file = file.clone();
+        // Every line goes to stderr anyway (NVIDIA's hook passes
+        // `--debug=/dev/stderr` when run with -debug).
+        if !STDERR.iter().any(|s| file.as_os_str() == *s) {
+            config.log.file = file.clone();
+        }
     }
-    Ok(config)
+    if let args::Command::Configure(configure) = &invocation.command {
+        config.cuda_compat.mode = match configure.cuda_compat {
+            None => config.cuda_compat.mode,
+            Some(args::CudaCompat::Ldconfig | args::CudaCompat::Mount) => CompatMode::Ldconfig,
+            Some(args::CudaCompat::Disabled) => CompatMode::Disabled,
+        };
+    }
+    config
 }
+
+/// Names of stderr a `--debug` may give.
+const STDERR: [&str; 3] = ["/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"];
 
 /// Runs `invocation`'s command with `config` (logging set up), writing to stdout.
 pub fn run(invocation: &Invocation, config: &Config) -> Result<()> {
@@ -118,5 +136,59 @@ fn log_ignored(globals: &args::Globals) {
             "{NAME}: --ldcache={} ignored: the driver root's /etc/ld.so.cache is read",
             ldcache.display()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    fn configured(args: &[&str]) -> Config {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let Ok(Parsed::Run(invocation)) = parse(&args) else {
+            panic!("{args:?} does not parse");
+        };
+        with_options(&invocation, Config::default())
+    }
+
+    #[test]
+    fn root_and_debug_options_replace_the_driver_root_and_the_log() {
+        let config = configured(&[
+            "--root=/run/nvidia/driver",
+            "--debug=/var/log/nvc.log",
+            "info",
+        ]);
+        assert_eq!(config.driver.root, Path::new("/run/nvidia/driver"));
+        // Device nodes and procfs are not the driver root's.
+        assert_eq!(config.driver.dev_root, Config::default().driver.dev_root);
+        assert_eq!(config.log.level, LogLevel::Debug);
+        assert_eq!(config.log.file, PathBuf::from("/var/log/nvc.log"));
+        assert_eq!(configured(&["info"]), Config::default());
+    }
+
+    #[test]
+    fn debug_to_stderr_raises_the_level_and_opens_no_file() {
+        let config = configured(&["--debug=/dev/stderr", "info"]);
+        assert_eq!(config.log.level, LogLevel::Debug);
+        assert_eq!(config.log.file(), None);
+    }
+
+    #[test]
+    fn cuda_compat_mode_sets_the_compat_mode_and_mount_is_ldconfig() {
+        let run = |mode: &str| {
+            configured(&[
+                "configure",
+                &format!("--cuda-compat-mode={mode}"),
+                "--pid=1",
+                "/r",
+            ])
+            .cuda_compat
+            .mode
+        };
+        assert_eq!(run("disabled"), CompatMode::Disabled);
+        assert_eq!(run("ldconfig"), CompatMode::Ldconfig);
+        assert_eq!(run("mount"), CompatMode::Ldconfig);
     }
 }

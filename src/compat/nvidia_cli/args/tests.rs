@@ -64,6 +64,58 @@ fn containerds_call_is_every_capability_for_its_devices_with_kmods_ignored() {
             ldconfig: None,
             no_cgroups: false,
             no_devbind: false,
+            cuda_compat: None,
+        })
+    );
+}
+
+#[test]
+fn nvidias_current_hook_passes_every_option_it_may_and_each_is_taken() {
+    // nvidia-container-runtime-hook (legacy mode) with every config key set.
+    let parsed = invocation(&[
+        "--root=/",
+        "--load-kmods",
+        "--no-create-imex-channels",
+        "--no-pivot",
+        "--debug=/dev/stderr",
+        "--ldcache=/etc/ld.so.cache",
+        "--user=root:video",
+        "configure",
+        "--cuda-compat-mode=ldconfig",
+        "--ldconfig=@/sbin/ldconfig.real",
+        "--no-cgroups",
+        "--device=GPU-6d48d5d1-733b-20cf-6426-f7541bcf8ff9",
+        "--mig-config=all",
+        "--mig-monitor=all",
+        "--compute",
+        "--utility",
+        "--ngx",
+        "--require=cuda>=12.4 brand=tesla,driver>=470,driver<471",
+        "--pid=81328",
+        "/var/lib/docker/overlay2/3e11/merged",
+    ]);
+    assert_eq!(parsed.globals.root, Some(PathBuf::from("/")));
+    assert_eq!(parsed.globals.user, Some(Some("root:video".into())));
+    let Command::Configure(c) = parsed.command else {
+        panic!("not configure");
+    };
+    assert_eq!(c.cuda_compat, Some(CudaCompat::Ldconfig));
+    assert!(c.no_cgroups && !c.no_devbind);
+    assert_eq!(c.asked.capabilities, vec![Compute, Utility, Ngx]);
+    assert_eq!(c.asked.mig_config, strings(&["all"]));
+    assert_eq!(c.pid, 81328);
+}
+
+#[test]
+fn imex_channels_and_unknown_compat_modes_are_refused() {
+    assert_eq!(
+        parse_args(&["configure", "--imex-channel=0", "--pid=1", "/r"]),
+        Err(Error::ImexChannel { value: "0".into() })
+    );
+    assert_eq!(
+        parse_args(&["configure", "--cuda-compat-mode=hook", "--pid=1", "/r"]),
+        Err(Error::BadCudaCompatMode {
+            value: "hook".into()
         })
     );
 }
