@@ -14,7 +14,7 @@ use std::io::Write;
 
 use clap::Parser;
 use oci_nvidia_hook::cli::{self, Cli};
-use oci_nvidia_hook::compat::{runtime_hook, Front};
+use oci_nvidia_hook::compat::{nvidia_cli, runtime_hook, Front};
 use oci_nvidia_hook::config::Config;
 use oci_nvidia_hook::{logging, sys};
 
@@ -71,8 +71,41 @@ fn run() -> Status {
                 args: args.get(1..).unwrap_or_default().to_vec(),
             },
         },
+        Front::Cli => {
+            return match nvidia_cli::parse(&lossy()) {
+                Ok(nvidia_cli::Parsed::Run(invocation)) => run_nvidia_cli(&invocation),
+                Ok(nvidia_cli::Parsed::Version) => {
+                    print!("{}", nvidia_cli::version_text());
+                    Status::Success
+                }
+                Ok(nvidia_cli::Parsed::Help(text)) => {
+                    print!("{text}");
+                    Status::Success
+                }
+                Err(e) => fail(&e),
+            }
+        }
     };
     run_ours(cli)
+}
+
+/// Runs a command of NVIDIA's CLI's command line.
+fn run_nvidia_cli(invocation: &nvidia_cli::Invocation) -> Status {
+    let config = match nvidia_cli::config(invocation) {
+        Ok(config) => config,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) = logging::init(&config.log) {
+        return fail(&e);
+    }
+    match nvidia_cli::run(invocation, &config) {
+        Ok(()) => Status::Success,
+        Err(e) if e.is_broken_pipe() => Status::Success,
+        Err(e) => {
+            log::error!("{}", cli::one_line(&e));
+            Status::Failure
+        }
+    }
 }
 
 /// Runs our own command line's command.

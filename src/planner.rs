@@ -56,6 +56,33 @@ pub enum Source<'a> {
         /// Capabilities, as `NVIDIA_DRIVER_CAPABILITIES` takes them.
         capabilities: &'a str,
     },
+    /// NVIDIA's CLI command line: what it asks, and the container it asks
+    /// for (`configure`), whose bundle says whether it is privileged and in
+    /// a user namespace; `None` for `list`, where the host's operator asks.
+    Argv {
+        /// The request.
+        asked: &'a Asked,
+        /// The container, as far as its bundle is known.
+        container: Option<&'a Container>,
+    },
+}
+
+/// A request as NVIDIA's CLI command line makes it (`nvidia-container-cli
+/// configure`, `list`): each field the values of its options, as given.
+/// The caller (containerd, NVIDIA's own hook, an operator) has decided
+/// what the container gets, so no environment is read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Asked {
+    /// `--device` values, read as NVIDIA's CLI reads them; none selects no GPU.
+    pub devices: Vec<String>,
+    /// The capability flags given (`--compute`, `--utility`…); none gives no library.
+    pub capabilities: Vec<Capability>,
+    /// `--require` rules, each an `NVIDIA_REQUIRE_*` value.
+    pub requirements: Vec<String>,
+    /// `--mig-config` values.
+    pub mig_config: Vec<String>,
+    /// `--mig-monitor` values.
+    pub mig_monitor: Vec<String>,
 }
 
 /// Where the image the plan places files for is described.
@@ -148,7 +175,51 @@ pub fn effective(config: &Config, source: Source<'_>) -> Result<Effective> {
             })
         }
         Source::Container(container) => container_request(config, container),
+        Source::Argv { asked, container } => argv_request(config, asked, container),
     }
+}
+
+/// A command line's request. The caller chose the devices, capabilities
+/// and requirements; policy still applies: the capabilities the host does
+/// not offer are dropped, `disable-require` skips the rules, a container's
+/// user namespace decides how nodes reach it, and MIG management goes to
+/// privileged containers only, as NVIDIA's hook grants it (its CLI trusts
+/// whoever runs it; a container without a readable bundle counts as
+/// unprivileged).
+fn argv_request(
+    config: &Config,
+    asked: &Asked,
+    container: Option<&Container>,
+) -> Result<Effective> {
+    let node_mode = if container.is_some_and(|c| c.user_namespace) {
+        NodeMode::Bind
+    } else {
+        NodeMode::Mknod
+    };
+    let capabilities = restrict(asked.capabilities.iter().copied().collect(), config);
+    let mut request = Request::new(DeviceSelection::from_cli(&asked.devices)?, capabilities);
+    request.mig_config = request::mig_from_cli("--mig-config", &asked.mig_config)?;
+    request.mig_monitor = request::mig_from_cli("--mig-monitor", &asked.mig_monitor)?;
+    if let Some(container) = container {
+        for (wanted, name) in [
+            (request.mig_config, "--mig-config"),
+            (request.mig_monitor, "--mig-monitor"),
+        ] {
+            if wanted && !container.privileged {
+                return Err(Error::Unprivileged { what: name });
+            }
+        }
+    }
+    let requirements = if config.disable_require {
+        Requirements::default()
+    } else {
+        Requirements::from_rules(&asked.requirements)?
+    };
+    Ok(Effective {
+        request,
+        requirements,
+        node_mode,
+    })
 }
 
 /// A container's request, in NVIDIA's order: first whether it asks for

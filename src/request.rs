@@ -296,9 +296,25 @@ impl Request {
 /// first item decides, and only `all`, in any case, is accepted (COM:349-353,
 /// 376). Unlike the CLI we trim blanks around items, which only accepts more.
 fn mig_capability(env: &[String], name: &'static str) -> Result<bool> {
-    let Some(value) = env_var(env, name) else {
+    match env_var(env, name) {
+        Some(value) => mig_value(name, value),
+        None => Ok(false),
+    }
+}
+
+/// NVIDIA's CLI `--mig-config`/`--mig-monitor` options (named `name`),
+/// repeated ones joined with commas as its CLI joins them, read as the
+/// variables are: whether MIG management is asked for.
+pub fn mig_from_cli(name: &'static str, values: &[String]) -> Result<bool> {
+    if values.is_empty() {
         return Ok(false);
-    };
+    }
+    mig_value(name, &values.join(","))
+}
+
+/// One MIG management value: the first non-empty item decides, and only
+/// `all` (any case) is accepted.
+fn mig_value(name: &'static str, value: &str) -> Result<bool> {
     match value
         .split(',')
         .map(str::trim)
@@ -703,5 +719,24 @@ mod tests {
         ]))
         .is_err());
         assert!(Request::from_env(&env(&["NVIDIA_VISIBLE_DEVICES=0,,x"])).is_err());
+    }
+
+    #[test]
+    fn cli_mig_options_take_all_only_as_the_variables_do() {
+        let values = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(mig_from_cli("--mig-config", &[]), Ok(false));
+        assert_eq!(mig_from_cli("--mig-config", &values(&[""])), Ok(false));
+        assert_eq!(mig_from_cli("--mig-config", &values(&["ALL"])), Ok(true));
+        assert_eq!(
+            mig_from_cli("--mig-monitor", &values(&["", "all"])),
+            Ok(true)
+        );
+        assert_eq!(
+            mig_from_cli("--mig-config", &values(&["0"])),
+            Err(Error::MigCapability {
+                name: "--mig-config",
+                value: "0".into()
+            })
+        );
     }
 }

@@ -5,6 +5,7 @@
 //! Each front parses NVIDIA's command line for that name and hands the
 //! request to the same planner and hook as ours; none decides policy.
 
+pub mod nvidia_cli;
 pub mod runtime_hook;
 
 /// The name hosts configured for NVIDIA's runtime wrapper call (`daemon.json`'s `runtimes`).
@@ -22,6 +23,8 @@ pub enum Front {
     RuntimeHook,
     /// `nvidia-container-runtime`: NVIDIA's runc wrapper, our runtime mode.
     Runtime,
+    /// `nvidia-container-cli`: NVIDIA's C CLI.
+    Cli,
 }
 
 impl Front {
@@ -30,6 +33,7 @@ impl Front {
         match Path::new(argv0).file_name().and_then(OsStr::to_str) {
             Some(runtime_hook::NAME) => Front::RuntimeHook,
             Some(RUNTIME_NAME) => Front::Runtime,
+            Some(nvidia_cli::NAME) => Front::Cli,
             _ => Front::Ours,
         }
     }
@@ -45,6 +49,9 @@ mod tests {
             ("nvidia-container-runtime-hook", Front::RuntimeHook),
             ("/usr/bin/nvidia-container-runtime-hook", Front::RuntimeHook),
             ("/usr/bin/nvidia-container-runtime", Front::Runtime),
+            ("nvidia-container-cli", Front::Cli),
+            ("/usr/local/bin/nvidia-container-cli", Front::Cli),
+            ("/usr/bin/nvidia-container-cli.real", Front::Ours),
             ("/usr/bin/oci-nvidia-hook", Front::Ours),
             ("oci-nvidia-hook", Front::Ours),
             (

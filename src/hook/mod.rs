@@ -7,12 +7,17 @@
 //! the plan (stepping back into the host's only to clone the GPUs' procfs
 //! directories, when the container shows the driver). The hook's own
 //! environment is never consulted.
+//!
+//! `nvidia-container-cli configure` ([`configure`]) enters the same sequence
+//! with its pid and rootfs from the command line and its request from its
+//! options; only where the request comes from differs.
 
 mod pid;
 mod state;
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -26,7 +31,7 @@ use crate::config::Config;
 use crate::image::ImageLayout;
 use crate::inject::{self, LinuxSys, Sources, Sys};
 use crate::plan::{NodeMode, Plan};
-use crate::planner::{self, Granted, ImageSource, Source};
+use crate::planner::{self, Asked, Granted, ImageSource, Source};
 use crate::{cgroup, request};
 
 /// Why the hook refused or failed; `main` prints it on one line.
@@ -71,9 +76,11 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// config's `proc-root` only relocates the driver's files).
 const PROC: &str = "/proc";
 
-/// A container being created, checked: its state, the process held, its bundle.
+/// A container being created, checked: how logs name it, its pid, the
+/// process held, its bundle.
 struct Creating {
-    state: ContainerState,
+    id: String,
+    pid: u32,
     pidfd: Option<OwnedFd>,
     container: bundle::Container,
 }
@@ -81,40 +88,168 @@ struct Creating {
 /// Reads the state from `stdin` and checks that its pid is a container
 /// being created, seen from outside it; then reads its bundle.
 fn creating(stdin: impl Read + AsFd) -> Result<Creating> {
-    // Modes we pass are exact: device nodes keep the host node's mode.
-    umask(Mode::empty());
     let state = state::parse(&state::read(stdin)?)?;
-    let pidfd = pid::refuse_inside_container(Path::new(PROC), state.pid)?;
+    let pidfd = hold_creating(state.pid)?;
     let container = bundle::load(&state.bundle)?;
     Ok(Creating {
-        state,
+        id: state.id,
+        pid: state.pid,
         pidfd,
         container,
     })
 }
 
+/// Checks that `pid` is a container being created, seen from outside it,
+/// and holds it.
+fn hold_creating(pid: u32) -> Result<Option<OwnedFd>> {
+    // Modes we pass are exact: device nodes keep the host node's mode.
+    umask(Mode::empty());
+    pid::refuse_inside_container(Path::new(PROC), pid)
+}
+
+/// Where a container's request is read from.
+#[derive(Debug, Clone, Copy)]
+enum Ask<'a> {
+    /// Its own `process.env` and device mounts: the OCI hook.
+    Environment,
+    /// A command line (`nvidia-container-cli configure`).
+    Argv(&'a Asked),
+}
+
+impl<'a> Ask<'a> {
+    /// The planner's source for `container`.
+    fn source(self, container: &'a bundle::Container) -> Source<'a> {
+        match self {
+            Ask::Environment => Source::Container(container),
+            Ask::Argv(asked) => Source::Argv {
+                asked,
+                container: Some(container),
+            },
+        }
+    }
+}
+
+/// The steps of injection a caller may leave to the runtime, as NVIDIA's
+/// CLI `--no-cgroups` and `--no-devbind` do; the hook takes every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steps {
+    /// Grant the device nodes in the container's device cgroup.
+    pub cgroup: bool,
+    /// Create (or bind) the device nodes in the container's `/dev`.
+    pub nodes: bool,
+}
+
+impl Steps {
+    /// Every step, as the hook takes them.
+    pub const ALL: Steps = Steps {
+        cgroup: true,
+        nodes: true,
+    };
+}
+
 /// Runs the hook with the state read from `stdin`.
 pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
+    inject(config, creating(stdin)?, Ask::Environment, Steps::ALL)
+}
+
+/// What `nvidia-container-cli configure` names: the container's pid and
+/// rootfs, its bundle directory (where `config.json` may be), the request,
+/// and the steps to take.
+#[derive(Debug, Clone, Copy)]
+pub struct Configure<'a> {
+    /// The container's init, being created (`--pid`).
+    pub pid: u32,
+    /// Its rootfs (the command's argument).
+    pub rootfs: &'a Path,
+    /// Where its `config.json` may be: the working directory, as
+    /// containerd and NVIDIA's hook run the CLI.
+    pub bundle: &'a Path,
+    /// What it gets.
+    pub asked: &'a Asked,
+    /// Which steps to take.
+    pub steps: Steps,
+}
+
+/// Configures a container as `nvidia-container-cli configure` asks: the
+/// request from the command line, never from the container's environment,
+/// with the same pid checks, planner and injection as the hook.
+pub fn configure(config: &Config, target: &Configure<'_>) -> Result<()> {
+    let pidfd = hold_creating(target.pid)?;
+    let container = configured_container(target.bundle, target.rootfs)?;
+    let creating = Creating {
+        id: format!("pid {}", target.pid),
+        pid: target.pid,
+        pidfd,
+        container,
+    };
+    inject(config, creating, Ask::Argv(target.asked), target.steps)
+}
+
+/// The container `configure` names, as its bundle describes it when the
+/// bundle's `config.json` is there and is this rootfs's; otherwise only its
+/// rootfs is known, and it counts as unprivileged without a user namespace
+/// (its pid's `uid_map` still tells a user namespace apart).
+fn configured_container(bundle: &Path, rootfs: &Path) -> Result<bundle::Container> {
+    let bare = || bundle::Container {
+        rootfs: rootfs.to_path_buf(),
+        env: Vec::new(),
+        user_namespace: false,
+        privileged: false,
+        device_mounts: Vec::new(),
+        devices: Vec::new(),
+    };
+    let mut container = match bundle::load(bundle) {
+        Ok(container) => container,
+        Err(bundle::Error::Read { source, path }) if source.kind() == io::ErrorKind::NotFound => {
+            log::debug!(
+                "no {}: the container counts as unprivileged",
+                path.display()
+            );
+            return Ok(bare());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    };
+    if !same(&container.rootfs, rootfs) {
+        log::info!(
+            "{}/config.json describes rootfs {}, not {}: another container's, not read",
+            bundle.display(),
+            container.rootfs.display(),
+            rootfs.display()
+        );
+        return Ok(bare());
+    }
+    // Its request is the command line's, never the environment's.
+    container.env.clear();
+    container.device_mounts.clear();
+    container.rootfs = rootfs.to_path_buf();
+    Ok(container)
+}
+
+/// Injects into `creating` what `ask` asks for, taking `steps`: the one
+/// sequence after the container is known, for the hook and `configure`.
+fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Result<()> {
     let Creating {
-        state,
+        id,
+        pid,
         pidfd,
         mut container,
-    } = creating(stdin)?;
+    } = creating;
     let proc = Path::new(PROC);
     let name_container = |source: planner::Error| match source {
         planner::Error::Request(source) => Error::Request {
-            id: state.id.clone(),
+            id: id.clone(),
             source,
         },
         other => Error::Planner(other),
     };
     let mut effective =
-        planner::effective(config, Source::Container(&container)).map_err(name_container)?;
+        planner::effective(config, ask.source(&container)).map_err(name_container)?;
     if effective.is_void() {
-        log::debug!(
-            "container {}: NVIDIA_VISIBLE_DEVICES unset or void, nothing to do",
-            state.id
-        );
+        log::debug!("container {id}: NVIDIA_VISIBLE_DEVICES unset or void, nothing to do");
         return Ok(());
     }
     // A `user` namespace in config.json, or the one the runtime itself runs
@@ -122,45 +257,49 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     // usable device nodes, so the host's are bound; the device cgroup is
     // still granted unless the hook runs unprivileged too (rootless), where
     // it cannot be written and the runtime made none.
-    let userns = inject::userns::detect(proc, state.pid)?;
+    let userns = inject::userns::detect(proc, pid)?;
     if userns.is_some() && !container.user_namespace {
         container.user_namespace = true;
-        effective =
-            planner::effective(config, Source::Container(&container)).map_err(name_container)?;
+        effective = planner::effective(config, ask.source(&container)).map_err(name_container)?;
     }
     let started = Instant::now();
     let mut inventory = planner::discover(config, &effective)?;
     let image = planner::image(config, &inventory, ImageSource::Rootfs(&container.rootfs))?;
-    let plan = planner::plan(&effective, &mut inventory, &image)?;
+    let mut plan = planner::plan(&effective, &mut inventory, &image)?;
+    if !steps.nodes {
+        // The caller's runtime makes the nodes (NVIDIA's `--no-devbind`);
+        // they are still granted in the device cgroup.
+        log::debug!("container {id}: device nodes left to the runtime");
+        plan.devices.clear();
+    }
     let planned = Instant::now();
     if log::log_enabled!(log::Level::Debug) {
         log::debug!(
-            "container {}: planned {}",
-            state.id,
+            "container {id}: planned {}",
             serde_json::to_string(&plan).unwrap_or_default()
         );
     }
 
     if userns.is_some_and(|ns| ns.rootless) {
         log::info!(
-            "container {}: user namespace: skipping the device cgroup, bind-mounting device nodes",
-            state.id
+            "container {id}: user namespace: skipping the device cgroup, bind-mounting device nodes"
         );
     } else {
-        if plan.node_mode == NodeMode::Bind {
-            log::info!(
-                "container {}: user namespace: bind-mounting device nodes",
-                state.id
-            );
+        if plan.node_mode == NodeMode::Bind && steps.nodes {
+            log::info!("container {id}: user namespace: bind-mounting device nodes");
         }
-        let held = || pid::still_held(proc, state.pid, pidfd.as_ref()).is_ok();
-        for outcome in cgroup::allow_held(proc, state.pid, &plan.cgroup_rules, &held)? {
-            log::debug!("container {}: device cgroup: {outcome:?}", state.id);
+        if steps.cgroup {
+            let held = || pid::still_held(proc, pid, pidfd.as_ref()).is_ok();
+            for outcome in cgroup::allow_held(proc, pid, &plan.cgroup_rules, &held)? {
+                log::debug!("container {id}: device cgroup: {outcome:?}");
+            }
+        } else {
+            log::debug!("container {id}: device cgroup left to the runtime");
         }
     }
     // userns::detect read /proc/<pid> by number: it was about the process
     // checked only if that is still the one held.
-    pid::still_held(proc, state.pid, pidfd.as_ref())?;
+    pid::still_held(proc, pid, pidfd.as_ref())?;
     let granted = Instant::now();
     let sys = LinuxSys::default();
     let mut sources = Sources::open(&sys, &plan)?;
@@ -169,16 +308,14 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
     // (which its user namespace cannot represent: see `inject::userns`).
     if let Some((uid, gid)) = userns.and_then(|ns| ns.root) {
         log::debug!(
-            "container {}: creating files as its root: uid {uid}, gid {gid} of the hook's user namespace",
-            state.id
+            "container {id}: creating files as its root: uid {uid}, gid {gid} of the hook's user namespace"
         );
         inject::userns::act_as(uid, gid)?;
     }
-    sys.enter_mount_namespace(proc, state.pid, pidfd.as_ref().map(AsFd::as_fd))?;
+    sys.enter_mount_namespace(proc, pid, pidfd.as_ref().map(AsFd::as_fd))?;
     let summary = inject::apply(&sys, &plan, &mut sources, &container.rootfs)?;
     log::debug!(
-        "container {}: took {} µs: plan {}, cgroup {}, sources {}, inject {}",
-        state.id,
+        "container {id}: took {} µs: plan {}, cgroup {}, sources {}, inject {}",
         started.elapsed().as_micros(),
         (planned - started).as_micros(),
         (granted - planned).as_micros(),
@@ -186,8 +323,7 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
         opened.elapsed().as_micros()
     );
     log::info!(
-        "container {}: injected {} device nodes, {} mounts, {} links, {} loader entries ({})",
-        state.id,
+        "container {id}: injected {} device nodes, {} mounts, {} links, {} loader entries ({})",
         summary.devices,
         summary.mounts,
         summary.symlinks,
@@ -217,7 +353,8 @@ pub struct SpecMade {
 /// container, as the prestart hook; it touches no cgroup and execs nothing.
 pub fn run_granted(config: &Config, stdin: impl Read + AsFd, made: &SpecMade) -> Result<()> {
     let Creating {
-        state,
+        id,
+        pid,
         pidfd,
         container,
     } = creating(stdin)?;
@@ -241,27 +378,83 @@ pub fn run_granted(config: &Config, stdin: impl Read + AsFd, made: &SpecMade) ->
     };
     if log::log_enabled!(log::Level::Debug) {
         log::debug!(
-            "container {}: granted {:?}, planned {}",
-            state.id,
+            "container {id}: granted {:?}, planned {}",
             planned.effective.request.devices,
             serde_json::to_string(&plan).unwrap_or_default()
         );
     }
-    let userns = inject::userns::detect(proc, state.pid)?;
-    pid::still_held(proc, state.pid, pidfd.as_ref())?;
+    let userns = inject::userns::detect(proc, pid)?;
+    pid::still_held(proc, pid, pidfd.as_ref())?;
     let sys = LinuxSys::default();
     let mut sources = Sources::open(&sys, &plan)?;
     if let Some((uid, gid)) = userns.and_then(|ns| ns.root) {
         inject::userns::act_as(uid, gid)?;
     }
-    sys.enter_mount_namespace(proc, state.pid, pidfd.as_ref().map(AsFd::as_fd))?;
+    sys.enter_mount_namespace(proc, pid, pidfd.as_ref().map(AsFd::as_fd))?;
     let summary = inject::apply(&sys, &plan, &mut sources, &container.rootfs)?;
     log::info!(
-        "container {}: CDI: {} links, {} loader entries in {} µs",
-        state.id,
+        "container {id}: CDI: {} links, {} loader entries in {} µs",
         summary.symlinks,
         summary.loader_entries,
         started.elapsed().as_micros()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    fn bundle_with(root: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("rootfs")).unwrap();
+        fs::create_dir(dir.path().join("other")).unwrap();
+        fs::write(
+            dir.path().join("config.json"),
+            format!(
+                r#"{{"ociVersion":"1.0.2","root":{{"path":"{root}"}},
+                    "process":{{"cwd":"/","args":["sh"],"user":{{"uid":0,"gid":0}},
+                                "env":["NVIDIA_VISIBLE_DEVICES=all"],
+                                "capabilities":{{"bounding":["CAP_SYS_ADMIN"]}}}},
+                    "mounts":[{{"destination":"/var/run/nvidia-container-devices/0","source":"/dev/null"}}],
+                    "linux":{{"namespaces":[{{"type":"mount"}},{{"type":"user"}}]}}}}"#
+            ),
+        )
+        .unwrap();
+        dir
+    }
+
+    #[test]
+    fn configure_reads_the_bundle_of_its_rootfs_but_never_its_request() {
+        let dir = bundle_with("rootfs");
+        let rootfs = dir.path().join("rootfs");
+        let c = configured_container(dir.path(), &rootfs).unwrap();
+        assert!(c.privileged && c.user_namespace);
+        assert_eq!(c.rootfs, rootfs);
+        assert!(c.env.is_empty() && c.device_mounts.is_empty(), "{c:?}");
+    }
+
+    #[test]
+    fn configure_without_this_rootfss_bundle_counts_the_container_unprivileged() {
+        // Another container's config.json.
+        let dir = bundle_with("other");
+        let rootfs = dir.path().join("rootfs");
+        let c = configured_container(dir.path(), &rootfs).unwrap();
+        assert!(!c.privileged && !c.user_namespace);
+        assert_eq!(c.rootfs, rootfs);
+        // None at all.
+        let empty = tempfile::tempdir().unwrap();
+        let c = configured_container(empty.path(), &rootfs).unwrap();
+        assert!(!c.privileged && !c.user_namespace && c.env.is_empty());
+    }
+
+    #[test]
+    fn configure_refuses_a_malformed_bundle_config() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("config.json"), "{").unwrap();
+        let err = configured_container(dir.path(), &dir.path().join("rootfs")).unwrap_err();
+        assert!(err.to_string().contains("config.json"), "{err}");
+    }
 }

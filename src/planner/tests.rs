@@ -1,6 +1,7 @@
 use super::*;
 use crate::driver::{CapFile, MigDevice};
 use crate::plan::tests::inventory;
+use crate::plan::MountKind;
 
 fn container(env: &[&str], privileged: bool, device_mounts: &[&str]) -> Container {
     Container {
@@ -466,4 +467,183 @@ fn requirements_widen_discovery_to_what_checking_them_needs() {
     assert!(!effective.request.capabilities.contains(Capability::Utility));
     // NVML is not asked up front: only when evaluation reaches brand.
     assert!(!effective.needs_nvml());
+}
+
+fn asked(devices: &[&str], capabilities: &[Capability], requirements: &[&str]) -> Asked {
+    let strings = |items: &[&str]| items.iter().map(|s| s.to_string()).collect();
+    Asked {
+        devices: strings(devices),
+        capabilities: capabilities.to_vec(),
+        requirements: strings(requirements),
+        ..Asked::default()
+    }
+}
+
+fn argv<'a>(asked: &'a Asked, container: Option<&'a Container>) -> Source<'a> {
+    Source::Argv { asked, container }
+}
+
+#[test]
+fn a_command_line_plans_as_the_same_request_from_the_environment() {
+    let inventory = inventory();
+    let config = Config::default();
+    use Capability::*;
+    for (devices, flags, variable) in [
+        (&["all"][..], &[Compute, Utility][..], "compute,utility"),
+        (
+            &["0", "2"],
+            &[Compute, Compat32, Graphics, Utility, Video],
+            "compute,compat32,graphics,utility,video",
+        ),
+        (
+            &["GPU-00000001-0000-0000-0000-000000000000"],
+            &[Compute],
+            "compute",
+        ),
+        (&["0000:db:00.0"], &[Video], "video"),
+    ] {
+        let env = [
+            format!("NVIDIA_VISIBLE_DEVICES={}", devices.join(",")),
+            format!("NVIDIA_DRIVER_CAPABILITIES={variable}"),
+        ];
+        let env: Vec<&str> = env.iter().map(String::as_str).collect();
+        let c = container(&env, false, &[]);
+        let asked = asked(devices, flags, &[]);
+        assert_eq!(
+            plan_on(&inventory, &config, argv(&asked, Some(&c))).unwrap(),
+            plan_on(&inventory, &config, Source::Container(&c)).unwrap(),
+            "{devices:?} {flags:?}"
+        );
+    }
+}
+
+#[test]
+fn a_command_line_request_ignores_the_containers_environment() {
+    // containerd's bundle holds no NVIDIA variable; NVIDIA's hook may leave
+    // ones that say something else. The command line decides.
+    let c = container(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=void",
+            "NVIDIA_DRIVER_CAPABILITIES=graphics",
+            "NVIDIA_REQUIRE_CUDA=cuda>=99.0",
+        ],
+        false,
+        &["2"],
+    );
+    let config = Config {
+        accept_volume_mounts: true,
+        ..Config::default()
+    };
+    let asked = asked(&["1"], &[Capability::Utility], &[]);
+    let effective = effective(&config, argv(&asked, Some(&c))).unwrap();
+    assert_eq!(
+        effective.request.devices,
+        DeviceSelection::List(vec![DeviceId::Index(1)])
+    );
+    assert_eq!(effective.request.capabilities.to_string(), "utility");
+    assert!(effective.requirements.is_empty());
+}
+
+#[test]
+fn a_command_line_without_devices_or_capabilities_gets_the_driver_alone() {
+    // NVIDIA's CLI without --device selects no GPU, and without a
+    // capability flag mounts no library (configure.c, options.h).
+    let asked = Asked::default();
+    let effective = effective(&Config::default(), argv(&asked, None)).unwrap();
+    assert_eq!(effective.request.devices, DeviceSelection::None);
+    assert_eq!(effective.request.capabilities.to_string(), "");
+    let plan = plan(&effective, &mut inventory(), &ImageLayout::Debian.into()).unwrap();
+    assert!(plan.selected.is_empty(), "{plan:#?}");
+    assert!(plan.loader_entries.is_empty(), "{plan:#?}");
+    assert!(
+        !plan
+            .mounts
+            .iter()
+            .any(|m| matches!(m.kind, MountKind::Library | MountKind::Binary)),
+        "{plan:#?}"
+    );
+}
+
+#[test]
+fn a_command_line_device_list_is_read_as_nvidias_cli_reads_it() {
+    // `none` and `void` are keywords of the hook's variable, not of the
+    // CLI's --device, which takes `all` only.
+    for bad in ["none", "void", "7x"] {
+        let asked = asked(&[bad], &[], &[]);
+        assert!(
+            effective(&Config::default(), argv(&asked, None)).is_err(),
+            "{bad}"
+        );
+    }
+    let asked = asked(&["0", "ALL"], &[], &[]);
+    assert_eq!(
+        effective(&Config::default(), argv(&asked, None))
+            .unwrap()
+            .request
+            .devices,
+        DeviceSelection::All
+    );
+}
+
+#[test]
+fn command_line_requirements_are_checked_unless_the_config_disables_them() {
+    let inventory = inventory();
+    let asked = asked(
+        &["1"],
+        &[Capability::Compute],
+        &["driver>=500", "driver>=550"],
+    );
+    let err = plan_on(&inventory, &Config::default(), argv(&asked, None)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("--require \"driver>=550\": GPU 1")
+            && text.contains("unsatisfied condition"),
+        "{text}"
+    );
+    let config = Config {
+        disable_require: true,
+        ..Config::default()
+    };
+    plan_on(&inventory, &config, argv(&asked, None)).unwrap();
+}
+
+#[test]
+fn command_line_mig_management_needs_a_privileged_container() {
+    let mut asked = asked(&["0"], &[], &[]);
+    asked.mig_config = vec!["all".into()];
+    let unprivileged = container(&[], false, &[]);
+    let err = effective(&Config::default(), argv(&asked, Some(&unprivileged))).unwrap_err();
+    assert!(
+        err.to_string().starts_with("--mig-config=all is refused"),
+        "{err}"
+    );
+    let privileged = container(&[], true, &[]);
+    assert!(
+        effective(&Config::default(), argv(&asked, Some(&privileged)))
+            .unwrap()
+            .request
+            .mig_config
+    );
+    // The host's operator listing what it would take.
+    assert!(
+        effective(&Config::default(), argv(&asked, None))
+            .unwrap()
+            .request
+            .mig_config
+    );
+    asked.mig_config = vec!["0".into()];
+    assert!(effective(&Config::default(), argv(&asked, Some(&privileged))).is_err());
+}
+
+#[test]
+fn a_command_line_request_for_a_user_namespace_binds_nodes() {
+    let mut c = container(&[], false, &[]);
+    c.user_namespace = true;
+    let asked = asked(&["0"], &[], &[]);
+    assert_eq!(
+        effective(&Config::default(), argv(&asked, Some(&c)))
+            .unwrap()
+            .node_mode,
+        NodeMode::Bind
+    );
 }

@@ -135,7 +135,11 @@ impl DeviceSelection {
             HookList::All => Ok(DeviceSelection::All),
             HookList::Items(items) => {
                 check_len("device list", value)?;
-                cli_select(value, items)
+                cli_select(
+                    value,
+                    items,
+                    "not a device: the keywords none and void are lower case",
+                )
             }
         }
     }
@@ -151,22 +155,37 @@ impl DeviceSelection {
     /// them to its CLI as they are (IMG:265-271), so no keyword but `all`
     /// means anything: `none` and `void` are refused as the CLI refuses them.
     pub fn from_mounts(names: &[String]) -> Result<Self> {
-        let value = names.join(",");
+        DeviceSelection::from_cli(names)
+    }
+
+    /// Parses the values of NVIDIA's CLI `--device` options, joined with
+    /// commas as its CLI joins repeated ones (CLI `configure`, `list`): the
+    /// items as its CLI reads them, `all` the only keyword, and no item at
+    /// all (no `--device`) selecting no GPU, as `none` does.
+    pub fn from_cli(values: &[String]) -> Result<Self> {
+        let value = values.join(",");
         check_len("device list", &value)?;
         let items = value
             .split(',')
             .map(str::trim)
             .filter(|item| !item.is_empty());
-        cli_select(&value, items)
+        cli_select(
+            &value,
+            items,
+            "not a device: none and void are keywords of NVIDIA_VISIBLE_DEVICES, not of a \
+             device list NVIDIA's CLI takes (no device at all selects no GPU)",
+        )
     }
 }
 
 /// NVIDIA's CLI: the items in order (COM:290-323). `all` in any case selects
 /// everything and ends the walk, so later items are never read (COM:296-301).
-/// No item selects nothing, as `none` does.
+/// No item selects nothing, as `none` does. `keywords` says why `none` or
+/// `void` (in any case) names no device in this list.
 fn cli_select<'a>(
     value: &str,
     items: impl IntoIterator<Item = &'a str>,
+    keywords: &'static str,
 ) -> Result<DeviceSelection> {
     let mut ids: Vec<DeviceId> = Vec::new();
     for item in items {
@@ -177,7 +196,7 @@ fn cli_select<'a>(
             value: value.to_string(),
             item: item.to_string(),
             reason: if item.eq_ignore_ascii_case("none") || item.eq_ignore_ascii_case("void") {
-                "not a device: the keywords none and void are lower case"
+                keywords
             } else {
                 "not a GPU index, GPU-<uuid>, PCI bus id, MIG-<uuid>, <gpu>:<mig> or all"
             },
@@ -671,5 +690,26 @@ mod tests {
         );
         assert_eq!(parse_bus_id("0000:3b:00"), None);
         assert_eq!(parse_bus_id("0000:3bb:00.0"), None);
+    }
+
+    #[test]
+    fn cli_device_options_are_joined_and_read_as_nvidias_cli_reads_them() {
+        let values = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            DeviceSelection::from_cli(&values(&[])),
+            Ok(DeviceSelection::None)
+        );
+        assert_eq!(
+            DeviceSelection::from_cli(&values(&["1,3"])),
+            Ok(DeviceSelection::List(vec![
+                DeviceId::Index(1),
+                DeviceId::Index(3)
+            ]))
+        );
+        assert_eq!(
+            DeviceSelection::from_cli(&values(&["0", "all", "junk!"])),
+            Ok(DeviceSelection::All)
+        );
+        assert!(DeviceSelection::from_cli(&values(&["none"])).is_err());
     }
 }

@@ -84,6 +84,11 @@ pub enum Error {
         reached: Option<String>,
     },
     #[error(
+        "{count} --require rules; NVIDIA's CLI refuses more than {MAX_RULES} as too many \
+         requirements"
+    )]
+    TooManyOptions { count: usize },
+    #[error(
         "CUDA_VERSION {value:?} is not a version NVIDIA's hook accepts \
          ([v]MAJOR[.MINOR[.PATCH[-PRERELEASE][+BUILD]]], numbers without leading zeros, \
          MAJOR and MINOR below 2^32), so the requirement cuda>=MAJOR.MINOR that an image \
@@ -218,6 +223,24 @@ impl Requirements {
         Ok(Requirements { rules })
     }
 
+    /// The rules NVIDIA's CLI takes as `--require` options, in order, each
+    /// an `NVIDIA_REQUIRE_*` value (NVIDIA's hook passes one per variable).
+    /// Refused as [`Requirements::from_env`] refuses: more than NVIDIA's CLI
+    /// takes, or a rule whose first term is malformed.
+    pub fn from_rules(rules: &[String]) -> Result<Requirements> {
+        if rules.len() > MAX_RULES {
+            return Err(Error::TooManyOptions { count: rules.len() });
+        }
+        let mut parsed: Vec<Rule> = Vec::new();
+        for value in rules {
+            let source = Source::Option {
+                value: value.clone(),
+            };
+            parsed.extend(Rule::parse(source, value)?);
+        }
+        Ok(Requirements { rules: parsed })
+    }
+
     /// Whether there is nothing to check, so callers can skip gathering facts.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
@@ -264,6 +287,8 @@ enum Source {
     Variable { name: String, value: String },
     /// `CUDA_VERSION` of an image without `NVIDIA_REQUIRE_CUDA`, and the rule it implies.
     Legacy { cuda_version: String, rule: String },
+    /// A `--require` option of NVIDIA's CLI command line, and its value.
+    Option { value: String },
 }
 
 impl Source {
@@ -271,6 +296,7 @@ impl Source {
         match self {
             Source::Variable { name, .. } => name,
             Source::Legacy { .. } => "CUDA_VERSION",
+            Source::Option { .. } => "--require",
         }
     }
 
@@ -279,6 +305,7 @@ impl Source {
         match self {
             Source::Variable { value, .. } => value,
             Source::Legacy { rule, .. } => rule,
+            Source::Option { value } => value,
         }
     }
 }
@@ -291,6 +318,7 @@ impl fmt::Display for Source {
                 f,
                 "CUDA_VERSION {cuda_version:?} implies {rule:?} (no NVIDIA_REQUIRE_CUDA)"
             ),
+            Source::Option { value } => write!(f, "--require {value:?}"),
         }
     }
 }

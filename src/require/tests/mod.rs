@@ -15,6 +15,7 @@ mod evaluation;
 mod garbage;
 mod grammar;
 mod messages;
+mod options;
 
 use super::*;
 

@@ -1,0 +1,846 @@
+//! NVIDIA's `nvidia-container-cli` command line (libnvidia-container
+//! `src/cli/main.c`, `info.c`, `list.c`, `configure.c`), read into an
+//! [`Invocation`]: global options, then `info`, `list` or `configure` and
+//! that command's own options, with NVIDIA's defaults filled in.
+//!
+//! It reads the command line only: it never looks at the host, and every
+//! option NVIDIA's CLI takes is accepted or refused here by name, so a
+//! caller learns on one line what is wrong.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use super::getopt::{self, Item, Opt, Order, Value};
+use crate::planner::Asked;
+use crate::request::Capability;
+
+/// The name other software calls NVIDIA's CLI by.
+pub const NAME: &str = "nvidia-container-cli";
+
+/// Why the command line was refused.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("{NAME}{command}: {source}; NVIDIA's CLI takes {known}", command = at(.command))]
+    Option {
+        command: Option<&'static str>,
+        source: getopt::Error,
+        known: String,
+    },
+    #[error("{NAME}: no command: expected info, list or configure")]
+    NoCommand,
+    #[error("{NAME}: unknown command {command:?}: expected info, list or configure")]
+    UnknownCommand { command: String },
+    #[error("{NAME} {command}: unexpected argument {argument:?}")]
+    Extra {
+        command: &'static str,
+        argument: String,
+    },
+    #[error(
+        "{NAME} configure: no ROOTFS argument (usage: configure [OPTION...] --pid=PID ROOTFS)"
+    )]
+    NoRootfs,
+    #[error("{NAME} configure: invalid rootfs directory {rootfs:?}: it must be an absolute path other than /")]
+    BadRootfs { rootfs: String },
+    #[error("{NAME} configure: --pid={value:?} is not a process id")]
+    BadPid { value: String },
+    #[error(
+        "{NAME} configure: --pid=PID is required: without it NVIDIA's CLI configures its \
+         calling process in its own mount namespace, which this implementation never does"
+    )]
+    NoPid,
+    #[error("{NAME} configure: --cuda-compat-mode={value:?} is not a mode (known: ldconfig, mount, disabled)")]
+    BadCudaCompatMode { value: String },
+    #[error(
+        "{NAME} configure: --imex-channel={value:?} is refused: this implementation injects no \
+         IMEX channel; use NVIDIA's CLI for containers that need one"
+    )]
+    ImexChannel { value: String },
+    #[error("{NAME}: {option}={value:?} must be an absolute path")]
+    NotAbsolute { option: &'static str, value: String },
+    #[error("{NAME}: {option} is not valid UTF-8")]
+    NotUtf8 { option: &'static str },
+}
+
+fn at(command: &Option<&'static str>) -> String {
+    command.map(|c| format!(" {c}")).unwrap_or_default()
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    /// Run a command.
+    Run(Box<Invocation>),
+    /// Print the version (`--version`, `-V`).
+    Version,
+    /// Print this usage text (`--help`, `-?`, `--usage`).
+    Help(String),
+}
+
+/// A command to run and the global options it runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// The options before the command.
+    pub globals: Globals,
+    /// The command.
+    pub command: Command,
+}
+
+/// NVIDIA's global options, as given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Globals {
+    /// `--load-kmods`: never acted on; we load no kernel module.
+    pub load_kmods: bool,
+    /// `--debug=FILE`: log at debug level to this file too.
+    pub debug: Option<PathBuf>,
+    /// `--ldcache=FILE`: the driver root's loader cache NVIDIA would read.
+    pub ldcache: Option<PathBuf>,
+    /// `--root=DIR`: the driver root.
+    pub root: Option<PathBuf>,
+    /// `--user[=UID[:GID]]`: given, and its value if any; never acted on.
+    pub user: Option<Option<String>>,
+    /// `--no-pivot`: never acted on; nothing of ours pivots.
+    pub no_pivot: bool,
+    /// `--no-create-imex-channels`: never acted on; we create no IMEX channel.
+    pub no_create_imex_channels: bool,
+}
+
+/// The commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `info [--csv]`.
+    Info {
+        /// `--csv`.
+        csv: bool,
+    },
+    /// `list`.
+    List(List),
+    /// `configure … ROOTFS`.
+    Configure(Configure),
+}
+
+/// Which kinds of paths `list` prints.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sections {
+    /// Device nodes and MIG capability files (`--device`).
+    pub devices: bool,
+    /// `--binaries`.
+    pub binaries: bool,
+    /// `--libraries`.
+    pub libraries: bool,
+    /// `--ipcs`.
+    pub ipcs: bool,
+    /// `--firmwares`.
+    pub firmwares: bool,
+}
+
+/// `list`: what to plan and which kinds of paths to print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct List {
+    /// The request, NVIDIA's defaults filled in.
+    pub asked: Asked,
+    /// What to print.
+    pub sections: Sections,
+}
+
+/// `configure`: the container, the request and the steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Configure {
+    /// `--pid`: the container's init, being created.
+    pub pid: u32,
+    /// The container's rootfs.
+    pub rootfs: PathBuf,
+    /// The request.
+    pub asked: Asked,
+    /// `--ldconfig=PATH`: never run; the loader cache is written, not built.
+    pub ldconfig: Option<String>,
+    /// `--no-cgroups`: leave the device cgroup to the runtime.
+    pub no_cgroups: bool,
+    /// `--no-devbind`: leave the device nodes to the runtime.
+    pub no_devbind: bool,
+    /// `--cuda-compat-mode`, which NVIDIA's hook passes since 1.17.
+    pub cuda_compat: Option<CudaCompat>,
+}
+
+/// How the image's CUDA forward-compatibility libraries are used
+/// (`--cuda-compat-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaCompat {
+    /// Preferred through the loader cache: our `ldconfig` mode.
+    Ldconfig,
+    /// NVIDIA mounts them over the driver's; nothing of an image is ever
+    /// mounted here, so this is the `ldconfig` mode too.
+    Mount,
+    /// Ignored.
+    Disabled,
+}
+
+/// Every option of every command, by what it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    LoadKmods,
+    Debug,
+    NoPivot,
+    User,
+    Root,
+    Ldcache,
+    NoCreateImexChannels,
+    Csv,
+    Pid,
+    Device,
+    Require,
+    Ldconfig,
+    Capability(Capability),
+    MigConfig,
+    MigMonitor,
+    NoCgroups,
+    NoDevbind,
+    CudaCompatMode,
+    ImexChannel,
+    Libraries,
+    Binaries,
+    Ipcs,
+    Firmwares,
+    Help,
+    Usage,
+    Version,
+}
+
+const fn opt(
+    long: &'static str,
+    short: Option<char>,
+    value: Value,
+    key: Key,
+    meta: &'static str,
+    doc: &'static str,
+) -> Opt<Key> {
+    Opt {
+        long,
+        short,
+        value,
+        key,
+        meta,
+        doc,
+    }
+}
+
+/// argp's own options, which every command takes.
+const HELP: [Opt<Key>; 3] = [
+    opt(
+        "help",
+        Some('?'),
+        Value::None,
+        Key::Help,
+        "",
+        "Give this help list",
+    ),
+    opt(
+        "usage",
+        None,
+        Value::None,
+        Key::Usage,
+        "",
+        "Give a short usage message",
+    ),
+    opt(
+        "version",
+        Some('V'),
+        Value::None,
+        Key::Version,
+        "",
+        "Print program version",
+    ),
+];
+
+const GLOBAL: [Opt<Key>; 7] = [
+    opt(
+        "debug",
+        Some('d'),
+        Value::Required,
+        Key::Debug,
+        "FILE",
+        "Log debug information to FILE too",
+    ),
+    opt(
+        "load-kmods",
+        Some('k'),
+        Value::None,
+        Key::LoadKmods,
+        "",
+        "Accepted; kernel modules are never loaded",
+    ),
+    opt(
+        "no-pivot",
+        Some('n'),
+        Value::None,
+        Key::NoPivot,
+        "",
+        "Accepted; nothing pivots",
+    ),
+    opt(
+        "user",
+        Some('u'),
+        Value::Optional,
+        Key::User,
+        "UID[:GID]",
+        "Accepted; no privilege separation",
+    ),
+    opt(
+        "root",
+        Some('r'),
+        Value::Required,
+        Key::Root,
+        "PATH",
+        "Path to the driver root directory",
+    ),
+    opt(
+        "ldcache",
+        Some('l'),
+        Value::Required,
+        Key::Ldcache,
+        "FILE",
+        "Accepted; the driver root's /etc/ld.so.cache is read",
+    ),
+    opt(
+        "no-create-imex-channels",
+        None,
+        Value::None,
+        Key::NoCreateImexChannels,
+        "",
+        "Accepted; no IMEX channel is created",
+    ),
+];
+
+const INFO: [Opt<Key>; 1] = [opt(
+    "csv",
+    None,
+    Value::None,
+    Key::Csv,
+    "",
+    "Output in CSV format",
+)];
+
+/// The capability flags, in NVIDIA's `configure` order; `list` takes
+/// their long forms too.
+const CAPABILITIES: [Opt<Key>; 7] = [
+    opt(
+        "compute",
+        Some('c'),
+        Value::None,
+        Key::Capability(Capability::Compute),
+        "",
+        "Enable compute capability",
+    ),
+    opt(
+        "utility",
+        Some('u'),
+        Value::None,
+        Key::Capability(Capability::Utility),
+        "",
+        "Enable utility capability",
+    ),
+    opt(
+        "video",
+        Some('v'),
+        Value::None,
+        Key::Capability(Capability::Video),
+        "",
+        "Enable video capability",
+    ),
+    opt(
+        "graphics",
+        Some('g'),
+        Value::None,
+        Key::Capability(Capability::Graphics),
+        "",
+        "Enable graphics capability",
+    ),
+    opt(
+        "display",
+        Some('D'),
+        Value::None,
+        Key::Capability(Capability::Display),
+        "",
+        "Enable display capability",
+    ),
+    opt(
+        "ngx",
+        Some('n'),
+        Value::None,
+        Key::Capability(Capability::Ngx),
+        "",
+        "Enable ngx capability",
+    ),
+    opt(
+        "compat32",
+        None,
+        Value::None,
+        Key::Capability(Capability::Compat32),
+        "",
+        "Enable 32bits compatibility",
+    ),
+];
+
+const CONFIGURE: [Opt<Key>; 10] = [
+    opt(
+        "pid",
+        Some('p'),
+        Value::Required,
+        Key::Pid,
+        "PID",
+        "Container PID",
+    ),
+    opt(
+        "device",
+        Some('d'),
+        Value::Required,
+        Key::Device,
+        "ID",
+        "Device UUID(s) or index(es) to isolate",
+    ),
+    opt(
+        "require",
+        Some('r'),
+        Value::Required,
+        Key::Require,
+        "EXPR",
+        "Check container requirements",
+    ),
+    opt(
+        "ldconfig",
+        Some('l'),
+        Value::Required,
+        Key::Ldconfig,
+        "PATH",
+        "Accepted; ldconfig is never run",
+    ),
+    opt(
+        "mig-config",
+        None,
+        Value::Required,
+        Key::MigConfig,
+        "ID",
+        "Enable configuration of MIG devices",
+    ),
+    opt(
+        "mig-monitor",
+        None,
+        Value::Required,
+        Key::MigMonitor,
+        "ID",
+        "Enable monitoring of MIG devices",
+    ),
+    opt(
+        "no-cgroups",
+        None,
+        Value::None,
+        Key::NoCgroups,
+        "",
+        "Don't use cgroup enforcement",
+    ),
+    opt(
+        "no-devbind",
+        None,
+        Value::None,
+        Key::NoDevbind,
+        "",
+        "Don't create device nodes",
+    ),
+    opt(
+        "cuda-compat-mode",
+        None,
+        Value::Required,
+        Key::CudaCompatMode,
+        "MODE",
+        "CUDA forward compatibility: ldconfig, mount (as ldconfig) or disabled",
+    ),
+    opt(
+        "imex-channel",
+        None,
+        Value::Required,
+        Key::ImexChannel,
+        "CHANNEL",
+        "Refused: no IMEX channel is injected",
+    ),
+];
+
+const LIST: [Opt<Key>; 7] = [
+    opt(
+        "device",
+        Some('d'),
+        Value::Required,
+        Key::Device,
+        "ID",
+        "Device UUID(s) or index(es) to list",
+    ),
+    opt(
+        "libraries",
+        Some('l'),
+        Value::None,
+        Key::Libraries,
+        "",
+        "List driver libraries",
+    ),
+    opt(
+        "binaries",
+        Some('b'),
+        Value::None,
+        Key::Binaries,
+        "",
+        "List driver binaries",
+    ),
+    opt(
+        "ipcs",
+        Some('i'),
+        Value::None,
+        Key::Ipcs,
+        "",
+        "List driver ipcs",
+    ),
+    opt(
+        "firmwares",
+        Some('f'),
+        Value::None,
+        Key::Firmwares,
+        "",
+        "List driver firmwares",
+    ),
+    opt(
+        "mig-config",
+        None,
+        Value::Required,
+        Key::MigConfig,
+        "ID",
+        "MIG devices to list config capabilities files for",
+    ),
+    opt(
+        "mig-monitor",
+        None,
+        Value::Required,
+        Key::MigMonitor,
+        "ID",
+        "MIG devices to list monitor capabilities files for",
+    ),
+];
+
+/// The options of `command` (`None`: the global ones), argp's own last.
+fn options(command: Option<&str>) -> Vec<Opt<Key>> {
+    let mut opts: Vec<Opt<Key>> = match command {
+        None => GLOBAL.to_vec(),
+        Some("info") => INFO.to_vec(),
+        Some("list") => {
+            // `list` takes the capability flags' long forms only: its short
+            // letters mean other things there.
+            let mut opts = LIST.to_vec();
+            opts.extend(CAPABILITIES.iter().map(|o| Opt { short: None, ..*o }));
+            opts
+        }
+        _ => CONFIGURE[..4]
+            .iter()
+            .chain(&CAPABILITIES)
+            .chain(&CONFIGURE[4..])
+            .copied()
+            .collect(),
+    };
+    opts.extend(HELP);
+    opts
+}
+
+/// Parses the arguments after `argv[0]`.
+pub fn parse(args: &[String]) -> Result<Parsed, Error> {
+    let refused = |command: Option<&'static str>| {
+        move |source| Error::Option {
+            command,
+            source,
+            known: options(command)
+                .iter()
+                .map(Opt::shown)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    };
+    let (items, rest) =
+        getopt::parse(args, &options(None), Order::StopAtOperand).map_err(refused(None))?;
+    let mut globals = Globals::default();
+    for item in items {
+        let Item::Opt { key, value } = item else {
+            continue;
+        };
+        let value = value.unwrap_or_default();
+        match key {
+            Key::LoadKmods => globals.load_kmods = true,
+            Key::Debug => globals.debug = Some(PathBuf::from(value)),
+            Key::NoPivot => globals.no_pivot = true,
+            Key::User => globals.user = Some((!value.is_empty()).then_some(value)),
+            Key::Root => globals.root = Some(absolute("--root", value)?),
+            Key::Ldcache => globals.ldcache = Some(PathBuf::from(value)),
+            Key::NoCreateImexChannels => globals.no_create_imex_channels = true,
+            Key::Version => return Ok(Parsed::Version),
+            _ => return Ok(Parsed::Help(usage(None))),
+        }
+    }
+    let Some((name, args)) = rest.split_first() else {
+        return Err(Error::NoCommand);
+    };
+    let command: &'static str = match name.as_str() {
+        "info" => "info",
+        "list" => "list",
+        "configure" => "configure",
+        _ => {
+            return Err(Error::UnknownCommand {
+                command: name.clone(),
+            })
+        }
+    };
+    let (items, _) = getopt::parse(args, &options(Some(command)), Order::Permute)
+        .map_err(refused(Some(command)))?;
+    if items.iter().any(|i| {
+        matches!(
+            i,
+            Item::Opt {
+                key: Key::Version,
+                ..
+            }
+        )
+    }) {
+        return Ok(Parsed::Version);
+    }
+    if items.iter().any(|i| {
+        matches!(
+            i,
+            Item::Opt {
+                key: Key::Help | Key::Usage,
+                ..
+            }
+        )
+    }) {
+        return Ok(Parsed::Help(usage(Some(command))));
+    }
+    let command = match command {
+        "info" => info(items)?,
+        "list" => list(items)?,
+        _ => configure(items)?,
+    };
+    Ok(Parsed::Run(Box::new(Invocation { globals, command })))
+}
+
+fn info(items: Vec<Item<Key>>) -> Result<Command, Error> {
+    let mut csv = false;
+    for item in items {
+        match item {
+            Item::Opt { .. } => csv = true,
+            Item::Operand(argument) => {
+                return Err(Error::Extra {
+                    command: "info",
+                    argument,
+                })
+            }
+        }
+    }
+    Ok(Command::Info { csv })
+}
+
+/// `list`, with NVIDIA's defaults (list.c `ARGP_KEY_END`): no option at all
+/// lists everything for every GPU, 32-bit libraries included; otherwise
+/// only the kinds named, and devices only with `--device`. Capability
+/// flags, which NVIDIA's `list` does not take, narrow the libraries and
+/// binaries; without them, every capability's are listed, the 32-bit ones
+/// only with `--compat32`.
+fn list(items: Vec<Item<Key>>) -> Result<Command, Error> {
+    if items.is_empty() {
+        return Ok(Command::List(List {
+            asked: Asked {
+                devices: vec!["all".into()],
+                capabilities: Capability::ALL.to_vec(),
+                ..Asked::default()
+            },
+            sections: Sections {
+                devices: true,
+                binaries: true,
+                libraries: true,
+                ipcs: true,
+                firmwares: true,
+            },
+        }));
+    }
+    let mut asked = Asked::default();
+    let mut sections = Sections::default();
+    for item in items {
+        let (key, value) = match item {
+            Item::Opt { key, value } => (key, value.unwrap_or_default()),
+            Item::Operand(argument) => {
+                return Err(Error::Extra {
+                    command: "list",
+                    argument,
+                })
+            }
+        };
+        match key {
+            Key::Device => {
+                sections.devices = true;
+                asked.devices.push(value);
+            }
+            Key::Libraries => sections.libraries = true,
+            Key::Binaries => sections.binaries = true,
+            Key::Ipcs => sections.ipcs = true,
+            Key::Firmwares => sections.firmwares = true,
+            Key::MigConfig => asked.mig_config.push(value),
+            Key::MigMonitor => asked.mig_monitor.push(value),
+            Key::Capability(c) => push_once(&mut asked.capabilities, c),
+            _ => {}
+        }
+    }
+    if asked
+        .capabilities
+        .iter()
+        .all(|c| *c == Capability::Compat32)
+    {
+        for c in Capability::ALL {
+            if c != Capability::Compat32 {
+                push_once(&mut asked.capabilities, c);
+            }
+        }
+    }
+    Ok(Command::List(List { asked, sections }))
+}
+
+/// `configure`: NVIDIA's options as its parser takes them (configure.c),
+/// repeated `--device` and `--mig-*` values joined, `--require` rules
+/// kept in order, the last `--pid` and `--ldconfig` winning.
+fn configure(items: Vec<Item<Key>>) -> Result<Command, Error> {
+    let mut asked = Asked::default();
+    let mut pid = None;
+    let mut rootfs = None;
+    let mut ldconfig = None;
+    let mut cuda_compat = None;
+    let (mut no_cgroups, mut no_devbind) = (false, false);
+    for item in items {
+        let (key, value) = match item {
+            Item::Opt { key, value } => (key, value.unwrap_or_default()),
+            Item::Operand(argument) if rootfs.is_some() => {
+                return Err(Error::Extra {
+                    command: "configure",
+                    argument,
+                })
+            }
+            Item::Operand(argument) => {
+                rootfs = Some(argument);
+                continue;
+            }
+        };
+        match key {
+            Key::Pid => pid = Some(parse_pid(&value)?),
+            Key::Device => asked.devices.push(value),
+            Key::Require => asked.requirements.push(value),
+            Key::Ldconfig => ldconfig = Some(value),
+            Key::Capability(c) => push_once(&mut asked.capabilities, c),
+            Key::MigConfig => asked.mig_config.push(value),
+            Key::MigMonitor => asked.mig_monitor.push(value),
+            Key::NoCgroups => no_cgroups = true,
+            Key::NoDevbind => no_devbind = true,
+            Key::CudaCompatMode => {
+                cuda_compat = Some(match value.as_str() {
+                    "ldconfig" => CudaCompat::Ldconfig,
+                    "mount" => CudaCompat::Mount,
+                    "disabled" => CudaCompat::Disabled,
+                    _ => return Err(Error::BadCudaCompatMode { value }),
+                })
+            }
+            Key::ImexChannel => return Err(Error::ImexChannel { value }),
+            _ => {}
+        }
+    }
+    let rootfs = rootfs.ok_or(Error::NoRootfs)?;
+    // configure.c: "invalid rootfs directory".
+    if !rootfs.starts_with('/') || rootfs.trim_end_matches('/').is_empty() {
+        return Err(Error::BadRootfs { rootfs });
+    }
+    let rootfs = utf8("ROOTFS", rootfs)?;
+    Ok(Command::Configure(Configure {
+        pid: pid.ok_or(Error::NoPid)?,
+        rootfs: PathBuf::from(rootfs),
+        asked,
+        ldconfig,
+        no_cgroups,
+        no_devbind,
+        cuda_compat,
+    }))
+}
+
+fn push_once(capabilities: &mut Vec<Capability>, capability: Capability) {
+    if !capabilities.contains(&capability) {
+        capabilities.push(capability);
+    }
+}
+
+/// A process id as NVIDIA's `str_to_pid` takes it: a positive decimal number.
+fn parse_pid(value: &str) -> Result<u32, Error> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|pid| *pid > 0 && *pid <= i32::MAX as u32 && !value.starts_with('+'))
+        .ok_or_else(|| Error::BadPid {
+            value: value.to_string(),
+        })
+}
+
+/// `value`, refused when it names no absolute path.
+fn absolute(option: &'static str, value: String) -> Result<PathBuf, Error> {
+    let value = utf8(option, value)?;
+    if !value.starts_with('/') {
+        return Err(Error::NotAbsolute { option, value });
+    }
+    Ok(PathBuf::from(value))
+}
+
+/// `value`, refused when the command line held bytes that are not UTF-8
+/// (`main` hands us arguments with those replaced): a path so mangled
+/// would name another file.
+fn utf8(option: &'static str, value: String) -> Result<String, Error> {
+    if value.contains(char::REPLACEMENT_CHARACTER) {
+        return Err(Error::NotUtf8 { option });
+    }
+    Ok(value)
+}
+
+/// The usage text of `command` (`None`: the global one), from the option tables.
+fn usage(command: Option<&str>) -> String {
+    let (synopsis, doc) = match command {
+        None => (
+            "[OPTION...] COMMAND [ARG...]",
+            "Command line utility for manipulating NVIDIA GPU containers \
+             (oci-nvidia-hook answering as nvidia-container-cli).\n\n\
+             Commands:\n  info       Report information about the driver and devices\n  \
+             list       List driver components\n  \
+             configure  Configure a container with GPU support",
+        ),
+        Some("info") => (
+            "info [OPTION...]",
+            "Query the driver and report its information as well as the devices it detected.",
+        ),
+        Some("list") => (
+            "list [OPTION...]",
+            "List the host paths a container with GPU support receives.",
+        ),
+        _ => (
+            "configure [OPTION...] --pid=PID ROOTFS",
+            "Configure the container being created whose init is PID, with root \
+             filesystem ROOTFS, with GPU support.",
+        ),
+    };
+    let mut text = format!("Usage: {NAME} {synopsis}\n{doc}\n\nOptions:\n");
+    for o in options(command) {
+        let short = o.short.map(|s| format!("-{s}, ")).unwrap_or_default();
+        let value = match o.value {
+            Value::None => String::new(),
+            Value::Required => format!("={}", o.meta),
+            Value::Optional => format!("[={}]", o.meta),
+        };
+        let left = format!("  {short:4}--{}{value}", o.long);
+        text.push_str(&format!("{left:32} {}\n", o.doc));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;
