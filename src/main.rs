@@ -9,12 +9,11 @@
 #![no_main]
 #![deny(unsafe_code)]
 
-use std::ffi::{c_char, c_int, OsString};
+use std::ffi::{c_char, c_int};
 use std::io::Write;
 
-use clap::Parser;
 use oci_nvidia_hook::cli::{self, Cli};
-use oci_nvidia_hook::compat::{nvidia_cli, runtime_hook, Front};
+use oci_nvidia_hook::compat::{self, nvidia_cli, Invocation};
 use oci_nvidia_hook::config::Config;
 use oci_nvidia_hook::{logging, sys};
 
@@ -44,49 +43,16 @@ enum Status {
 }
 
 fn run() -> Status {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let front = Front::of(args.first().map(OsString::as_os_str).unwrap_or_default());
-    // NVIDIA's command lines are ASCII; a stray byte is refused by name below.
-    let lossy = || -> Vec<String> {
-        args.iter()
-            .skip(1)
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
-    };
-    let cli = match front {
-        Front::Ours => Cli::parse_from(&args),
-        Front::RuntimeHook => match runtime_hook::parse(&lossy()) {
-            Ok(runtime_hook::Parsed::Ours(cli)) => cli,
-            Ok(runtime_hook::Parsed::Nothing) => return Status::Success,
-            Ok(runtime_hook::Parsed::Version) => {
-                println!("{} {}", runtime_hook::NAME, cli::version());
-                return Status::Success;
-            }
-            Err(e) => return fail(&e),
-        },
-        // runc's command line, whole: nothing of it is ours to parse.
-        Front::Runtime => Cli {
-            config: None,
-            command: cli::Command::Runtime {
-                args: args.get(1..).unwrap_or_default().to_vec(),
-            },
-        },
-        Front::Cli => {
-            return match nvidia_cli::parse(&lossy()) {
-                Ok(nvidia_cli::Parsed::Run(invocation)) => run_nvidia_cli(&invocation),
-                Ok(nvidia_cli::Parsed::Version) => {
-                    print!("{}", nvidia_cli::version_text());
-                    Status::Success
-                }
-                Ok(nvidia_cli::Parsed::Help(text)) => {
-                    print!("{text}");
-                    Status::Success
-                }
-                Err(e) => fail(&e),
-            }
+    match compat::dispatch(std::env::args_os().collect()) {
+        Ok(Invocation::Ours(cli)) => run_ours(cli),
+        Ok(Invocation::NvidiaCli(invocation)) => run_nvidia_cli(&invocation),
+        Ok(Invocation::Print(text)) => {
+            print!("{text}");
+            Status::Success
         }
-    };
-    run_ours(cli)
+        Ok(Invocation::Nothing) => Status::Success,
+        Err(e) => fail(&e),
+    }
 }
 
 /// Runs a command of NVIDIA's CLI's command line.

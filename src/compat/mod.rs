@@ -11,8 +11,71 @@ pub mod runtime_hook;
 /// The name hosts configured for NVIDIA's runtime wrapper call (`daemon.json`'s `runtimes`).
 pub const RUNTIME_NAME: &str = "nvidia-container-runtime";
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::Path;
+
+use clap::Parser;
+use thiserror::Error;
+
+use crate::cli::{self, Cli};
+
+/// Why a command line under one of NVIDIA's names was refused.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error(transparent)]
+    RuntimeHook(#[from] runtime_hook::Error),
+    #[error(transparent)]
+    NvidiaCli(#[from] nvidia_cli::args::Error),
+}
+
+/// What a command line asks for, whichever name the binary was run as.
+#[derive(Debug)]
+pub enum Invocation {
+    /// A command of our own command line: ours, and what NVIDIA's hook
+    /// (`prestart`) and runtime (runc's arguments, whole) come to.
+    Ours(Cli),
+    /// A command of NVIDIA's CLI.
+    NvidiaCli(Box<nvidia_cli::Invocation>),
+    /// Text to print, and nothing else to do (versions, help).
+    Print(String),
+    /// Nothing to do (`poststart`, `poststop`).
+    Nothing,
+}
+
+/// Reads `args` (`argv[0]` first) by the front its name picks. Our own
+/// command line's errors are clap's (it prints them and exits).
+pub fn dispatch(args: Vec<OsString>) -> Result<Invocation, Error> {
+    let front = Front::of(args.first().map(OsString::as_os_str).unwrap_or_default());
+    // NVIDIA's command lines are ASCII; a stray byte is refused by name.
+    let lossy = || -> Vec<String> {
+        args.iter()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    };
+    Ok(match front {
+        Front::Ours => Invocation::Ours(Cli::parse_from(&args)),
+        Front::RuntimeHook => match runtime_hook::parse(&lossy())? {
+            runtime_hook::Parsed::Ours(cli) => Invocation::Ours(cli),
+            runtime_hook::Parsed::Nothing => Invocation::Nothing,
+            runtime_hook::Parsed::Version => {
+                Invocation::Print(format!("{} {}\n", runtime_hook::NAME, cli::version()))
+            }
+        },
+        // runc's command line, whole: nothing of it is ours to parse.
+        Front::Runtime => Invocation::Ours(Cli {
+            config: None,
+            command: cli::Command::Runtime {
+                args: args.get(1..).unwrap_or_default().to_vec(),
+            },
+        }),
+        Front::Cli => match nvidia_cli::parse(&lossy())? {
+            nvidia_cli::Parsed::Run(invocation) => Invocation::NvidiaCli(invocation),
+            nvidia_cli::Parsed::Version => Invocation::Print(nvidia_cli::version_text()),
+            nvidia_cli::Parsed::Help(text) => Invocation::Print(text),
+        },
+    })
+}
 
 /// Which command line the binary was called with, by the name it was run as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
