@@ -111,6 +111,16 @@ fn check_document(text: &str) -> (Report, Option<Value>) {
         }
     };
     rules::check(&doc, spec.as_ref(), &mut report.problems);
+    // The document as a whole: a key given twice is lost in `doc` (the
+    // last wins) but refused by CDI's strict YAML reader, as by ours.
+    if report.problems.is_empty() {
+        if let Err(e) = serde_yaml::from_str::<Spec>(text) {
+            report.problems.push(Problem::new(
+                "",
+                format!("cannot be read as a CDI spec: {e}"),
+            ));
+        }
+    }
     report.devices = doc
         .get("devices")
         .and_then(Value::as_array)
@@ -177,6 +187,19 @@ fn edits_of(doc: &Value) -> Vec<(String, &Value)> {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    /// Found by fuzz/fuzz_targets/cdi_spec.rs: a key given twice.
+    #[test]
+    fn a_key_given_twice_is_refused_as_cdi_refuses_it() {
+        let text = "cdiVersion: 0.3.0\nkind: nvidia.com/gpu\ndevices:\n- name: gpu0\n  containerEdits:\n    env: [A=1]\n    env: [B=2]\n";
+        let report = super::check(text);
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert!(
+            report.problems[0].what.contains("duplicate"),
+            "{}",
+            report.problems[0]
+        );
+    }
 
     use super::*;
     use crate::cdi::edits::Callback;
