@@ -14,10 +14,16 @@ use std::path::Path;
 use super::hooks::{is_this_program, InstalledHook};
 use super::procs::Table;
 use super::{Check, HostRoot, Layer};
-use crate::compat::{runtime_hook, RUNTIME_NAME};
 use crate::driver::DriverRoot;
 
 const L: Layer = Layer::Wiring;
+
+/// The name dockerd looks up for `--gpus`, and the runtime daemon.json names:
+/// `compat::runtime_hook::NAME` and `compat::RUNTIME_NAME`, spelt out here
+/// because `compat` builds on `cli`, which runs doctor (the import would be
+/// a cycle); a unit test keeps them equal.
+const HOOK_NAME: &str = "nvidia-container-runtime-hook";
+const RUNTIME_NAME: &str = "nvidia-container-runtime";
 
 /// Docker's configuration file.
 const DAEMON_JSON: &str = "/etc/docker/daemon.json";
@@ -87,21 +93,21 @@ pub(super) fn docker(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -
                     "dockerd (pid {pid}) runs without PATH: it cannot find \
                      {}, and `docker run --gpus` fails with \"could not select device \
                      driver\"",
-                    runtime_hook::NAME
+                    HOOK_NAME
                 ),
                 "start dockerd with a PATH that holds /usr/local/bin (its systemd unit \
                  does), after `make install`",
             ));
             continue;
         };
-        match look_path(&root, &path_var, runtime_hook::NAME) {
+        match look_path(&root, &path_var, HOOK_NAME) {
             None => out.push(Check::fail(
                 L,
                 "docker --gpus",
                 format!(
                     "dockerd (pid {pid}) has no {} on its PATH ({path_var}): \
                      `docker run --gpus` fails with \"could not select device driver\"",
-                    runtime_hook::NAME
+                    HOOK_NAME
                 ),
                 "`make install` (it links /usr/local/bin/nvidia-container-runtime-hook to \
                  oci-nvidia-hook), then `systemctl restart docker`: dockerd looks the name up \
@@ -123,7 +129,7 @@ pub(super) fn docker(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -
                 docker.hook.get_or_insert(InstalledHook {
                     source: format!("dockerd (pid {pid})"),
                     path: found.host.clone(),
-                    args: vec![runtime_hook::NAME.into(), "prestart".into()],
+                    args: vec![HOOK_NAME.into(), "prestart".into()],
                     env: Some(vec![format!("PATH={path_var}")]),
                     stage: "prestart".into(),
                 });
@@ -377,5 +383,34 @@ pub(super) fn wired(wiring: &Wiring, out: &mut Vec<Check>) {
             "wired",
             format!("oci-nvidia-hook is reached through {}", ways.join(", ")),
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_names_looked_up_are_the_compat_fronts_names() {
+        assert_eq!(HOOK_NAME, crate::compat::runtime_hook::NAME);
+        assert_eq!(RUNTIME_NAME, crate::compat::RUNTIME_NAME);
+    }
+
+    #[test]
+    fn looks_a_name_up_on_a_path_as_go_does() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["a", "b"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        // Not executable in a, executable in b: b's is found.
+        std::fs::write(dir.path().join("a/tool"), b"").unwrap();
+        let b = dir.path().join("b/tool");
+        std::fs::write(&b, b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&b, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let root = DriverRoot::new(dir.path());
+        let found = look_path(&root, "relative:/a:/b", "tool").unwrap();
+        assert_eq!(found.shown, "/b/tool");
+        assert!(!found.ours);
+        assert!(look_path(&root, "/a", "tool").is_none());
     }
 }

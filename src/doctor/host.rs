@@ -41,6 +41,7 @@ pub(super) fn check(
     let none = HostFacts {
         inventory: None,
         cuda: None,
+        failed: true,
     };
     let nvidia = config.driver.proc_root.join("driver/nvidia");
     if !module(&nvidia, out) {
@@ -73,6 +74,7 @@ pub(super) fn check(
     HostFacts {
         inventory: Some(inventory),
         cuda,
+        failed: false,
     }
 }
 

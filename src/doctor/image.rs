@@ -292,9 +292,12 @@ fn starts(
                         inventory.gpus.first().map(|g| g.model.as_str()),
                     )
                 }
-                _ => {
-                    "do what the message says: the hook refuses this container with it".to_string()
-                }
+                _ if facts.failed => "fix the host driver layer first: the hook refuses \
+                                       for what it found there"
+                    .to_string(),
+                _ => "the message names what to change: the hook refuses this container \
+                      with it"
+                    .to_string(),
             };
             out.push(Check::fail(
                 L,

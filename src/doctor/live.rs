@@ -148,7 +148,7 @@ enum Ran {
 }
 
 /// Turns the container's report into checks.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // one caller; each argument is another fact
 fn report(
     hook: &InstalledHook,
     runc: &Path,
@@ -164,11 +164,7 @@ fn report(
         .rev()
         .find_map(|l| serde_json::from_str(l).ok());
     let (true, Some(seen)) = (success, seen) else {
-        let why = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no message");
+        let why = hook_message(stderr);
         out.push(Check::fail(
             L,
             "container",
@@ -176,7 +172,7 @@ fn report(
                 "{} failed to start a container through {}'s hook: {}",
                 runc.display(),
                 hook.source,
-                crate::oneline::escape_controls(why.trim())
+                crate::oneline::escape_controls(&why)
             ),
             "the hook's message names the cause; `oci-nvidia-hook list` shows what it \
              would inject",
@@ -211,6 +207,24 @@ fn report(
             "nvidia-smi fails there too: the driver must be loaded with its GPUs \
              (host driver layer; a simulated host has none)",
         )),
+    }
+}
+
+/// The reason in runc's last error line: a failing hook's own line when
+/// runc quotes one (`… error running hook #0: … stderr: <the hook's line>`).
+fn hook_message(stderr: &str) -> String {
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message from runc");
+    match last.rsplit_once("stderr: ") {
+        Some((_, hook)) => hook
+            .trim_end_matches('"')
+            .trim_end_matches("\\n")
+            .trim()
+            .to_string(),
+        None => last.trim().to_string(),
     }
 }
 
@@ -598,4 +612,28 @@ fn copy_in(path: &Path, rootfs: &Path) -> Result<(), String> {
             path.display()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_the_hooks_own_line_out_of_runcs_error() {
+        let runc = "time=\"2026-12-01T02:25:31Z\" level=error msg=\"runc run failed: unable to \
+                    start container process: error during container init: error running hook \
+                    #0: error running hook: exit status 1, stdout: , stderr: \
+                    oci-nvidia-hook[18849]: error: device node /dev/nvidia-uvm cannot be used: \
+                    it does not exist\\n\"\n";
+        assert_eq!(
+            hook_message(runc),
+            "oci-nvidia-hook[18849]: error: device node /dev/nvidia-uvm cannot be used: it \
+             does not exist"
+        );
+        assert_eq!(
+            hook_message("runc: some other failure\n"),
+            "runc: some other failure"
+        );
+        assert_eq!(hook_message(""), "no message from runc");
+    }
 }

@@ -239,6 +239,8 @@ pub(crate) struct HostFacts {
     pub inventory: Option<Inventory>,
     /// The CUDA version the driver's own libcuda reported.
     pub cuda: Option<crate::driver::CudaVersion>,
+    /// Whether a host check failed: later failures may follow from it.
+    pub failed: bool,
 }
 
 /// Every check `options` asks for, layer after layer.
@@ -250,7 +252,8 @@ pub fn diagnose(
     let host_root = HostRoot::new(options.host_root.clone().unwrap_or_else(|| "/".into()));
     let processes = procs::Table::scan(&host_root);
     let mut checks = Vec::new();
-    let facts = host::check(&loaded.config, &processes, options.host_smi, &mut checks);
+    let mut facts = host::check(&loaded.config, &processes, options.host_smi, &mut checks);
+    facts.failed = any_failed(&checks);
     let wired = hooks::check(loaded, &host_root, &mut checks);
     let docker = engines::docker(&host_root, &processes, &mut checks);
     let specs = cdi::check(&host_root, &facts, spec_driver, &mut checks);
