@@ -6,7 +6,7 @@ CARGO  ?= cargo
 PREFIX ?= /usr/local
 BIN    := target/release/oci-nvidia-hook
 
-.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases lint install fuzz
+.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-doctor lint install fuzz
 
 build:
 	$(CARGO) build --release --locked
@@ -27,7 +27,7 @@ demo: build deps
 # "Benchmarks"). All but bench-inprocess need root: they build simulated
 # hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-doctor
 
 # Criterion: ldcache parse/write, ELF checks, request parsing, plan building.
 bench-inprocess:
@@ -54,6 +54,10 @@ bench-mask: build deps
 # events): bench-runc's quantity without runc's noisy work before the hook.
 bench-phases: build deps
 	integration/bench-phases $(BIN)
+
+# Whole `doctor` processes (no --run): the 50 ms target on an 8-GPU host.
+bench-doctor: build deps
+	integration/bench-doctor $(BIN)
 
 # Every fuzz target for FUZZ_SECONDS each (CI uses 15).
 FUZZ_SECONDS ?= 60
