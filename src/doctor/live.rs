@@ -1,9 +1,9 @@
 //! The live check (`doctor --run`): a throwaway container started through
 //! this host's runc with the hook as installed (the hooks.d file engines
 //! read, else the hook dockerd finds), from a minimal rootfs built here out
-//! of host files: the dynamic loader, the C library (and the glibc pieces
-//! driver libraries need) and this very binary, bind-mounted read-only,
-//! which runs inside as `doctor --inside` ([`super::inside`]).
+//! of host files, each bind-mounted read-only: the dynamic loader, the C
+//! library (and the glibc pieces driver libraries need) and this very
+//! binary, which runs inside as `doctor --inside` ([`super::inside`]).
 //!
 //! Nothing of any image is used or executed. Whatever happens (a failing
 //! hook, a hung container, SIGINT/SIGTERM/SIGHUP meanwhile) the container,
@@ -382,7 +382,7 @@ impl Work {
             "aarch64" => "/lib/ld-linux-aarch64.so.1",
             _ => "/lib64/ld-linux-x86-64.so.2",
         };
-        copy_in(Path::new(loader), &rootfs)?;
+        let mut binds = vec![PathBuf::from(loader)];
         let cache = fs::read("/etc/ld.so.cache")
             .map_err(|e| format!("cannot read the host's /etc/ld.so.cache: {e}"))?;
         let cache = LdCache::parse_where(&cache, |s| GLIBC.iter().any(|g| g.as_bytes() == s))
@@ -393,29 +393,41 @@ impl Work {
                 .iter()
                 .find(|e| e.soname == *soname && e.arch() == host.cache_flags);
             match entry {
-                Some(entry) => copy_in(Path::new(&entry.path), &rootfs)?,
+                Some(entry) => binds.push(PathBuf::from(&entry.path)),
                 None if *soname == "libc.so.6" => {
                     return Err("the host's loader cache lists no libc.so.6".into())
                 }
                 None => {}
             }
         }
+        let exe = std::env::current_exe().map_err(|e| format!("cannot name this program: {e}"))?;
+        // Host files are bind-mounted read-only, not copied: nothing to
+        // copy, and they stay executable where $TMPDIR is mounted noexec.
+        let mut mounts: Vec<(PathBuf, PathBuf)> =
+            binds.into_iter().map(|p| (p.clone(), p)).collect();
+        mounts.push((exe, PathBuf::from(INSIDE_BINARY)));
+        for (_, target) in &mounts {
+            let point = rootfs.join(target.strip_prefix("/").unwrap_or(target));
+            if let Some(parent) = point.parent() {
+                mkdir(parent)?;
+            }
+            File::create(&point)
+                .map_err(|e| format!("cannot create mount point {}: {e}", point.display()))?;
+        }
         // The host's layout decides where the hook puts libraries, as for
         // an image of the host's own distribution.
         if Path::new("/etc/debian_version").is_file() {
-            copy_in(Path::new("/etc/debian_version"), &rootfs)?;
+            fs::copy("/etc/debian_version", rootfs.join("etc/debian_version"))
+                .map_err(|e| format!("cannot copy the host's /etc/debian_version: {e}"))?;
         }
-        File::create(rootfs.join(INSIDE_BINARY.trim_start_matches('/')))
-            .map_err(|e| format!("cannot create the binary's mount point: {e}"))?;
-        let exe = std::env::current_exe().map_err(|e| format!("cannot name this program: {e}"))?;
-        let config = self.config(hook, &exe);
+        let config = self.config(hook, &mounts);
         let text = serde_json::to_vec_pretty(&config).map_err(|e| e.to_string())?;
         fs::write(self.dir.join("bundle/config.json"), text)
             .map_err(|e| format!("cannot write config.json: {e}"))
     }
 
     /// The container: `doctor --inside` asking for every GPU, the hook as installed.
-    fn config(&self, hook: &InstalledHook, exe: &Path) -> serde_json::Value {
+    fn config(&self, hook: &InstalledHook, binds: &[(PathBuf, PathBuf)]) -> serde_json::Value {
         let mut entry = json!({
             "path": hook.path,
             "args": hook.args,
@@ -425,6 +437,15 @@ impl Work {
             entry["env"] = json!(env);
         }
         let caps = json!(["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]);
+        let mut mounts = vec![
+            json!({"destination": "/proc", "type": "proc", "source": "proc"}),
+            json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+                   "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+        ];
+        mounts.extend(binds.iter().map(|(source, destination)| {
+            json!({"destination": destination, "type": "bind", "source": source,
+                   "options": ["bind", "ro", "nosuid", "nodev"]})
+        }));
         json!({
             "ociVersion": "1.0.2",
             "process": {
@@ -444,13 +465,7 @@ impl Work {
             },
             "root": {"path": "rootfs", "readonly": false},
             "hostname": "oci-nvidia-hook-doctor",
-            "mounts": [
-                {"destination": "/proc", "type": "proc", "source": "proc"},
-                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-                 "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
-                {"destination": INSIDE_BINARY, "type": "bind", "source": exe,
-                 "options": ["bind", "ro", "nosuid", "nodev"]}
-            ],
+            "mounts": mounts,
             "hooks": { hook.stage.clone(): [entry] },
             "linux": {
                 "cgroupsPath": self.cgroup,
@@ -596,22 +611,6 @@ impl Work {
             .map(|e| e.path().join(rel))
             .collect()
     }
-}
-
-/// Copies host file `path` (its real content, links followed) to the same
-/// path under `rootfs`.
-fn copy_in(path: &Path, rootfs: &Path) -> Result<(), String> {
-    let target = rootfs.join(path.strip_prefix("/").unwrap_or(path));
-    if let Some(parent) = target.parent() {
-        fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    }
-    fs::copy(path, &target).map(drop).map_err(|e| {
-        format!(
-            "cannot copy the host's {} into the rootfs: {e}",
-            path.display()
-        )
-    })
 }
 
 #[cfg(test)]
