@@ -658,3 +658,106 @@ fn run_interrupted_by_sigterm_stops_the_container_and_leaves_nothing() {
         .any(|c| c.split(|b| *b == 0).any(|a| a == b"3599"));
     assert!(!hanging, "the hook's sleep 3599 still runs");
 }
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn systemd_with_a_hook_warns_about_daemon_reload_and_names_cdi() {
+    let host = shared_host("systemd");
+    host.process(1, "systemd");
+    let (report, code) = host.report(&[]);
+    assert_eq!(code, 0, "a warning is not a failure: {report:#}");
+    let warned = checks_with(&report, "warn");
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    let (layer, name, found, remedy) = &warned[0];
+    assert_eq!((layer.as_str(), name.as_str()), ("wiring", "systemd"));
+    holds(found, &["daemon-reload", "Failed to initialize NVML"]);
+    holds(remedy, &["cdi generate", "nvidia.com/gpu=all"]);
+    assert_eq!(report["summary"]["warn_layer"], "wiring");
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn containerd_without_enable_cdi_warns_when_specs_exist() {
+    let host = shared_host("containerd");
+    let config = host.path("etc/containerd/config.toml");
+    fs::create_dir_all(config.parent().unwrap()).unwrap();
+    fs::write(
+        &config,
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause\"\n",
+    )
+    .unwrap();
+    host.cdi_spec("var/run/cdi/nvidia.yaml");
+    let (report, _) = host.report(&[]);
+    let warned = checks_with(&report, "warn");
+    let containerd: Vec<_> = warned.iter().filter(|w| w.1 == "containerd").collect();
+    assert_eq!(containerd.len(), 1, "{warned:#?}");
+    holds(&containerd[0].3, &["enable_cdi = true"]);
+    // Set, it passes.
+    fs::write(
+        &config,
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n",
+    )
+    .unwrap();
+    let (report, code) = host.report(&[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(checks_with(&report, "warn").is_empty(), "{report:#}");
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn host_smi_runs_the_hosts_nvidia_smi_and_fails_with_its_message() {
+    let host = host("host-smi");
+    let (report, code) = host.report(&["--host-smi"]);
+    assert_eq!(code, 0, "{report:#}");
+    let smi: Vec<_> = checks_with(&report, "ok")
+        .into_iter()
+        .filter(|c| c.1 == "nvidia-smi -L")
+        .collect();
+    assert_eq!(smi.len(), 1, "{report:#}");
+    holds(&smi[0].2, &["nvidia-smi ran"]);
+    // The synthetic host's nvidia-smi is the real file behind its
+    // alternatives link; an ELF that fails stands in for a broken one.
+    let real = host.sim.host["binaries"]["nvidia-smi"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    fs::remove_file(&real).unwrap();
+    fs::copy("/bin/false", &real).unwrap();
+    let (report, code) = host.report(&["--host-smi"]);
+    assert_eq!(code, 1);
+    let (layer, name, found, remedy) = the_failure(&report);
+    assert_eq!((layer.as_str(), name.as_str()), ("host", "nvidia-smi -L"));
+    holds(&found, &["failed"]);
+    holds(&remedy, &["dmesg"]);
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn colour_on_a_terminal_and_never_with_no_color() {
+    let host = shared_host("colour");
+    // util-linux's script(1) gives doctor a terminal.
+    let on_tty = |no_color: Option<&str>| {
+        let command = format!(
+            "{} --config {} doctor --host-root {}",
+            hook_binary().display(),
+            host.sim.config.display(),
+            host.dir.display()
+        );
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &command, "/dev/null"])
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("TERM", "xterm");
+        if let Some(value) = no_color {
+            cmd.env("NO_COLOR", value);
+        }
+        let out = cmd.output().expect("run script(1): install util-linux");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let coloured = on_tty(None);
+    assert!(coloured.contains("\x1b[32mok\x1b[0m"), "{coloured:?}");
+    let plain = on_tty(Some("1"));
+    assert!(plain.contains("ok"), "{plain:?}");
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+}
