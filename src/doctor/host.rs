@@ -53,7 +53,7 @@ pub(super) fn check(
             out.push(Check::fail(
                 L,
                 "inventory",
-                crate::oneline::escape_controls(&e.to_string()),
+                super::chain(&e),
                 "fix what the message names: `oci-nvidia-hook info` fails the same way, \
                  and so does every GPU container",
             ));
@@ -431,7 +431,7 @@ fn cuda(inventory: &Inventory, out: &mut Vec<Check>) -> Option<crate::driver::Cu
             out.push(Check::fail(
                 L,
                 "CUDA version",
-                crate::oneline::escape_controls(&e.to_string()),
+                super::chain(&e),
                 "reinstall the user-space driver: its own libcuda cannot answer \
                  cuDriverGetVersion, so no CUDA program can start",
             ));

@@ -76,7 +76,7 @@ pub(super) fn check(config: &Config, options: &Options, facts: &HostFacts, out: 
                 out.push(Check::fail(
                     L,
                     "image rootfs",
-                    format!("cannot open {}: {e}", dir.display()),
+                    format!("cannot open {}: {}", dir.display(), super::chain(&e)),
                     "give the directory of an unpacked image (`docker export`, \
                      `podman mount`)",
                 ));
@@ -86,7 +86,9 @@ pub(super) fn check(config: &Config, options: &Options, facts: &HostFacts, out: 
         None => None,
     };
     let found = image_cuda(options, root.as_ref(), &env);
-    starts(config, options, &env, &found, facts, out);
+    // A rootfs that did not open was reported above: plan for its layout alone.
+    let rootfs = options.image_rootfs.as_deref().filter(|_| root.is_some());
+    starts(config, rootfs, &env, &found, facts, out);
     ceiling_check(config, options, found.as_ref(), facts, out);
 }
 
@@ -222,7 +224,7 @@ fn cudart_name(root: &Root) -> Option<Found> {
 /// runtime would call it, with the GPUs the user will ask for.
 fn starts(
     config: &Config,
-    options: &Options,
+    rootfs: Option<&Path>,
     env: &[String],
     found: &Option<Found>,
     facts: &HostFacts,
@@ -245,17 +247,14 @@ fn starts(
         assumed = " (asked with NVIDIA_VISIBLE_DEVICES=all, as --gpus all asks)";
     }
     let container = Container {
-        rootfs: options
-            .image_rootfs
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("/")),
+        rootfs: rootfs.map_or_else(|| PathBuf::from("/"), Path::to_path_buf),
         env: env.clone(),
         user_namespace: false,
         privileged: false,
         device_mounts: Vec::new(),
         devices: Vec::new(),
     };
-    let image = match &options.image_rootfs {
+    let image = match rootfs {
         Some(dir) => ImageSource::Rootfs(dir),
         None => ImageSource::Layout(Default::default()),
     };
@@ -279,7 +278,7 @@ fn starts(
             ),
         )),
         Err(e) => {
-            let text = crate::oneline::escape_controls(&e.to_string());
+            let text = super::chain(&e);
             let wanted = required_cuda(&env).or(found.as_ref().map(|f| f.cuda));
             let remedy = match (&e, wanted, facts.cuda, &facts.inventory) {
                 (planner::Error::Require(_), Some(wanted), Some(driver), Some(inventory))
