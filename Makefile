@@ -11,7 +11,7 @@ UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
 UNITS        := packaging/systemd/oci-nvidia-hook-cdi.service packaging/systemd/oci-nvidia-hook-cdi.path
 UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 
-.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker lint install install-units fuzz
+.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor lint install install-units fuzz
 
 build:
 	$(CARGO) build --release --locked
@@ -33,7 +33,7 @@ demo: build deps
 # hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
 # bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor
 
 # Criterion: ldcache parse/write, ELF checks, request parsing, plan building.
 bench-inprocess:
@@ -71,6 +71,10 @@ bench-cdi: build deps
 # dockerd and containerd started for the run: BENCH_RUNS, BENCH_BLOCK.
 bench-docker: build deps
 	integration/bench-docker $(BIN)
+
+# Whole `doctor` processes (no --run): the 50 ms target on an 8-GPU host.
+bench-doctor: build deps
+	integration/bench-doctor $(BIN)
 
 # Every fuzz target for FUZZ_SECONDS each (CI uses 15).
 FUZZ_SECONDS ?= 60

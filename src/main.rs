@@ -83,6 +83,16 @@ fn run_ours(cli: Cli) -> Status {
         }
         fail(e)
     };
+    // Doctor loads the config itself: a broken one is a finding, and a
+    // failing check is its exit status, not an error line.
+    if let cli::Command::Doctor(args) = &cli.command {
+        return match cli::doctor(args, cli.config.as_deref()) {
+            Ok(true) => Status::Success,
+            Ok(false) => Status::Failure,
+            Err(e) if e.is_broken_pipe() => Status::Success,
+            Err(e) => fail(&e),
+        };
+    }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(e) => return fail(&e),

@@ -3,6 +3,7 @@
 //! error for `main` to report on one line.
 
 mod cdi;
+mod doctor;
 mod info;
 mod list;
 
@@ -46,6 +47,10 @@ pub enum Error {
     ReadSpec { path: PathBuf, source: io::Error },
     #[error("{count} {} in {path}", if *.count == 1 { "problem" } else { "problems" })]
     InvalidSpec { count: usize, path: PathBuf },
+    #[error("{0}")]
+    Usage(String),
+    #[error("doctor: checks failed")]
+    Unhealthy,
 }
 
 impl Error {
@@ -132,6 +137,9 @@ pub enum Command {
         )]
         args: Vec<std::ffi::OsString>,
     },
+    /// Diagnose why a container does not see the GPU, layer by layer: host
+    /// driver, runtime wiring, an image's needs, and a live container.
+    Doctor(DoctorArgs),
     /// OCI hook: inject the GPUs the container asks for (state JSON on stdin).
     Prestart,
     /// OCI hook at createRuntime: the same point as prestart.
@@ -140,6 +148,41 @@ pub enum Command {
     /// Any other hook stage is refused.
     #[command(external_subcommand)]
     Other(Vec<String>),
+}
+
+/// `doctor`'s options.
+#[derive(Debug, PartialEq, Eq, clap::Args)]
+pub struct DoctorArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also run the host's `nvidia-smi -L` (bounded to 10 s).
+    #[arg(long)]
+    pub host_smi: bool,
+    /// An unpacked image to check against this host: its CUDA version and
+    /// compat libraries are read (never executed).
+    #[arg(long, value_name = "DIR")]
+    pub image_rootfs: Option<PathBuf>,
+    /// The image's OCI config (`skopeo inspect --config`, or `docker
+    /// inspect` output), for its Env.
+    #[arg(long, value_name = "FILE")]
+    pub image_config: Option<PathBuf>,
+    /// A container setting, after the image's (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// The image's CUDA version, stated directly.
+    #[arg(long, value_name = "X.Y")]
+    pub cuda: Option<String>,
+    /// Start a throwaway container through this host's runc and the hook as installed.
+    #[arg(long)]
+    pub run: bool,
+    /// Where the engines' files and processes are (hooks.d, daemon.json,
+    /// crio.conf, containerd's config, /etc/cdi, /proc) [default: /].
+    #[arg(long, value_name = "DIR")]
+    pub host_root: Option<PathBuf>,
+    /// The live check's half inside its container.
+    #[arg(long, hide = true)]
+    pub inside: bool,
 }
 
 /// What `cdi` does.
@@ -293,6 +336,12 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
             crate::runtime::log_failure(args, &one_line(&error));
             return Err(error);
         }
+        Command::Doctor(args) => {
+            out.flush()?;
+            if !doctor(args, config_path)? {
+                return Err(Error::Unhealthy);
+            }
+        }
         Command::Prestart | Command::CreateRuntime => hook::run(config, io::stdin())?,
         Command::Other(args) => {
             return Err(Error::Stage {
@@ -302,6 +351,13 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
     }
     out.flush()?;
     Ok(())
+}
+
+/// Runs `doctor`, printing its report; whether every check passed. It
+/// loads the configuration itself: a file that does not parse is one of
+/// its findings, not a reason to stop.
+pub fn doctor(args: &DoctorArgs, config_path: Option<&Path>) -> Result<bool> {
+    doctor::run(args, config_path)
 }
 
 /// This build's version, as `--version` prints it.

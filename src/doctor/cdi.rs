@@ -1,0 +1,253 @@
+//! The CDI specs engines read (`/etc/cdi`, then `/var/run/cdi`, which wins):
+//! whether each parses, whether an NVIDIA spec was made for another driver
+//! than the running one (its mounts then name files that changed), and
+//! device names defined twice, which CDI's own cache refuses in both specs
+//! when they sit in one directory (`conflicting device`) and resolves for
+//! the later directory otherwise.
+//!
+//! Only what doctor must say is checked here; the whole validation of a
+//! spec against the host is `cdi validate`'s.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{Check, HostFacts, HostRoot, Layer};
+use crate::cdi::Spec;
+
+const L: Layer = Layer::Wiring;
+
+/// CDI's spec directories, in increasing priority.
+const SPEC_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
+
+/// What the CDI checks found.
+#[derive(Debug, Default)]
+pub(super) struct Specs {
+    /// Whether any spec exists.
+    pub any: bool,
+    /// Whether a spec of ours exists (its hook is our `cdi-hook`).
+    pub ours: bool,
+}
+
+/// One parsed spec file.
+struct Loaded {
+    file: PathBuf,
+    /// Its directory's priority.
+    priority: usize,
+    spec: Spec,
+}
+
+/// Checks the specs under the host root.
+pub(super) fn check(
+    host: &HostRoot,
+    facts: &HostFacts,
+    spec_driver: fn(&Spec) -> Option<&str>,
+    out: &mut Vec<Check>,
+) -> Specs {
+    let mut result = Specs::default();
+    let mut specs = Vec::new();
+    for (priority, dir) in SPEC_DIRS.iter().enumerate() {
+        for file in spec_files(&host.path(dir)) {
+            result.any = true;
+            let parsed = std::fs::read(&file)
+                .map_err(|e| e.to_string())
+                .and_then(|data| serde_yaml::from_slice::<Spec>(&data).map_err(|e| e.to_string()));
+            match parsed {
+                Ok(spec) => specs.push(Loaded {
+                    file,
+                    priority,
+                    spec,
+                }),
+                Err(e) => out.push(Check::fail(
+                    L,
+                    "CDI",
+                    format!(
+                        "{} does not parse: {}",
+                        file.display(),
+                        crate::oneline::escape_controls(&e)
+                    ),
+                    format!(
+                        "regenerate it (`oci-nvidia-hook cdi generate --output {}`) or remove \
+                         it: engines refuse its devices",
+                        file.display()
+                    ),
+                )),
+            }
+        }
+    }
+    let running = facts.inventory.as_ref().map(|i| i.driver_version.as_str());
+    for loaded in &specs {
+        let ours = spec_driver(&loaded.spec).is_some();
+        result.ours |= ours;
+        if !loaded.spec.kind.starts_with("nvidia.com/") {
+            continue;
+        }
+        let made_for = spec_driver(&loaded.spec)
+            .map(str::to_string)
+            .or_else(|| mounted_driver(&loaded.spec));
+        match (made_for, running) {
+            (Some(made_for), Some(running)) if made_for != running => out.push(Check::fail(
+                L,
+                "CDI",
+                format!(
+                    "{} was made for driver {made_for}, but the host runs {running}: its \
+                     mounts name files that no longer exist, and containers taking its \
+                     devices fail",
+                    loaded.file.display()
+                ),
+                format!(
+                    "regenerate it: `oci-nvidia-hook cdi generate --output {}`",
+                    loaded.file.display()
+                ),
+            )),
+            (made_for, _) => out.push(Check::ok(
+                L,
+                "CDI",
+                format!(
+                    "{}: {} devices of {}{}",
+                    loaded.file.display(),
+                    loaded.spec.devices.len(),
+                    loaded.spec.kind,
+                    made_for
+                        .map(|v| format!(", driver {v}"))
+                        .unwrap_or_default()
+                ),
+            )),
+        }
+    }
+    duplicates(&specs, out);
+    if !result.any {
+        let dirs: Vec<String> = SPEC_DIRS
+            .iter()
+            .map(|d| host.path(d).display().to_string())
+            .collect();
+        out.push(Check::ok(
+            L,
+            "CDI",
+            format!("no spec in {}: CDI is not in use", dirs.join(" or ")),
+        ));
+    }
+    result
+}
+
+/// The `.json` and `.yaml` files of `dir`, the ones CDI loads, by name.
+fn spec_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json" || x == "yaml") && p.is_file())
+        .collect();
+    files.sort();
+    files
+}
+
+/// The driver version of a spec not ours (NVIDIA's `nvidia-ctk cdi
+/// generate`), from the versioned file name of the libcuda or NVML it mounts.
+fn mounted_driver(spec: &Spec) -> Option<String> {
+    let edits = std::iter::once(&spec.container_edits)
+        .chain(spec.devices.iter().map(|d| &d.container_edits));
+    edits.flat_map(|e| &e.mounts).find_map(|m| {
+        let name = m.host_path.file_name()?.to_str()?;
+        let version = name
+            .strip_prefix("libcuda.so.")
+            .or_else(|| name.strip_prefix("libnvidia-ml.so."))?;
+        (version.split('.').count() >= 2
+            && version
+                .split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
+        .then(|| version.to_string())
+    })
+}
+
+/// Device names that more than one spec defines: one check per set of
+/// specs, naming the devices they share.
+fn duplicates(specs: &[Loaded], out: &mut Vec<Check>) {
+    let mut names: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, loaded) in specs.iter().enumerate() {
+        for device in &loaded.spec.devices {
+            let name = format!("{}={}", loaded.spec.kind, device.name);
+            let defined = names.entry(name).or_default();
+            if !defined.contains(&i) {
+                defined.push(i);
+            }
+        }
+    }
+    let mut groups: BTreeMap<Vec<usize>, Vec<String>> = BTreeMap::new();
+    for (name, defined) in names.into_iter().filter(|(_, d)| d.len() > 1) {
+        groups.entry(defined).or_default().push(name);
+    }
+    for (defined, names) in groups {
+        let files: Vec<String> = defined
+            .iter()
+            .map(|&i| specs[i].file.display().to_string())
+            .collect();
+        let shown = if names.len() > 4 {
+            format!("{} and {} more", names[..4].join(", "), names.len() - 4)
+        } else {
+            names.join(", ")
+        };
+        let top = defined
+            .iter()
+            .map(|&i| specs[i].priority)
+            .max()
+            .unwrap_or(0);
+        let at_top: Vec<usize> = defined
+            .iter()
+            .copied()
+            .filter(|&i| specs[i].priority == top)
+            .collect();
+        if at_top.len() > 1 {
+            out.push(Check::fail(
+                L,
+                "CDI",
+                format!(
+                    "{shown} defined in both {}: engines refuse these devices in both \
+                     (\"conflicting device\")",
+                    files.join(" and ")
+                ),
+                "remove one of the specs (keep the one made for this host's driver)",
+            ));
+        } else {
+            out.push(Check::warn(
+                L,
+                "CDI",
+                format!(
+                    "{shown} defined in both {}: the one in {} wins",
+                    files.join(" and "),
+                    specs[at_top[0]].file.display()
+                ),
+                "remove the spec that is not wanted, so that which one applies is not a \
+                 matter of directory order",
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cdi::spec::{ContainerEdits, Device, Mount};
+
+    #[test]
+    fn reads_the_driver_of_a_spec_from_the_libraries_it_mounts() {
+        let spec = Spec {
+            kind: "nvidia.com/gpu".into(),
+            devices: vec![Device {
+                name: "0".into(),
+                ..Device::default()
+            }],
+            container_edits: ContainerEdits {
+                mounts: vec![Mount {
+                    host_path: "/usr/lib/x86_64-linux-gnu/libcuda.so.470.256.02".into(),
+                    container_path: "/usr/lib/x86_64-linux-gnu/libcuda.so.470.256.02".into(),
+                    ..Mount::default()
+                }],
+                ..ContainerEdits::default()
+            },
+            ..Spec::default()
+        };
+        assert_eq!(mounted_driver(&spec).as_deref(), Some("470.256.02"));
+        assert_eq!(mounted_driver(&Spec::default()), None);
+    }
+}

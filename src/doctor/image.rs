@@ -1,0 +1,514 @@
+//! An image's needs against this host: the CUDA runtime version it carries
+//! (`/usr/local/cuda/version.json`, `version.txt`, `libcudart.so.<version>`
+//! file names, `CUDA_VERSION`, or `--cuda`), whether a container of it
+//! starts (the hook's own planner and requirement checks, on this host) and
+//! whether its CUDA fits under the driver's ceiling.
+//!
+//! The image is hostile: its files are resolved inside its rootfs with
+//! `pathrs`, checked through `O_PATH` before anything is opened, and only
+//! regular files are read, a bounded amount. Nothing of it is executed,
+//! loaded or mounted.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use nix::dir::Dir;
+use pathrs::Root;
+
+use super::ceiling::{self, Cuda, Verdict};
+use super::{Check, HostFacts, Layer, Options};
+use crate::bundle::Container;
+use crate::config::Config;
+use crate::planner::{self, ImageSource, Source};
+use crate::reopen::{Expect, Reopener};
+use crate::request::env_var;
+
+const L: Layer = Layer::Image;
+
+/// Largest image file doctor reads (version.json is about 3 KiB).
+const MAX_READ: u64 = 256 * 1024;
+
+/// Largest image config doctor reads.
+const MAX_CONFIG: u64 = 16 * 1024 * 1024;
+
+/// Where CUDA images keep the runtime library.
+const CUDART_DIRS: &[&str] = &[
+    "/usr/local/cuda/lib64",
+    "/usr/local/cuda/targets/x86_64-linux/lib",
+    "/usr/local/cuda/targets/sbsa-linux/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+];
+
+/// The image's CUDA version and where it was read.
+#[derive(Debug, Clone)]
+struct Found {
+    cuda: Cuda,
+    from: String,
+}
+
+/// Checks the image `options` describe against this host.
+pub(super) fn check(config: &Config, options: &Options, facts: &HostFacts, out: &mut Vec<Check>) {
+    let mut env = match &options.image_config {
+        Some(file) => match image_env(file) {
+            Ok(env) => env,
+            Err(reason) => {
+                out.push(Check::fail(
+                    L,
+                    "image config",
+                    format!("{}: {reason}", file.display()),
+                    "give an OCI image config (`skopeo inspect --config`) or `docker inspect` \
+                     output",
+                ));
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
+    env.extend(options.env.iter().cloned());
+    let root = match &options.image_rootfs {
+        Some(dir) => match Root::open(dir) {
+            Ok(root) => Some(root),
+            Err(e) => {
+                out.push(Check::fail(
+                    L,
+                    "image rootfs",
+                    format!("cannot open {}: {}", dir.display(), super::chain(&e)),
+                    "give the directory of an unpacked image (`docker export`, \
+                     `podman mount`)",
+                ));
+                None
+            }
+        },
+        None => None,
+    };
+    let found = image_cuda(options, root.as_ref(), &env);
+    // A rootfs that did not open was reported above: plan for its layout alone.
+    let rootfs = options.image_rootfs.as_deref().filter(|_| root.is_some());
+    starts(config, rootfs, &env, &found, facts, out);
+    ceiling_check(config, options, found.as_ref(), facts, out);
+}
+
+/// `Env` of an OCI image config (`config.Env`) or of `docker inspect`
+/// output (`[0].Config.Env`).
+fn image_env(file: &Path) -> Result<Vec<String>, String> {
+    let data = read_bounded(
+        std::fs::File::open(file).map_err(|e| e.to_string())?,
+        MAX_CONFIG,
+    )?;
+    let json: serde_json::Value = serde_json::from_slice(&data).map_err(|e| e.to_string())?;
+    let config = match &json {
+        serde_json::Value::Array(items) => items.first().and_then(|i| i.get("Config")),
+        other => other.get("config").or_else(|| other.get("Config")),
+    };
+    let env = config
+        .and_then(|c| c.get("Env"))
+        .ok_or("no config.Env in it")?;
+    serde_json::from_value(env.clone()).map_err(|e| format!("config.Env: {e}"))
+}
+
+/// Reads at most `limit` bytes.
+fn read_bounded(file: impl Read, limit: u64) -> Result<Vec<u8>, String> {
+    let mut data = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| e.to_string())?;
+    if data.len() as u64 > limit {
+        return Err(format!("more than {limit} bytes"));
+    }
+    Ok(data)
+}
+
+/// The image's CUDA version, from the most direct source there is.
+fn image_cuda(options: &Options, root: Option<&Root>, env: &[String]) -> Option<Found> {
+    if let Some(text) = &options.cuda {
+        return Cuda::parse(text).map(|cuda| Found {
+            cuda,
+            from: "--cuda".into(),
+        });
+    }
+    if let Some(root) = root {
+        if let Some(found) = version_json(root)
+            .or_else(|| cudart_name(root))
+            .or_else(|| version_txt(root))
+        {
+            return Some(found);
+        }
+    }
+    let value = env_var(env, "CUDA_VERSION").filter(|v| !v.is_empty())?;
+    Cuda::parse(value).map(|cuda| Found {
+        cuda,
+        from: format!("CUDA_VERSION={value}"),
+    })
+}
+
+/// An image file's bytes, resolved inside the rootfs, if it is a regular file.
+fn read_in_image(root: &Root, path: &str) -> Option<Vec<u8>> {
+    let handle = root.resolve(path).ok()?;
+    let reopener = Reopener::open().ok()?;
+    let file = reopener
+        .reopen(handle.as_fd(), Path::new(path), Expect::File)
+        .ok()?;
+    read_bounded(file, MAX_READ).ok()
+}
+
+/// `/usr/local/cuda/version.json`: the runtime's version (`cuda_cudart`),
+/// else the toolkit's (`cuda`).
+fn version_json(root: &Root) -> Option<Found> {
+    let path = "/usr/local/cuda/version.json";
+    let json: serde_json::Value = serde_json::from_slice(&read_in_image(root, path)?).ok()?;
+    ["cuda_cudart", "cuda"].iter().find_map(|key| {
+        let version = json.get(key)?.get("version")?.as_str()?;
+        Some(Found {
+            cuda: Cuda::parse(version)?,
+            from: format!("{path} ({key} {version})"),
+        })
+    })
+}
+
+/// `/usr/local/cuda/version.txt` of CUDA 10 and older: `CUDA Version 10.2.89`.
+fn version_txt(root: &Root) -> Option<Found> {
+    let path = "/usr/local/cuda/version.txt";
+    let text = String::from_utf8(read_in_image(root, path)?).ok()?;
+    let version = text.trim().strip_prefix("CUDA Version ")?;
+    Some(Found {
+        cuda: Cuda::parse(version)?,
+        from: format!("{path} ({version})"),
+    })
+}
+
+/// The newest `libcudart.so.<major>.<minor>.<patch>` the image's library
+/// directories hold (names only: nothing is opened).
+fn cudart_name(root: &Root) -> Option<Found> {
+    let reopener = Reopener::open().ok()?;
+    let mut best: Option<Found> = None;
+    for dir in CUDART_DIRS {
+        let Ok(handle) = root.resolve(dir) else {
+            continue;
+        };
+        let Ok(file) = reopener.reopen(handle.as_fd(), Path::new(dir), Expect::Directory) else {
+            continue;
+        };
+        let Ok(mut listing) = Dir::from_fd(file.into()) else {
+            continue;
+        };
+        for entry in listing.iter().flatten() {
+            let Ok(name) = entry.file_name().to_str() else {
+                continue;
+            };
+            let Some(version) = name.strip_prefix("libcudart.so.") else {
+                continue;
+            };
+            // `libcudart.so.12` alone says nothing of the minor.
+            if version.split('.').count() < 2 {
+                continue;
+            }
+            let Some(cuda) = Cuda::parse(version) else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|b| cuda > b.cuda) {
+                best = Some(Found {
+                    cuda,
+                    from: format!("{}", Path::new(dir).join(OsStr::new(name)).display()),
+                });
+            }
+        }
+    }
+    best
+}
+
+/// Whether a container of this image starts here: the hook's planner, as a
+/// runtime would call it, with the GPUs the user will ask for.
+fn starts(
+    config: &Config,
+    rootfs: Option<&Path>,
+    env: &[String],
+    found: &Option<Found>,
+    facts: &HostFacts,
+    out: &mut Vec<Check>,
+) {
+    if facts.inventory.is_none() {
+        out.push(Check::warn(
+            L,
+            "starts",
+            "not predicted: the host driver failed its checks",
+            "fix the host driver layer first",
+        ));
+        return;
+    }
+    let mut env = env.to_vec();
+    let mut assumed = "";
+    if env_var(&env, "NVIDIA_VISIBLE_DEVICES").is_none() {
+        // `docker run --gpus all` and `--device nvidia.com/gpu=all` add it.
+        env.push("NVIDIA_VISIBLE_DEVICES=all".into());
+        assumed = " (asked with NVIDIA_VISIBLE_DEVICES=all, as --gpus all asks)";
+    }
+    let container = Container {
+        rootfs: rootfs.map_or_else(|| PathBuf::from("/"), Path::to_path_buf),
+        env: env.clone(),
+        user_namespace: false,
+        privileged: false,
+        device_mounts: Vec::new(),
+        devices: Vec::new(),
+    };
+    let image = match rootfs {
+        Some(dir) => ImageSource::Rootfs(dir),
+        None => ImageSource::Layout(Default::default()),
+    };
+    match planner::plan_for(config, Source::Container(&container), image) {
+        Ok(planned) if planned.effective.is_void() => out.push(Check::warn(
+            L,
+            "starts",
+            "the container asks for no GPU (NVIDIA_VISIBLE_DEVICES is void): the hook \
+             leaves it alone",
+            "run it with --gpus all (Docker), --device nvidia.com/gpu=all (CDI) or \
+             NVIDIA_VISIBLE_DEVICES=all",
+        )),
+        Ok(planned) => out.push(Check::ok(
+            L,
+            "starts",
+            format!(
+                "a container starts{assumed}: {} GPUs, capabilities {}, {} files",
+                planned.plan.selected.len(),
+                planned.effective.request.capabilities,
+                planned.plan.mounts.len()
+            ),
+        )),
+        Err(e) => {
+            let text = super::chain(&e);
+            let wanted = required_cuda(&env).or(found.as_ref().map(|f| f.cuda));
+            let remedy = match (&e, wanted, facts.cuda, &facts.inventory) {
+                (planner::Error::Require(_), Some(wanted), Some(driver), Some(inventory))
+                    if text.contains("cuda") =>
+                {
+                    ceiling::remedy(
+                        wanted,
+                        Cuda::of_driver(driver),
+                        &inventory.driver_version,
+                        inventory.gpus.first().map(|g| g.model.as_str()),
+                    )
+                }
+                _ if facts.failed => "fix the host driver layer first: the hook refuses \
+                                       for what it found there"
+                    .to_string(),
+                _ => "the message names what to change: the hook refuses this container \
+                      with it"
+                    .to_string(),
+            };
+            out.push(Check::fail(
+                L,
+                "starts",
+                format!("the hook refuses the container{assumed}: {text}"),
+                remedy,
+            ));
+        }
+    }
+}
+
+/// The CUDA version a `cuda>=X.Y` term of `NVIDIA_REQUIRE_CUDA` asks for,
+/// or the one a legacy image's `CUDA_VERSION` implies; for naming a driver
+/// in the remedy only (the hook's own grammar decides the refusal).
+fn required_cuda(env: &[String]) -> Option<Cuda> {
+    if let Some(rule) = env_var(env, "NVIDIA_REQUIRE_CUDA").filter(|r| !r.is_empty()) {
+        return rule
+            .split([' ', ','])
+            .filter_map(|term| term.strip_prefix("cuda>="))
+            .find_map(Cuda::parse);
+    }
+    env_var(env, "CUDA_VERSION").and_then(Cuda::parse)
+}
+
+/// The image's CUDA against the driver's ceiling.
+fn ceiling_check(
+    config: &Config,
+    options: &Options,
+    found: Option<&Found>,
+    facts: &HostFacts,
+    out: &mut Vec<Check>,
+) {
+    let Some(found) = found else {
+        out.push(Check::ok(
+            L,
+            "CUDA ceiling",
+            "no CUDA runtime found in the image: nothing to hold against the driver",
+        ));
+        return;
+    };
+    let (Some(driver_cuda), Some(inventory)) = (facts.cuda, &facts.inventory) else {
+        out.push(Check::warn(
+            L,
+            "CUDA ceiling",
+            format!(
+                "image CUDA {} (from {}); the driver's CUDA version is unknown",
+                found.cuda, found.from
+            ),
+            "fix the host driver layer first",
+        ));
+        return;
+    };
+    let driver = Cuda::of_driver(driver_cuda);
+    let model = inventory.gpus.first().map(|g| g.model.as_str());
+    let image = found.cuda;
+    let both = format!(
+        "the image's CUDA {image} (from {}) needs more than driver {} offers (CUDA {driver})",
+        found.from, inventory.driver_version
+    );
+    let verdict = ceiling::judge(image, driver);
+    if verdict == Verdict::Fits {
+        out.push(Check::ok(
+            L,
+            "CUDA ceiling",
+            format!(
+                "the image's CUDA {image} (from {}) runs on driver {} (CUDA {driver})",
+                found.from, inventory.driver_version
+            ),
+        ));
+        return;
+    }
+    // Forward compatibility: the image's newer compat libcuda, which the hook
+    // puts first in the loader's path; data-center GPUs only.
+    let compat = options
+        .image_rootfs
+        .as_ref()
+        .and_then(|dir| {
+            crate::image::Image::inspect(dir, &inventory.driver_version, config.cuda_compat.mode)
+                .ok()
+        })
+        .and_then(|i| i.compat);
+    if let Some(compat) = compat.filter(|c| Cuda::of_driver(c.cuda) >= image) {
+        if model.and_then(ceiling::data_center) == Some(true) {
+            out.push(Check::ok(
+                L,
+                "CUDA ceiling",
+                format!(
+                    "{both}, but it ships forward-compatibility libraries of driver {} \
+                     (CUDA {}), which this data-center GPU can use",
+                    compat.driver_version, compat.cuda
+                ),
+            ));
+            return;
+        }
+    }
+    let remedy = ceiling::remedy(image, driver, &inventory.driver_version, model);
+    match verdict {
+        Verdict::MinorAbove => out.push(Check::warn(
+            L,
+            "CUDA ceiling",
+            format!(
+                "{both}: it runs under minor version compatibility, but PTX built for \
+                 CUDA {image} and features of newer drivers fail"
+            ),
+            remedy,
+        )),
+        _ => out.push(Check::fail(
+            L,
+            "CUDA ceiling",
+            format!("{both}: \"CUDA driver version is insufficient for CUDA runtime version\""),
+            remedy,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    fn env(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn reads_the_cuda_an_image_requires() {
+        assert_eq!(
+            required_cuda(&env(&[
+                "NVIDIA_REQUIRE_CUDA=cuda>=12.6 brand=tesla,driver>=470,driver<471"
+            ])),
+            Cuda::parse("12.6")
+        );
+        assert_eq!(
+            required_cuda(&env(&["CUDA_VERSION=11.8.0"])),
+            Cuda::parse("11.8")
+        );
+        assert_eq!(required_cuda(&env(&["PATH=/bin"])), None);
+    }
+
+    #[test]
+    fn reads_cuda_from_version_json_then_cudart_names_then_version_txt() {
+        let dir = tempfile::tempdir().unwrap();
+        let cuda = dir.path().join("usr/local/cuda-12.6");
+        fs::create_dir_all(cuda.join("lib64")).unwrap();
+        std::os::unix::fs::symlink("/usr/local/cuda-12.6", dir.path().join("usr/local/cuda"))
+            .unwrap();
+        fs::write(cuda.join("version.txt"), "CUDA Version 12.4.0\n").unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        assert_eq!(
+            version_txt(&root).unwrap().cuda,
+            Cuda::parse("12.4").unwrap()
+        );
+        fs::write(cuda.join("lib64/libcudart.so.12.5.82"), b"").unwrap();
+        fs::write(cuda.join("lib64/libcudart.so.12"), b"").unwrap();
+        let options = Options::default();
+        let found = image_cuda(&options, Some(&root), &[]).unwrap();
+        assert_eq!(found.cuda, Cuda::parse("12.5").unwrap());
+        assert!(
+            found.from.ends_with("libcudart.so.12.5.82"),
+            "{}",
+            found.from
+        );
+        fs::write(
+            cuda.join("version.json"),
+            r#"{"cuda": {"name": "CUDA SDK", "version": "12.6.3"},
+                "cuda_cudart": {"name": "CUDA Runtime (cudart)", "version": "12.6.77"}}"#,
+        )
+        .unwrap();
+        let found = image_cuda(&options, Some(&root), &[]).unwrap();
+        assert_eq!(found.cuda, Cuda::parse("12.6").unwrap());
+        assert!(found.from.contains("cuda_cudart 12.6.77"), "{}", found.from);
+        // --cuda wins over the files.
+        let options = Options {
+            cuda: Some("13.0".into()),
+            ..Options::default()
+        };
+        assert_eq!(
+            image_cuda(&options, Some(&root), &[]).unwrap().cuda,
+            Cuda::parse("13.0").unwrap()
+        );
+    }
+
+    #[test]
+    fn a_version_file_linked_out_of_the_rootfs_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        fs::write(
+            host.path().join("version.json"),
+            r#"{"cuda": {"version": "12.6.3"}}"#,
+        )
+        .unwrap();
+        fs::create_dir_all(dir.path().join("usr/local/cuda")).unwrap();
+        std::os::unix::fs::symlink(
+            host.path().join("version.json"),
+            dir.path().join("usr/local/cuda/version.json"),
+        )
+        .unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        assert!(version_json(&root).is_none());
+    }
+
+    #[test]
+    fn takes_env_from_an_oci_config_or_docker_inspect() {
+        let dir = tempfile::tempdir().unwrap();
+        let oci = dir.path().join("oci.json");
+        fs::write(&oci, r#"{"config": {"Env": ["CUDA_VERSION=12.6.3"]}}"#).unwrap();
+        assert_eq!(image_env(&oci).unwrap(), ["CUDA_VERSION=12.6.3"]);
+        let inspect = dir.path().join("inspect.json");
+        fs::write(&inspect, r#"[{"Config": {"Env": ["A=1", "B=2"]}}]"#).unwrap();
+        assert_eq!(image_env(&inspect).unwrap(), ["A=1", "B=2"]);
+        fs::write(&inspect, r#"{"nothing": 1}"#).unwrap();
+        assert!(image_env(&inspect).is_err());
+    }
+}

@@ -1,0 +1,299 @@
+//! `doctor`: the layered diagnosis of "my container does not see the GPU".
+//!
+//! It walks the layers a user walks by hand, in order: the host driver
+//! (`host`), the runtimes' wiring to the injector (`hooks`, `engines`,
+//! `cdi`), an image's needs against this host (`image`, `ceiling`) and,
+//! when asked, a live container (`live`, whose in-container half is
+//! `inside`). Each layer yields [`Check`]s, plain data that `report`
+//! prints as text or JSON; a check that fails names the one remedy that
+//! fixes it.
+//!
+//! Doctor only reads, except for the live check, which builds a throwaway
+//! rootfs and container out of host files and removes them whatever
+//! happens. It never executes, loads or opens for reading anything of an
+//! image except through the same resolution inside its rootfs that the hook
+//! uses, and never runs policy of its own: the planner, inventory and
+//! requirement checks are the hook's.
+
+mod cdi;
+pub mod ceiling;
+mod engines;
+mod hooks;
+mod host;
+mod image;
+pub mod inside;
+mod live;
+mod procs;
+pub mod report;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::config::{self, Config};
+use crate::driver::Inventory;
+
+pub use report::Render;
+
+/// The layers, in the order a diagnosis walks them: a fault in an earlier
+/// layer explains the failures of later ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layer {
+    /// The kernel module, GPUs, device nodes and driver libraries.
+    Host,
+    /// How container engines reach the injector: hooks.d, Docker, CDI.
+    Wiring,
+    /// An image's CUDA and requirements against this host.
+    Image,
+    /// A throwaway container started through the hook as installed.
+    Live,
+}
+
+impl Layer {
+    /// How the report names the layer.
+    pub fn title(self) -> &'static str {
+        match self {
+            Layer::Host => "host driver",
+            Layer::Wiring => "runtime wiring",
+            Layer::Image => "image",
+            Layer::Live => "live container",
+        }
+    }
+}
+
+/// What a check concluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Nothing to fix.
+    Ok,
+    /// Works, but something will bite: the remedy says what to change.
+    Warn,
+    /// Containers fail because of this: the remedy fixes it.
+    Fail,
+}
+
+impl Status {
+    /// How the report spells it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+}
+
+/// One finding: what was checked, what was found and, unless it is ok, the
+/// one remedy that fixes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// The layer it belongs to.
+    pub layer: Layer,
+    /// What was checked, a few words (`kernel module`, `hooks.d`).
+    pub name: String,
+    /// The verdict.
+    pub status: Status,
+    /// What was found, one sentence.
+    pub found: String,
+    /// The fix, for `warn` and `fail`.
+    pub remedy: Option<String>,
+}
+
+impl Check {
+    /// A check that found nothing to fix.
+    pub fn ok(layer: Layer, name: impl Into<String>, found: impl Into<String>) -> Check {
+        Check {
+            layer,
+            name: name.into(),
+            status: Status::Ok,
+            found: found.into(),
+            remedy: None,
+        }
+    }
+
+    /// A check that found something to change.
+    pub fn warn(
+        layer: Layer,
+        name: impl Into<String>,
+        found: impl Into<String>,
+        remedy: impl Into<String>,
+    ) -> Check {
+        Check {
+            layer,
+            name: name.into(),
+            status: Status::Warn,
+            found: found.into(),
+            remedy: Some(remedy.into()),
+        }
+    }
+
+    /// A check that found what makes containers fail.
+    pub fn fail(
+        layer: Layer,
+        name: impl Into<String>,
+        found: impl Into<String>,
+        remedy: impl Into<String>,
+    ) -> Check {
+        Check {
+            layer,
+            name: name.into(),
+            status: Status::Fail,
+            found: found.into(),
+            remedy: Some(remedy.into()),
+        }
+    }
+}
+
+/// Where the files engines read live: `/` on a real host, another tree for a
+/// host mounted elsewhere (`doctor --host-root /host` from a container or a
+/// rescue system) and for the simulated hosts of the tests. It holds the
+/// hooks.d directories, `crio.conf`, `/etc/docker/daemon.json`,
+/// containerd's `config.toml`, the CDI spec directories and the procfs whose
+/// processes (dockerd, nvidia-persistenced, pid 1) are looked up. The driver
+/// itself is found through the config's `[driver]` roots, as the hook finds it.
+#[derive(Debug, Clone)]
+pub struct HostRoot {
+    root: PathBuf,
+}
+
+impl HostRoot {
+    /// The host tree at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> HostRoot {
+        HostRoot { root: root.into() }
+    }
+
+    /// `abs`, a path as the host's own processes see it, under this root.
+    pub fn path(&self, abs: &str) -> PathBuf {
+        self.root.join(abs.trim_start_matches('/'))
+    }
+
+    /// The root itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// What `doctor` was asked to look at.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Run the host's `nvidia-smi -L` (with a time bound).
+    pub host_smi: bool,
+    /// An image's rootfs to read its CUDA version and compat libraries from.
+    pub image_rootfs: Option<PathBuf>,
+    /// An OCI image config (or `docker inspect` output) to take `Env` from.
+    pub image_config: Option<PathBuf>,
+    /// `KEY=VALUE` settings of the container, after the image's.
+    pub env: Vec<String>,
+    /// The image's CUDA version, stated directly (`12.4`).
+    pub cuda: Option<String>,
+    /// Start a throwaway container through the hook as installed.
+    pub run: bool,
+    /// Where the engines' files and processes are.
+    pub host_root: Option<PathBuf>,
+}
+
+impl Options {
+    /// Whether an image was described at all.
+    fn has_image(&self) -> bool {
+        self.image_rootfs.is_some()
+            || self.image_config.is_some()
+            || !self.env.is_empty()
+            || self.cuda.is_some()
+    }
+}
+
+/// The configuration as doctor found it: a file that does not parse is a
+/// finding of the wiring layer, and the rest runs with the defaults.
+pub struct Loaded<'a> {
+    /// The config in force (the defaults when the file failed).
+    pub config: Config,
+    /// Why the file failed, if it did.
+    pub error: Option<config::Error>,
+    /// The file asked for with `--config`, if any.
+    pub path: Option<&'a Path>,
+}
+
+impl<'a> Loaded<'a> {
+    /// Loads `path` (or the default file) as the hook would.
+    pub fn load(path: Option<&'a Path>) -> Loaded<'a> {
+        match Config::load(path) {
+            Ok(config) => Loaded {
+                config,
+                error: None,
+                path,
+            },
+            Err(e) => Loaded {
+                config: Config::default(),
+                error: Some(e),
+                path,
+            },
+        }
+    }
+}
+
+/// What the host layer learnt that later layers use.
+pub(crate) struct HostFacts {
+    /// The inventory, when the module is loaded and discovery worked.
+    pub inventory: Option<Inventory>,
+    /// The CUDA version the driver's own libcuda reported.
+    pub cuda: Option<crate::driver::CudaVersion>,
+    /// Whether a host check failed: later failures may follow from it.
+    pub failed: bool,
+}
+
+/// Every check `options` asks for, layer after layer.
+pub fn diagnose(
+    loaded: &Loaded<'_>,
+    options: &Options,
+    spec_driver: fn(&crate::cdi::Spec) -> Option<&str>,
+) -> Vec<Check> {
+    let host_root = HostRoot::new(options.host_root.clone().unwrap_or_else(|| "/".into()));
+    let processes = procs::Table::scan(&host_root);
+    let mut checks = Vec::new();
+    let mut facts = host::check(&loaded.config, &processes, options.host_smi, &mut checks);
+    facts.failed = any_failed(&checks);
+    let wired = hooks::check(loaded, &host_root, &mut checks);
+    let docker = engines::docker(&host_root, &processes, &mut checks);
+    let specs = cdi::check(&host_root, &facts, spec_driver, &mut checks);
+    engines::containerd(&host_root, specs.any, &mut checks);
+    engines::systemd(&processes, wired.ours || docker.hook_ours, &mut checks);
+    engines::wired(
+        &engines::Wiring {
+            hooks_d: wired.ours,
+            docker_hook: docker.hook_ours,
+            docker_runtime: docker.runtime_ours,
+            cdi: specs.ours,
+        },
+        &mut checks,
+    );
+    if options.has_image() {
+        image::check(&loaded.config, options, &facts, &mut checks);
+    }
+    if options.run {
+        let hook = wired.hook.as_ref().or(docker.hook.as_ref());
+        live::check(hook, &facts, &mut checks);
+    }
+    checks
+}
+
+/// An error and its sources on one line, for a check's `found`.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let more = e.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = e.source();
+    }
+    crate::oneline::escape_controls(&text)
+}
+
+/// Whether any check failed: `doctor`'s exit status is 1 then.
+pub fn any_failed(checks: &[Check]) -> bool {
+    checks.iter().any(|c| c.status == Status::Fail)
+}
