@@ -428,6 +428,35 @@ fn rpms_list_the_listed_files_with_their_modes() {
     for nvidia in ["nvidia-container-toolkit", "libnvidia-container-tools"] {
         assert!(conflicts.lines().any(|l| l == nvidia), "{conflicts}");
     }
+
+    // rpm's own resolver, in a scratch database: the compat package's
+    // requirement is met by the hook at this version, and what it provides
+    // does not count against what it conflicts with. The hook itself goes
+    // in without its libc requirements, which a scratch database lacks.
+    let root = tempfile::tempdir().unwrap();
+    let rpm = |args: &[&str], package: &str| {
+        let out = Command::new("rpm")
+            .arg("--root")
+            .arg(root.path())
+            .args(args)
+            .arg(built.rpm(package))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "rpm {args:?} {package}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let init = Command::new("rpm")
+        .arg("--root")
+        .arg(root.path())
+        .arg("--initdb")
+        .status()
+        .unwrap();
+    assert!(init.success());
+    rpm(&["-i", "--justdb", "--nodeps"], "oci-nvidia-hook");
+    rpm(&["-i", "--justdb"], "oci-nvidia-hook-compat");
 }
 
 /// lintian reports no error and no warning that an override does not
