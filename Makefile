@@ -11,7 +11,7 @@ UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
 UNITS        := packaging/systemd/oci-nvidia-hook-cdi.service packaging/systemd/oci-nvidia-hook-cdi.path
 UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 
-.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor lint install install-units fuzz
+.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor lint install install-units fuzz deb rpm package-docs
 
 build:
 	$(CARGO) build --release --locked
@@ -107,3 +107,18 @@ install-units:
 	  chmod 0644 $(DESTDIR)$(UNITDIR)/$${f##*/} || exit 1; \
 	done
 	install -m 0644 $(UDEVRULES) $(DESTDIR)$(UDEVRULESDIR)/
+
+# Packages (README, "Install"): oci-nvidia-hook and oci-nvidia-hook-compat,
+# staged by packaging/build from packaging/files, into $(PKGOUT). The man
+# pages and completions come from the clap definition through an example
+# program (clap_mangen and clap_complete are dev-dependencies, never in the
+# hook). deb needs dpkg-dev, rpm needs Debian's rpm (integration/install-deps).
+PKGDOCS := target/package-docs
+PKGOUT  ?= target/packages
+
+package-docs:
+	rm -rf $(PKGDOCS)
+	$(CARGO) run --locked --quiet --example package-docs -- $(PKGDOCS) >/dev/null
+
+deb rpm: build package-docs
+	packaging/build --binary $(BIN) --docs $(PKGDOCS) --out $(PKGOUT) $@

@@ -18,6 +18,16 @@ use crate::config::Config;
 use crate::image::ImageLayout;
 use crate::{bundle, driver, hook, planner};
 
+/// What `--help` and the manual page's DESCRIPTION say of the whole command.
+const LONG_ABOUT: &str = "Gives OCI containers NVIDIA GPUs. A runtime runs it as a prestart or \
+createRuntime hook (a hooks.d file, Docker's --gpus, a config.json entry): it takes the \
+request from the container's own NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES, \
+checks NVIDIA_REQUIRE_*, and injects the device nodes and the host driver's files. \
+info and list show what the host has and what a container would receive; cdi writes a \
+Container Device Interface spec for engines that read one; runtime wraps runc and writes \
+the GPUs into the container's spec. Configuration comes only from the file, never from \
+the environment.";
+
 /// Why a command failed.
 #[derive(Debug, Error)]
 pub enum Error {
@@ -65,7 +75,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// oci-nvidia-hook: gives OCI containers NVIDIA GPUs.
 #[derive(Debug, PartialEq, Eq, Parser)]
-#[command(name = "oci-nvidia-hook", version, about)]
+#[command(name = "oci-nvidia-hook", version = VERSION, about, long_about = LONG_ABOUT)]
 pub struct Cli {
     /// Configuration file [default: /etc/oci-nvidia-hook/config.toml, optional]
     #[arg(long, global = true, value_name = "PATH")]
@@ -360,9 +370,18 @@ pub fn doctor(args: &DoctorArgs, config_path: Option<&Path>) -> Result<bool> {
     doctor::run(args, config_path)
 }
 
+/// This build's version and the git commit it was built from (build.rs),
+/// so that a binary found on a host names the exact source it came from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("OCI_NVIDIA_HOOK_COMMIT"),
+    ")"
+);
+
 /// This build's version, as `--version` prints it.
 pub fn version() -> &'static str {
-    env!("CARGO_PKG_VERSION")
+    VERSION
 }
 
 /// An error and its sources on one line, as `main` reports it.

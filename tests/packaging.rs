@@ -1,0 +1,863 @@
+//! The packages a lab host installs (`make deb`, `make rpm`; README,
+//! "Install"), built by `packaging/build` from this tree, and installed on
+//! this machine for real:
+//!
+//! - the shipped config sets every documented key to its default, each with
+//!   its meaning; `--version` names the commit; a man page per command;
+//! - both .deb files and both .rpm files hold exactly what
+//!   `packaging/files` lists, with its modes; lintian finds no error and no
+//!   warning that an override does not explain;
+//! - `dpkg -i` of both: the units enabled, man pages open, bash completes;
+//!   Podman with no `--hooks-dir` starts a GPU container through the
+//!   packaged hooks.d file, and Docker's `--gpus all` through the compat
+//!   package's `/usr/bin/nvidia-container-runtime-hook`, both on a
+//!   simulated host the installed conffile points at;
+//! - `dpkg -r` keeps only the modified conffile (and the units' records),
+//!   `--purge` leaves the file system as it was;
+//! - an upgrade from the previous build keeps a modified conffile.
+//!
+//! The installed `oci-nvidia-hook doctor` walks the packaged setup: the
+//! hooks.d file it finds is the package's. Installing the .rpm needs a
+//! RHEL-family system, which this is not.
+//!
+//! Every install is undone by a drop guard ([`HostGuard`]): the packages
+//! purged, the files they would have replaced put back. Needs root, dpkg-dev,
+//! rpm, lintian, man, Podman, runc and docker.io (integration/install-deps):
+//! `make test`, or `cargo test --features _test_as_root --test packaging`.
+
+/// The shared pieces of the integration tests (tests/common/) this suite uses.
+mod common {
+    pub mod json;
+    pub mod ldconfig;
+    pub mod mounts;
+    pub mod project;
+    pub mod simhost;
+}
+/// The runtime harness (tests/runtime_support/): the parts this suite uses.
+// This suite runs one Podman and one Docker container with the packages'
+// own files; the Scenario runner and config.json writer are other suites'.
+mod runtime_support {
+    #[allow(dead_code)]
+    pub mod bundle;
+    pub mod cleanup;
+    // Only dockerd's `--gpus` runs here: no `ctr`, no runtime mode.
+    #[allow(dead_code)]
+    pub mod daemons;
+    // GPUs are selected as `all`: their indices are not read.
+    #[allow(dead_code)]
+    pub mod expected;
+    #[allow(dead_code)]
+    pub mod host_state;
+    pub mod injected;
+    #[allow(dead_code)]
+    pub mod oci_config;
+    pub mod process;
+    pub mod report;
+    pub mod run;
+    #[allow(dead_code)]
+    pub mod runtimes;
+}
+/// The packages under test and the machine they are installed on.
+mod packaging_support {
+    pub mod built;
+    pub mod files;
+    pub mod host;
+}
+/// The packages' manual pages and completions (the package-docs example's code).
+#[path = "../packaging/docs.rs"]
+mod docs;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use clap::CommandFactory;
+use common::mounts::{assert_mounts_unchanged, host_mounts};
+use common::project::{hook_binary, repo};
+use common::simhost::{require_root, SimHost};
+use oci_nvidia_hook::cli::Cli;
+use oci_nvidia_hook::config::Config;
+use packaging_support::built::{self, Built, VERSION};
+use packaging_support::files::{expected, Expected, Format, CONFFILE, PACKAGES};
+use packaging_support::host::{dpkg, status, HostGuard};
+use runtime_support::bundle::{copy_template, template_rootfs, work_root, write_hook_config};
+use runtime_support::cleanup::{remove_tree_safely, Cleanup};
+use runtime_support::daemons::{DaemonSetup, Daemons};
+use runtime_support::expected::{gpus, node_specs};
+use runtime_support::injected::{assert_injected, Expected as Injected};
+use runtime_support::oci_config::{path_str, CONTAINER_SCRIPT};
+use runtime_support::process::run_bounded;
+use runtime_support::run::{serial, Run, RunFiles, RUN_LIMIT};
+use runtime_support::runtimes::{podman_run_args, Runtime};
+
+/// The packaged hooks.d file, which Podman reads when given no --hooks-dir.
+const HOOKS_D_FILE: &str = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json";
+/// The compat package's link that dockerd must find on its PATH.
+const RUNTIME_HOOK_LINK: &str = "/usr/bin/nvidia-container-runtime-hook";
+/// The units the main package enables, and the links enabling makes.
+const ENABLED_LINKS: [&str; 2] = [
+    "/etc/systemd/system/multi-user.target.wants/oci-nvidia-hook-cdi.service",
+    "/etc/systemd/system/paths.target.wants/oci-nvidia-hook-cdi.path",
+];
+
+fn sim() -> SimHost {
+    SimHost::shared("real", 4, "new")
+}
+
+/// Panics naming the Debian package when `tool` is not on PATH.
+fn require_tool(tool: &str, package: &str) {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(tool).is_file()));
+    assert!(
+        found,
+        "`{tool}` is not on PATH: install {package} (integration/install-deps, or `make test`)"
+    );
+}
+
+// ---- the shipped files, without installing ----
+
+/// The config keys README's Configuration table documents, dotted
+/// (`driver.root`).
+fn documented_keys() -> BTreeSet<String> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Configuration\n")
+        .nth(1)
+        .expect("README has a Configuration section");
+    let section = section.split("\n## ").next().unwrap();
+    section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The conffile sets every key README documents, each to the built-in
+/// default (so installing it changes nothing), and each is preceded by a
+/// comment that gives its default.
+#[test]
+fn shipped_config_sets_every_documented_key_to_its_default() {
+    let path = repo().join("packaging/config.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let parsed = Config::parse(&path, &text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        parsed,
+        Config::default(),
+        "the shipped config is not the defaults"
+    );
+
+    let table: toml::Table = text.parse().unwrap();
+    let mut keys = BTreeSet::new();
+    for (key, value) in &table {
+        match value.as_table() {
+            Some(section) => keys.extend(section.keys().map(|k| format!("{key}.{k}"))),
+            None => {
+                keys.insert(key.clone());
+            }
+        }
+    }
+    let documented = documented_keys();
+    assert!(documented.len() >= 10, "README's key table: {documented:?}");
+    assert_eq!(keys, documented, "the shipped keys against README's table");
+
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with('#') || line.starts_with('[') || line.trim().is_empty() {
+            continue;
+        }
+        let comment: Vec<&str> = lines[..i]
+            .iter()
+            .rev()
+            .take_while(|l| l.starts_with('#'))
+            .copied()
+            .collect();
+        assert!(
+            !comment.is_empty() && comment.iter().any(|l| l.contains("Default:")),
+            "{line:?} has no comment giving its meaning and default"
+        );
+    }
+}
+
+/// `--version` prints Cargo.toml's version and the commit of this checkout.
+#[test]
+fn version_names_the_commit_it_was_built_from() {
+    let out = Command::new(hook_binary())
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let line = String::from_utf8(out.stdout).unwrap();
+    let git = Command::new("git")
+        .arg("-C")
+        .arg(repo())
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output();
+    let commit = match git {
+        Ok(o) if o.status.success() => String::from_utf8(o.stdout).unwrap().trim().to_string(),
+        // Not a checkout (a tarball): build.rs says so.
+        _ => "unknown".to_string(),
+    };
+    assert_eq!(
+        line.trim(),
+        format!("oci-nvidia-hook {VERSION} (commit {commit})")
+    );
+}
+
+/// One manual page per command and subcommand, each rendering without a
+/// warning from man.
+#[test]
+fn manual_pages_cover_every_command() {
+    require_tool("man", "man-db");
+    let dir = tempfile::tempdir().unwrap();
+    docs::write_all(dir.path()).unwrap();
+    let mut want = BTreeSet::new();
+    fn names(cmd: &clap::Command, prefix: &str, out: &mut BTreeSet<String>) {
+        for sub in cmd.get_subcommands() {
+            let name = format!("{prefix}-{}", sub.get_name());
+            out.insert(format!("{name}.1"));
+            names(sub, &name, out);
+        }
+    }
+    want.insert("oci-nvidia-hook.1".to_string());
+    names(&Cli::command(), "oci-nvidia-hook", &mut want);
+    want.remove("oci-nvidia-hook-help.1");
+    let have: BTreeSet<String> = std::fs::read_dir(dir.path().join("man"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(have, want);
+    for page in &have {
+        assert_man_page_opens(
+            &dir.path().join("man").join(page),
+            page.trim_end_matches(".1"),
+        );
+    }
+}
+
+/// `man -l PAGE` renders it with no warning, and its NAME is `name`.
+fn assert_man_page_opens(page: &Path, name: &str) {
+    let out = Command::new("man")
+        .env("MANWIDTH", "80")
+        .args(["--warnings", "-l"])
+        .arg(page)
+        .output()
+        .expect("run man");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "man -l {}: {}",
+        page.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after_name = text.split("NAME").nth(1).unwrap_or_default();
+    assert!(
+        after_name.trim_start().starts_with(name),
+        "{}'s NAME is not {name}:\n{text}",
+        page.display()
+    );
+}
+
+// ---- the built packages' contents ----
+
+/// What `dpkg-deb -c` lists, without directories: path -> (mode, target).
+fn deb_contents(deb: &Path) -> BTreeMap<String, Expected> {
+    let out = Command::new("dpkg-deb")
+        .arg("-c")
+        .arg(deb)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "dpkg-deb -c {}", deb.display());
+    let mut files = BTreeMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let (perms, owner, path) = (cols[0], cols[1], cols[5]);
+        assert_eq!(owner, "root/root", "{line}");
+        if perms.starts_with('d') {
+            continue;
+        }
+        let link = (cols.get(6) == Some(&"->")).then(|| cols[7].to_string());
+        files.insert(
+            path.trim_start_matches('.').to_string(),
+            Expected {
+                mode: mode_of(perms),
+                link,
+                conffile: false,
+            },
+        );
+    }
+    files
+}
+
+/// `-rwxr-xr-x` as 0o755.
+fn mode_of(perms: &str) -> u32 {
+    perms[1..]
+        .chars()
+        .fold(0, |mode, c| (mode << 1) | u32::from(c != '-'))
+}
+
+/// Each .deb holds exactly the files packaging/files lists for it, with
+/// their modes and link targets, owned by root; the conffile is declared.
+#[test]
+#[cfg_attr(
+    not(feature = "_test_as_root"),
+    ignore = "needs the packaging tools: run `make test`"
+)]
+fn debs_hold_exactly_the_listed_files() {
+    require_tool("dpkg-shlibdeps", "dpkg-dev");
+    let built = built::current();
+    for package in PACKAGES {
+        let deb = built.deb(package);
+        let mut want = expected(package, Format::Deb, &built.docs);
+        let conffiles: Vec<String> = want
+            .iter_mut()
+            .filter(|(_, e)| e.conffile)
+            .map(|(p, e)| {
+                e.conffile = false;
+                p.clone()
+            })
+            .collect();
+        assert_eq!(deb_contents(&deb), want, "{}", deb.display());
+        let out = Command::new("dpkg-deb")
+            .args(["-I"])
+            .arg(&deb)
+            .arg("conffiles")
+            .output()
+            .unwrap();
+        let declared: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(declared, conffiles, "{package}'s conffiles");
+    }
+    // The hooks.d file points at the packages' binary and sets its env.
+    let hooks = built.dir.join("hooks-extract");
+    let _ = std::fs::remove_dir_all(&hooks);
+    let status = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(built.deb("oci-nvidia-hook"))
+        .arg(&hooks)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let file: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(hooks.join(HOOKS_D_FILE.trim_start_matches('/'))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(file["hook"]["path"], "/usr/bin/oci-nvidia-hook");
+    assert_eq!(
+        file["hook"]["args"],
+        serde_json::json!(["oci-nvidia-hook", "prestart"])
+    );
+    assert!(file["hook"]["env"]
+        .as_array()
+        .is_some_and(|e| !e.is_empty()));
+}
+
+/// Each .rpm lists exactly the files packaging/files lists for RPM, with
+/// their modes, root-owned; the conffile is `%config(noreplace)`; the
+/// compat package requires this version and conflicts with NVIDIA's.
+#[test]
+#[cfg_attr(
+    not(feature = "_test_as_root"),
+    ignore = "needs the packaging tools: run `make test`"
+)]
+fn rpms_list_the_listed_files_with_their_modes() {
+    require_tool("rpmbuild", "rpm");
+    let built = built::current();
+    for package in PACKAGES {
+        let rpm = built.rpm(package);
+        let out = Command::new("rpm")
+            .args(["-qp", "--qf"])
+            .arg("[%{FILEMODES:perms} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILEFLAGS:fflags}|%{FILENAMES}|%{FILELINKTOS}\n]")
+            .arg(&rpm)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "rpm -qp {}", rpm.display());
+        let mut have = BTreeMap::new();
+        let mut dirs = Vec::new();
+        for line in String::from_utf8(out.stdout).unwrap().lines() {
+            let mut parts = line.split('|');
+            let (head, path, target) = (
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+            );
+            let head: Vec<&str> = head.split_whitespace().collect();
+            assert_eq!(head[1], "root:root", "{line}");
+            if head[0].starts_with('d') {
+                dirs.push(path.to_string());
+                continue;
+            }
+            let flags = head.get(2).copied().unwrap_or("");
+            have.insert(
+                path.to_string(),
+                Expected {
+                    mode: mode_of(head[0]),
+                    link: (!target.is_empty()).then(|| target.to_string()),
+                    conffile: flags.contains('c') && flags.contains('n'),
+                },
+            );
+        }
+        assert_eq!(
+            have,
+            expected(package, Format::Rpm, &built.docs),
+            "{}",
+            rpm.display()
+        );
+        if package == "oci-nvidia-hook" {
+            assert_eq!(
+                dirs,
+                ["/etc/oci-nvidia-hook", "/usr/share/doc/oci-nvidia-hook"]
+            );
+        } else {
+            assert!(dirs.is_empty(), "{dirs:?}");
+        }
+    }
+    let query = |what: &str| {
+        let out = Command::new("rpm")
+            .arg("-qp")
+            .arg(what)
+            .arg(built.rpm("oci-nvidia-hook-compat"))
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(query("--requires").contains(&format!("oci-nvidia-hook = {VERSION}-1")));
+    let conflicts = query("--conflicts");
+    for nvidia in ["nvidia-container-toolkit", "libnvidia-container-tools"] {
+        assert!(conflicts.lines().any(|l| l == nvidia), "{conflicts}");
+    }
+
+    // rpm's own resolver, in a scratch database: the compat package's
+    // requirement is met by the hook at this version, and what it provides
+    // does not count against what it conflicts with. The hook itself goes
+    // in without its libc requirements, which a scratch database lacks.
+    let root = tempfile::tempdir().unwrap();
+    let rpm = |args: &[&str], package: &str| {
+        let out = Command::new("rpm")
+            .arg("--root")
+            .arg(root.path())
+            .args(args)
+            .arg(built.rpm(package))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "rpm {args:?} {package}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let init = Command::new("rpm")
+        .arg("--root")
+        .arg(root.path())
+        .arg("--initdb")
+        .status()
+        .unwrap();
+    assert!(init.success());
+    rpm(&["-i", "--justdb", "--nodeps"], "oci-nvidia-hook");
+    rpm(&["-i", "--justdb"], "oci-nvidia-hook-compat");
+}
+
+/// lintian reports no error and no warning that an override does not
+/// cover, and every override says why.
+#[test]
+#[cfg_attr(
+    not(feature = "_test_as_root"),
+    ignore = "needs the packaging tools: run `make test`"
+)]
+fn lintian_finds_nothing_unexplained() {
+    require_tool("lintian", "lintian");
+    let built = built::current();
+    let out = Command::new("lintian")
+        .args(["--fail-on", "error,warning", "--pedantic"])
+        .args(built.debs())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let complaints: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("E:") || l.starts_with("W:"))
+        .collect();
+    assert!(
+        out.status.success() && complaints.is_empty(),
+        "lintian: {}\n{text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let overrides =
+        std::fs::read_to_string(repo().join("packaging/debian/oci-nvidia-hook.lintian-overrides"))
+            .unwrap();
+    let lines: Vec<&str> = overrides.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with("oci-nvidia-hook") {
+            assert!(
+                i > 0 && lines[i - 1].starts_with('#'),
+                "the override {line:?} has no comment saying why"
+            );
+        }
+    }
+}
+
+// ---- installed on this machine ----
+
+/// Every path the .debs install, for [`HostGuard::take`] to move aside.
+fn installed_paths(built: &Built) -> Vec<String> {
+    let mut paths: Vec<String> = PACKAGES
+        .iter()
+        .flat_map(|p| expected(p, Format::Deb, &built.docs).into_keys())
+        .collect();
+    paths.push("/etc/oci-nvidia-hook".to_string());
+    paths.extend(ENABLED_LINKS.iter().map(|l| l.to_string()));
+    paths
+}
+
+/// Where a test keeps what it moved aside.
+fn backup_dir(test: &str) -> PathBuf {
+    built::work_dir().join("moved-aside").join(test)
+}
+
+/// Both packages installed with `dpkg -i`, and what that must give: both
+/// known to dpkg at the built version, every listed file in place, the
+/// units enabled (deb-systemd-helper works without systemd running).
+fn install(built: &Built) {
+    dpkg(&["-i"], &built.debs());
+    for package in PACKAGES {
+        assert_eq!(status(package), Some(format!("ii {}", built.version)));
+        for (path, want) in expected(package, Format::Deb, &built.docs) {
+            let meta = std::fs::symlink_metadata(&path)
+                .unwrap_or_else(|e| panic!("{path} is not installed: {e}"));
+            assert_eq!(meta.file_type().is_symlink(), want.link.is_some(), "{path}");
+        }
+    }
+    for link in ENABLED_LINKS {
+        assert!(
+            std::fs::read_link(link).is_ok(),
+            "{link} is missing: the unit was not enabled"
+        );
+    }
+}
+
+/// The installed bash completion loads and completes subcommands and flags.
+fn assert_bash_completes() {
+    let script = r#"
+        source /usr/share/bash-completion/completions/oci-nvidia-hook || exit 1
+        spec=$(complete -p oci-nvidia-hook) || exit 1
+        fn=${spec##*-F }; fn=${fn%% *}
+        complete_line() {
+            COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1))
+            COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; COMPREPLY=()
+            "$fn" oci-nvidia-hook "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+            echo "${COMPREPLY[*]}"
+        }
+        complete_line oci-nvidia-hook cd
+        complete_line oci-nvidia-hook list --cap
+    "#;
+    let out = Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", script])
+        .output()
+        .expect("run bash");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        out.status.success() && lines.len() == 2,
+        "bash completion: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["cdi", "cdi-hook"]
+    );
+    assert_eq!(lines[1].trim(), "--capabilities");
+}
+
+/// Podman run with no `--hooks-dir` (so from the packaged hooks.d file)
+/// on a container that asks for every GPU.
+fn podman_with_packaged_hook(host: &SimHost, log: &Path) -> Run {
+    Runtime::Podman.require_tools();
+    let dir = work_root().join("bundles").join("packaged-podman");
+    remove_tree_safely(&dir);
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    let rootfs = dir.join("rootfs");
+    copy_template(host, &rootfs);
+    let id = format!("onh-packaged-{}", std::process::id());
+    let mut argv: Vec<String> = [
+        "podman",
+        "--runtime",
+        "runc",
+        "--cgroup-manager=cgroupfs",
+        "--events-backend=file",
+    ]
+    .map(String::from)
+    .to_vec();
+    argv.extend(podman_run_args(
+        &id,
+        &dir.join("out"),
+        &[("NVIDIA_VISIBLE_DEVICES", "all")],
+        &[],
+        &rootfs,
+        &["/bin/sh", "-c", CONTAINER_SCRIPT],
+    ));
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
+    let guard = Cleanup {
+        runtime: Runtime::Podman,
+        id,
+        state_root: dir.join("state"),
+        hooks_dir: dir.join("unused-hooks-dir"),
+    };
+    let _ = std::fs::remove_file(log);
+    let started = Instant::now();
+    let finished = run_bounded(cmd, RUN_LIMIT);
+    let elapsed = started.elapsed();
+    drop(guard);
+    Run::collect(
+        Runtime::Podman,
+        "packaged-podman",
+        finished,
+        elapsed,
+        RunFiles {
+            bundle: &dir,
+            rootfs: &rootfs,
+            hook_log: log,
+        },
+    )
+}
+
+/// dockerd started with only the system directories on its PATH, so that
+/// `--gpus` reaches the compat package's link; one `--gpus all` container.
+fn docker_with_packaged_link(host: &SimHost, log: &Path) -> Run {
+    let dir = work_root().join("docker").join("packaged");
+    let daemons = Daemons::start(
+        &dir,
+        &DaemonSetup {
+            hook_config: Path::new(CONFFILE),
+            links: &[],
+            runtimes: &[],
+            default_runtime: None,
+        },
+    );
+    // The name dockerd finds is the package's link, not one of ours.
+    let found = daemons
+        .path_env()
+        .split(':')
+        .map(|d| Path::new(d).join("nvidia-container-runtime-hook"))
+        .find(|p| p.exists());
+    assert_eq!(found.as_deref(), Some(Path::new(RUNTIME_HOOK_LINK)));
+
+    let tar = dir.join("rootfs.tar");
+    let status = Command::new("tar")
+        .arg("-C")
+        .arg(template_rootfs(host))
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(status.success(), "tar of the template rootfs");
+    let image = "onh-packaged:test";
+    let out = daemons.docker(&[
+        "import",
+        "-c",
+        "ENV PATH=/usr/bin:/bin",
+        &path_str(&tar),
+        image,
+    ]);
+    assert!(
+        out.status.is_some_and(|s| s.success()),
+        "docker import: {}",
+        out.stderr
+    );
+
+    let out_dir = dir.join("run").join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let _ = std::fs::remove_file(log);
+    let volume = format!("{}:/out", path_str(&out_dir));
+    let started = Instant::now();
+    let finished = daemons.docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "-v",
+        &volume,
+        "--gpus",
+        "all",
+        image,
+        "/bin/sh",
+        "-c",
+        CONTAINER_SCRIPT,
+    ]);
+    let elapsed = started.elapsed();
+    let run_dir = dir.join("run");
+    let run = Run::collect(
+        Runtime::RuncV1,
+        "packaged-docker",
+        finished,
+        elapsed,
+        RunFiles {
+            bundle: &run_dir,
+            rootfs: &run_dir,
+            hook_log: log,
+        },
+    );
+    drop(daemons);
+    run
+}
+
+/// Every GPU of the host injected, through the real 535 libraries.
+fn assert_all_gpus(run: &Run, host: &SimHost) {
+    let minors: Vec<u32> = gpus(host).iter().map(|g| g.minor).collect();
+    assert_injected(
+        run,
+        host,
+        &Injected {
+            nodes: &node_specs(host, &minors),
+            real_libraries: true,
+        },
+    );
+}
+
+/// Installs both packages, uses them as a lab host would (man, bash
+/// completion, Podman from the packaged hooks.d file, Docker's `--gpus`
+/// through the compat link, each reading the installed conffile pointed at
+/// a simulated host), then removes and purges them: `-r` keeps only the
+/// modified conffile and the units' records, `--purge` leaves the file
+/// system listing exactly as before.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn debs_install_serve_podman_and_docker_and_purge_without_a_trace() {
+    let _serial = serial();
+    require_tool("dpkg-shlibdeps", "dpkg-dev");
+    require_tool("man", "man-db");
+    let built = built::current();
+    let host = sim();
+    template_rootfs(&host);
+    let mounts_before = host_mounts();
+    let guard = HostGuard::take(&installed_paths(built), &backup_dir("install"));
+
+    install(built);
+    let version = Command::new("/usr/bin/oci-nvidia-hook")
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&version.stdout)
+            .starts_with(&format!("oci-nvidia-hook {VERSION} (commit ")),
+        "{version:?}"
+    );
+    let pages: Vec<PathBuf> = expected("oci-nvidia-hook", Format::Deb, &built.docs)
+        .into_keys()
+        .chain(expected("oci-nvidia-hook-compat", Format::Deb, &built.docs).into_keys())
+        .filter(|p| p.starts_with("/usr/share/man/"))
+        .map(PathBuf::from)
+        .collect();
+    assert!(pages.len() > 10, "{pages:?}");
+    for page in &pages {
+        let name = page
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .trim_end_matches(".1.gz");
+        // NVIDIA's names open the command's own page.
+        let shown = if name.starts_with("nvidia-container") {
+            "oci-nvidia-hook"
+        } else {
+            name
+        };
+        assert_man_page_opens(page, shown);
+    }
+    assert_bash_completes();
+
+    // The installed conffile, pointed at the simulated host: the hook
+    // Podman and dockerd run read it (dockerd's namespace carries a copy
+    // in its /etc overlay, see Daemons).
+    let log = built::work_dir().join("packaged-hook.log");
+    write_hook_config(&host, Path::new(CONFFILE), &log, "debug");
+    let modified = std::fs::read_to_string(CONFFILE).unwrap();
+
+    // doctor, as installed, finds the packaged hooks.d file and its binary.
+    let doctor = Command::new("/usr/bin/oci-nvidia-hook")
+        .env_clear()
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&doctor.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}: {doctor:?}"));
+    let hooks = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["found"].as_str().is_some_and(|f| {
+                f.contains("/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json")
+            })
+        })
+        .unwrap_or_else(|| panic!("doctor does not see the packaged hooks.d file: {report:#}"));
+    assert_eq!(hooks["status"], "ok", "{hooks:#}");
+
+    let run = podman_with_packaged_hook(&host, &log);
+    assert_all_gpus(&run, &host);
+    let run = docker_with_packaged_link(&host, &log);
+    assert_all_gpus(&run, &host);
+    assert_mounts_unchanged(&mounts_before, "after the containers");
+
+    // dpkg -r: only the conffile stays (and dpkg's and the units' records,
+    // which --purge clears).
+    dpkg(&["-r", "oci-nvidia-hook-compat", "oci-nvidia-hook"], &[]);
+    assert_eq!(status("oci-nvidia-hook"), Some(format!("rc {VERSION}")));
+    assert_eq!(status("oci-nvidia-hook-compat"), None);
+    for package in PACKAGES {
+        for path in expected(package, Format::Deb, &built.docs).into_keys() {
+            let kept = std::fs::symlink_metadata(&path).is_ok();
+            assert_eq!(kept, path == CONFFILE, "{path} after dpkg -r");
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(CONFFILE).unwrap(),
+        modified,
+        "the modified conffile after dpkg -r"
+    );
+
+    dpkg(&["--purge", "oci-nvidia-hook"], &[]);
+    assert_eq!(status("oci-nvidia-hook"), None);
+    assert!(!Path::new(CONFFILE).exists(), "the conffile after --purge");
+    guard.finish();
+}
+
+/// Installing this build over the previous one (a lower version) keeps the
+/// administrator's edit of the conffile without asking, and the units
+/// stay enabled.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn upgrade_from_the_previous_build_keeps_a_modified_conffile() {
+    let _serial = serial();
+    require_root();
+    require_tool("dpkg-shlibdeps", "dpkg-dev");
+    let previous = built::previous();
+    let current = built::current();
+    let guard = HostGuard::take(&installed_paths(current), &backup_dir("upgrade"));
+
+    install(previous);
+    let shipped = std::fs::read_to_string(CONFFILE).unwrap();
+    let edited = shipped.replace("level = \"info\"", "level = \"debug\"");
+    assert_ne!(edited, shipped);
+    std::fs::write(CONFFILE, &edited).unwrap();
+
+    install(current);
+    assert_eq!(
+        std::fs::read_to_string(CONFFILE).unwrap(),
+        edited,
+        "the upgrade replaced the modified conffile"
+    );
+    assert!(!Path::new(&format!("{CONFFILE}.dpkg-new")).exists());
+    assert!(!Path::new(&format!("{CONFFILE}.dpkg-dist")).exists());
+
+    dpkg(
+        &["--purge", "oci-nvidia-hook-compat", "oci-nvidia-hook"],
+        &[],
+    );
+    guard.finish();
+}
