@@ -4,9 +4,10 @@
 //! `/etc/ld.so.conf.d/` entry so a later `ldconfig` in the container keeps them.
 //!
 //! The image's cache is read and merged before the rootfs is touched, and
-//! both files are written last, whole, under hidden names, then swapped in:
-//! the loader never sees half a cache, and a failed injection leaves the
-//! image's own (see `inject`'s module documentation). A file that already
+//! both files are written last, whole, under hidden names, then put in
+//! place, the cache last of all, renamed over the image's: the loader never
+//! sees half a cache, and a failed injection leaves the image's own (see
+//! `inject`'s module documentation). A file that already
 //! holds what we would write (a reused rootfs) is left alone. Image files
 //! are opened only once resolved inside the rootfs and checked to be regular.
 
@@ -145,8 +146,10 @@ impl Update {
                 return Err(e);
             }
         }
+        // The image's cache, replaced outright: nothing can fail after it.
         match cache {
-            Some(cache) => cache.install(self.old_cache.is_some(), journal),
+            Some(cache) if self.old_cache.is_some() => cache.install_last(journal),
+            Some(cache) => cache.install(false, journal),
             None => Ok(()),
         }
     }

@@ -19,10 +19,12 @@
 //! entry under a hidden name beside it, to be put back on failure and
 //! removed only once everything succeeded. The loader cache and our
 //! `ld.so.conf.d` file are read and merged before the rootfs is touched,
-//! written in full under hidden names, and swapped in last. A step that
-//! cannot be undone is named in the same one-line error. The bookkeeping
-//! costs a successful injection no syscall on a reused rootfs, and one
-//! `unlink` per image entry it replaced.
+//! written in full under hidden names, and swapped in last; the image's
+//! cache, the very last change, by a plain `rename` over it, as nothing can
+//! fail after it (an exchange would copy an overlay's lower file up whole
+//! only to delete it). A step that cannot be undone is named in the same
+//! one-line error. The bookkeeping costs a successful injection no syscall
+//! on a reused rootfs, and one `unlink` per image entry it replaced.
 //!
 //! Modules: `place` finds and changes entries of the rootfs, `staged` swaps
 //! whole new entries in, `journal` undoes or finishes those changes,
@@ -113,6 +115,8 @@ pub enum Error {
         staged: OsString,
         source: io::Error,
     },
+    #[error("cannot put back the image's {path}: ours replaced it as the last change, keeping nothing aside")]
+    Overwritten { path: PathBuf },
     #[error("bad loader cache {path} in the container image: {source}")]
     ImageCache {
         path: PathBuf,
