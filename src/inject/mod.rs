@@ -59,7 +59,7 @@ use crate::ldcache;
 use crate::plan::{MountKind, NodeMode, Plan};
 use crate::reopen;
 use journal::{Change, Journal, Mountpoint};
-use place::{mount_target, replace_with_symlink, Dirs, MountTarget};
+use place::{mount_target, replace_with_symlink, Dirs, MountTarget, TargetFiles};
 use slot::Target;
 
 /// Why injection failed; each error names the path inside the container or on the host.
@@ -202,6 +202,7 @@ pub fn apply(sys: &impl Sys, plan: &Plan, sources: &mut Sources, rootfs: &Path) 
     let mut injection = Injection {
         sys,
         dirs: Dirs::new(&root),
+        files: TargetFiles::default(),
         journal: Journal::default(),
     };
     match injection.inject(plan, sources, &root, loader) {
@@ -223,10 +224,12 @@ pub fn apply(sys: &impl Sys, plan: &Plan, sources: &mut Sources, rootfs: &Path) 
     }
 }
 
-/// One injection in progress: the rootfs's directories, and what was changed.
+/// One injection in progress: the rootfs's directories, the file mount
+/// target others are linked to, and what was changed.
 struct Injection<'r, S> {
     sys: &'r S,
     dirs: Dirs<'r>,
+    files: TargetFiles,
     journal: Journal,
 }
 
@@ -258,7 +261,13 @@ impl<S: Sys> Injection<'_, S> {
                         .devices
                         .get(index)
                         .ok_or_else(|| missing_source(&node.host_path))?;
-                    match mount_target(&slot, Target::File, Some(source.id), journal)? {
+                    match mount_target(
+                        &slot,
+                        Target::File,
+                        Some(source.id),
+                        &mut self.files,
+                        journal,
+                    )? {
                         MountTarget::Ready(target) => {
                             self.sys.bind_mount(
                                 source,
@@ -286,7 +295,7 @@ impl<S: Sys> Injection<'_, S> {
                 Target::File
             };
             let slot = self.dirs.slot(&mount.destination, journal)?;
-            match mount_target(&slot, target, Some(source.id), journal)? {
+            match mount_target(&slot, target, Some(source.id), &mut self.files, journal)? {
                 MountTarget::Ready(target) => {
                     self.sys
                         .bind_mount(source, target.as_fd(), slot.place(), mount.options)?;

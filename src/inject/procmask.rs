@@ -22,7 +22,7 @@ use nix::sys::stat::{fstat, mkdirat, Mode};
 use pathrs::Root;
 
 use super::journal::{Change, Journal, Mountpoint};
-use super::place::{mount_target, open_dir, split, MountTarget};
+use super::place::{mount_target, open_dir, split, MountTarget, TargetFiles};
 use super::slot::{Place, Slot, Target};
 use super::sources::{self, Sources};
 use super::{Error, Result, Sys};
@@ -100,8 +100,13 @@ pub(super) fn mask(
                 path: gpus_path.join(bus),
             };
             // The tmpfs is new: the target is created, and goes with it.
-            let MountTarget::Ready(target) =
-                mount_target(&slot, Target::Directory, None, &mut Journal::default())?
+            let MountTarget::Ready(target) = mount_target(
+                &slot,
+                Target::Directory,
+                None,
+                &mut TargetFiles::default(),
+                &mut Journal::default(),
+            )?
             else {
                 continue; // Only a source's own inode reads as mounted.
             };
