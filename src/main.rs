@@ -54,7 +54,8 @@ fn run() -> Status {
             .collect()
     };
     let cli = match front {
-        Front::Ours => Cli::parse_from(&args),
+        // The hook's own command lines skip clap's start-up (see `cli::fast`).
+        Front::Ours => cli::fast::parse(&args).unwrap_or_else(|| Cli::parse_from(&args)),
         Front::RuntimeHook => match runtime_hook::parse(&lossy()) {
             Ok(runtime_hook::Parsed::Ours(cli)) => cli,
             Ok(runtime_hook::Parsed::Nothing) => return Status::Success,

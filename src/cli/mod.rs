@@ -3,6 +3,7 @@
 //! error for `main` to report on one line.
 
 mod cdi;
+pub mod fast;
 mod info;
 mod list;
 
