@@ -97,6 +97,18 @@ impl Reopener {
     /// Opens `file`, an `O_PATH` descriptor of `path`, for reading, if it is
     /// what `expect` says; anything else is refused without being opened.
     pub fn reopen(&self, file: BorrowedFd<'_>, path: &Path, expect: Expect) -> Result<File> {
+        self.reopen_sized(file, path, expect).map(|(file, _)| file)
+    }
+
+    /// [`Reopener::reopen`], with the size the opened file had: reading it
+    /// whole then takes one read (and one to see its end), where growing a
+    /// buffer from nothing took one per doubling.
+    pub fn reopen_sized(
+        &self,
+        file: BorrowedFd<'_>,
+        path: &Path,
+        expect: Expect,
+    ) -> Result<(File, u64)> {
         let stat_err = |errno: Errno| Error::Stat {
             path: path.to_path_buf(),
             source: errno.into(),
@@ -129,7 +141,7 @@ impl Reopener {
                 path: path.to_path_buf(),
             });
         }
-        Ok(File::from(opened))
+        Ok((File::from(opened), u64::try_from(now.st_size).unwrap_or(0)))
     }
 }
 

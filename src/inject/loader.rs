@@ -188,8 +188,8 @@ fn read_image_file(
             })
         }
     };
-    let file = reopener
-        .reopen(handle.as_fd(), path, Expect::File)
+    let (file, size) = reopener
+        .reopen_sized(handle.as_fd(), path, Expect::File)
         .map_err(|e| match e {
             reopen::Error::Kind {
                 path,
@@ -202,7 +202,11 @@ fn read_image_file(
             },
             other => Error::Reopen(other),
         })?;
-    let mut data = Vec::new();
+    // Room for all of it and a byte more: the read that finds the end.
+    let capacity = usize::try_from(size.min(limit))
+        .unwrap_or(0)
+        .saturating_add(1);
+    let mut data = Vec::with_capacity(capacity);
     file.take(limit)
         .read_to_end(&mut data)
         .map_err(|source| Error::Read {
