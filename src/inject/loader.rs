@@ -15,7 +15,6 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use pathrs::error::ErrorKind;
 use pathrs::Root;
 
 use super::journal::Journal;
@@ -178,9 +177,9 @@ fn read_image_file(
     path: &Path,
     limit: u64,
 ) -> Result<Option<Vec<u8>>> {
-    let handle = match root.resolve(path) {
-        Ok(h) => h,
-        Err(e) if e.kind() == ErrorKind::OsError(Some(nix::libc::ENOENT)) => return Ok(None),
+    let handle = match reopen::resolve_in(root, path) {
+        Ok(Some(h)) => h,
+        Ok(None) => return Ok(None),
         Err(source) => {
             return Err(Error::Resolve {
                 path: path.to_path_buf(),

@@ -19,14 +19,13 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, readlinkat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, mkdirat, Mode};
 use nix::unistd::{linkat, symlinkat};
-use pathrs::error::ErrorKind;
 use pathrs::Root;
 
 use super::journal::{Change, Journal};
 use super::slot::{symlink_err, Place, Slot, Target};
 use super::staged::Staged;
 use super::{Error, Result};
-use crate::reopen::kind_name;
+use crate::reopen::{kind_name, resolve_in};
 
 /// The rootfs's directories, each resolved (and created if missing) once,
 /// then reused by every item that lives in it.
@@ -66,9 +65,9 @@ impl<'r> Dirs<'r> {
     /// Usually it exists, and one `openat2(RESOLVE_IN_ROOT)` finds it; an
     /// `O_PATH` descriptor is all the `*at` calls need.
     fn dir(&self, dir: &Path, journal: &mut Journal) -> Result<Rc<OwnedFd>> {
-        match self.root.resolve(dir) {
-            Ok(handle) => Ok(Rc::new(checked_dir(handle.into(), dir)?)),
-            Err(e) if is_enoent(&e) => self.create_dir(dir, journal),
+        match resolve_in(self.root, dir) {
+            Ok(Some(handle)) => Ok(Rc::new(checked_dir(handle.into(), dir)?)),
+            Ok(None) => self.create_dir(dir, journal),
             Err(source) => Err(Error::Resolve {
                 path: dir.to_path_buf(),
                 source,
@@ -94,14 +93,14 @@ impl<'r> Dirs<'r> {
                 Some(parent) if !parent.as_os_str().is_empty() => parent,
                 _ => Path::new("/"),
             };
-            match self.root.resolve(ancestor) {
-                Ok(handle) => {
+            match resolve_in(self.root, ancestor) {
+                Ok(Some(handle)) => {
                     break (
                         ancestor.to_path_buf(),
                         checked_dir(handle.into(), ancestor)?,
                     )
                 }
-                Err(e) if is_enoent(&e) => continue,
+                Ok(None) => continue,
                 Err(source) => {
                     return Err(Error::Resolve {
                         path: ancestor.to_path_buf(),
@@ -138,10 +137,6 @@ impl<'r> Dirs<'r> {
         }
         Ok(current)
     }
-}
-
-fn is_enoent(e: &pathrs::error::Error) -> bool {
-    e.kind() == ErrorKind::OsError(Some(nix::libc::ENOENT))
 }
 
 /// `handle` if it is a directory; resolved `path` names it in messages.

@@ -42,15 +42,17 @@ pub(super) fn mask(
             source,
         })
     };
-    match root.resolve(path) {
-        Ok(handle) if is_our_mask(handle.as_fd()) => {
+    match crate::reopen::resolve_in(root, path) {
+        Ok(Some(handle)) if is_our_mask(handle.as_fd()) => {
             log::debug!(
                 "{} is masked already (an earlier run of the hook for this container)",
                 path.display()
             );
             return Ok(());
         }
-        Ok(handle) if fstat(handle.as_fd()).is_ok_and(|s| kind_name(s.st_mode) == "directory") => {
+        Ok(Some(handle))
+            if fstat(handle.as_fd()).is_ok_and(|s| kind_name(s.st_mode) == "directory") =>
+        {
             // Now they are needed: the GPUs' directories are cloned.
             sys.clone_in_host(&mut sources.proc_gpus, sources::PROC_OPTIONS)?;
             sys.mount_tmpfs(handle.as_fd(), path)?;
