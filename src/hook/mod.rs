@@ -129,7 +129,7 @@ pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
             planner::effective(config, Source::Container(&container)).map_err(name_container)?;
     }
     let started = Instant::now();
-    let mut inventory = planner::discover(config, &effective)?;
+    let mut inventory = planner::discover_for_hook(config, &effective)?;
     let image = planner::image(config, &inventory, ImageSource::Rootfs(&container.rootfs))?;
     let plan = planner::plan(&effective, &mut inventory, &image)?;
     let planned = Instant::now();
