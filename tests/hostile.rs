@@ -29,15 +29,6 @@ use direct_support::{bundle, hook_with_stdin, state, Namespaced};
 /// What a directory tree holds: path (relative to `dir`) → kind, size,
 /// mtime, contents hash. Relative, so that one tree seen through two
 /// mount namespaces compares equal.
-/// The simulated host's trees the hook reads: all of the fixture but the
-/// directory where the hook may keep its inventory snapshot.
-fn host_trees(sim: &SimHost) -> Vec<BTreeMap<PathBuf, String>> {
-    ["driver", "devroot", "proc"]
-        .iter()
-        .map(|tree| snapshot(&sim.dir.join(tree)))
-        .collect()
-}
-
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -165,7 +156,7 @@ impl Case {
     /// stand-in container's namespace ("mount-point fs-type source").
     fn run_seeing_mounts(&self, sim: &SimHost) -> (Output, Vec<String>) {
         let before = snapshot(&self.canary());
-        let driver_before = host_trees(sim);
+        let driver_before = snapshot(&sim.dir);
         let mounts_before = host_mounts();
         let container = Namespaced::start();
         let pid = container.pid().to_string();
@@ -181,7 +172,7 @@ impl Case {
         );
         assert_mounts_unchanged(&mounts_before, "");
         assert_eq!(
-            host_trees(sim),
+            snapshot(&sim.dir),
             driver_before,
             "the simulated driver tree changed"
         );
