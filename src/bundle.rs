@@ -3,16 +3,17 @@
 //! comes from), its device mounts, privilege and user namespace. The hook
 //! and `list --bundle` read it; the planner takes the [`Container`].
 //!
-//! Only those parts are decoded, each into `oci-spec`'s own type; the rest
-//! is skipped unparsed. A Podman or CRI-O config carries a seccomp profile
-//! of hundreds of rules, and oci-spec's whole `Spec` would build all of it
-//! (and link a regex engine for `process.execCPUAffinity`) for nothing.
+//! Only those parts are decoded, into `oci-spec`'s own types where they
+//! are small (root, namespaces) and into just the fields read where they
+//! are not (the bounding capability set, a mount's source and
+//! destination); the rest is skipped unparsed. A Podman or CRI-O config
+//! carries a seccomp profile of hundreds of rules, and oci-spec's whole
+//! `Spec` would build all of it (and link a regex engine for
+//! `process.execCPUAffinity`) for nothing.
 
 use std::path::{Path, PathBuf};
 
-use oci_spec::runtime::{
-    Capability, LinuxCapabilities, LinuxDeviceType, LinuxNamespace, LinuxNamespaceType, Mount, Root,
-};
+use oci_spec::runtime::{LinuxDeviceType, LinuxNamespace, LinuxNamespaceType, Root};
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -44,7 +45,23 @@ struct Config {
 #[derive(Debug, Deserialize)]
 struct Process {
     env: Option<Vec<String>>,
-    capabilities: Option<LinuxCapabilities>,
+    capabilities: Option<Capabilities>,
+}
+
+/// The one capability set the hook reads: `CAP_SYS_ADMIN` there makes a
+/// container privileged. oci-spec's `LinuxCapabilities` decodes all five
+/// sets into hashed sets of known names (and refuses a name newer than it).
+#[derive(Debug, Deserialize)]
+struct Capabilities {
+    bounding: Option<Vec<String>>,
+}
+
+/// The parts of a mount the hook reads (device requests are `/dev/null`
+/// mounts): oci-spec's `Mount` would decode every option too.
+#[derive(Debug, Deserialize)]
+struct Mount {
+    destination: PathBuf,
+    source: Option<PathBuf>,
 }
 
 /// The parts of `linux` the hook reads.
@@ -127,8 +144,8 @@ pub fn parse(bundle: &Path, path: &Path, data: &[u8]) -> Result<Container> {
         .process
         .as_ref()
         .and_then(|p| p.capabilities.as_ref())
-        .and_then(|c| c.bounding().as_ref())
-        .is_some_and(|bounding| bounding.contains(&Capability::SysAdmin));
+        .and_then(|c| c.bounding.as_ref())
+        .is_some_and(|bounding| bounding.iter().any(|c| c == "CAP_SYS_ADMIN"));
     let env = spec.process.and_then(|p| p.env).unwrap_or_default();
     let user_namespace = spec
         .linux
@@ -153,8 +170,8 @@ pub fn parse(bundle: &Path, path: &Path, data: &[u8]) -> Result<Container> {
         .mounts
         .iter()
         .flatten()
-        .filter(|m| m.source().as_deref() == Some(Path::new("/dev/null")))
-        .filter_map(|m| m.destination().strip_prefix(DEVICE_MOUNT_DIR).ok())
+        .filter(|m| m.source.as_deref() == Some(Path::new("/dev/null")))
+        .filter_map(|m| m.destination.strip_prefix(DEVICE_MOUNT_DIR).ok())
         .filter_map(|device| device.to_str().map(str::to_string))
         .filter(|device| !device.is_empty() && !device.contains('/'))
         .collect();
@@ -227,6 +244,18 @@ mod tests {
         let c = load(dir.path()).unwrap();
         assert_eq!(c.env, ["NVIDIA_VISIBLE_DEVICES=all"]);
         assert_eq!(c.rootfs, dir.path().join("rootfs"));
+    }
+
+    #[test]
+    fn only_the_bounding_set_decides_privilege() {
+        let dir = bundle(
+            r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},
+               "process":{"capabilities":{"bounding":["CAP_CHOWN"],"effective":["CAP_SYS_ADMIN","CAP_FROM_THE_FUTURE"]}},
+               "mounts":[{"destination":"/proc","type":"proc","source":"proc","options":["nosuid",7]}]}"#,
+        );
+        let c = load(dir.path()).unwrap();
+        assert!(!c.privileged);
+        assert!(c.device_mounts.is_empty());
     }
 
     #[test]

@@ -170,7 +170,14 @@ pub struct DriverConfig {
     pub dev_root: PathBuf,
     /// The procfs to read `driver/nvidia/*` and `devices` from.
     pub proc_root: PathBuf,
+    /// Root-only directory where the hook keeps a validated snapshot of what
+    /// it found in the driver root (see `driver::snapshot`); `""` keeps none.
+    #[serde(deserialize_with = "snapshot_dir")]
+    pub snapshot_dir: Option<PathBuf>,
 }
+
+/// Where snapshots go unless the config says otherwise: memory, emptied at boot.
+pub const DEFAULT_SNAPSHOT_DIR: &str = "/run/oci-nvidia-hook";
 
 impl Default for DriverConfig {
     fn default() -> Self {
@@ -178,7 +185,22 @@ impl Default for DriverConfig {
             root: PathBuf::from("/"),
             dev_root: PathBuf::from("/"),
             proc_root: PathBuf::from("/proc"),
+            snapshot_dir: Some(PathBuf::from(DEFAULT_SNAPSHOT_DIR)),
         }
+    }
+}
+
+/// Parses `snapshot-dir`: an absolute path, or `""` for none.
+fn snapshot_dir<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Option<PathBuf>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    match text.as_str() {
+        "" => Ok(None),
+        dir if dir.starts_with('/') => Ok(Some(PathBuf::from(dir))),
+        dir => Err(serde::de::Error::custom(format!(
+            "{dir:?} is not an absolute path (or \"\" for no snapshot)"
+        ))),
     }
 }
 
@@ -341,6 +363,23 @@ file = "/var/log/oci-nvidia-hook.log"
             config.log.file(),
             Some(Path::new("/var/log/oci-nvidia-hook.log"))
         );
+    }
+
+    #[test]
+    fn snapshot_dir_is_absolute_or_empty_for_none() {
+        assert_eq!(
+            Config::default().driver.snapshot_dir.as_deref(),
+            Some(Path::new(DEFAULT_SNAPSHOT_DIR))
+        );
+        let config = parse("[driver]\nsnapshot-dir = \"/var/lib/x\"\n").unwrap();
+        assert_eq!(
+            config.driver.snapshot_dir.as_deref(),
+            Some(Path::new("/var/lib/x"))
+        );
+        let config = parse("[driver]\nsnapshot-dir = \"\"\n").unwrap();
+        assert_eq!(config.driver.snapshot_dir, None);
+        let err = parse("[driver]\nsnapshot-dir = \"run/x\"\n").unwrap_err();
+        assert!(err.to_string().contains("absolute"), "{err}");
     }
 
     #[test]

@@ -105,9 +105,9 @@ impl Image {
             path: rootfs.to_path_buf(),
             source,
         })?;
-        let layout = match root.resolve("/etc/debian_version") {
-            Ok(_) => ImageLayout::Debian,
-            Err(_) => ImageLayout::Rpm,
+        let layout = match crate::reopen::resolve_in(&root, Path::new("/etc/debian_version")) {
+            Ok(Some(_)) => ImageLayout::Debian,
+            Ok(None) | Err(_) => ImageLayout::Rpm,
         };
         let compat = match mode {
             CompatMode::Disabled => None,
@@ -120,7 +120,7 @@ impl Image {
 /// The image's compat libraries, if it has any of a driver branch newer than the host's.
 fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
     let dir_path = Path::new(COMPAT_DIR);
-    let Ok(handle) = root.resolve(dir_path) else {
+    let Ok(Some(handle)) = crate::reopen::resolve_in(root, dir_path) else {
         return Ok(None);
     };
     let read_err = |reason: String| Error::Read {

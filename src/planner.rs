@@ -303,7 +303,22 @@ fn restrict(capabilities: Capabilities, config: &Config) -> Capabilities {
 /// Inventories the host for `effective`: only the files its capabilities
 /// need, and NVML only when the request or its requirements need it.
 pub fn discover(config: &Config, effective: &Effective) -> Result<Inventory> {
-    let mut inventory = Inventory::discover(&config.driver, &effective.discovery_scope())?;
+    finish_discovery(
+        Inventory::discover(&config.driver, &effective.discovery_scope())?,
+        effective,
+    )
+}
+
+/// [`discover`] for the hooks: the driver root's files from a valid
+/// snapshot when there is one (see `driver::snapshot`).
+pub fn discover_for_hook(config: &Config, effective: &Effective) -> Result<Inventory> {
+    finish_discovery(
+        Inventory::discover_with_snapshot(&config.driver, &effective.discovery_scope())?,
+        effective,
+    )
+}
+
+fn finish_discovery(mut inventory: Inventory, effective: &Effective) -> Result<Inventory> {
     if effective.needs_nvml() {
         inventory.load_nvml()?;
     }
@@ -413,7 +428,7 @@ pub fn plan_granted(config: &Config, granted: Granted<'_>) -> Result<Planned> {
         requirements: Requirements::default(),
         node_mode: NodeMode::Mknod,
     };
-    let inventory = discover(config, &effective)?;
+    let inventory = discover_for_hook(config, &effective)?;
     if inventory.driver_version != granted.driver_version {
         return Err(Error::StaleSpec {
             made_for: granted.driver_version.to_string(),

@@ -22,6 +22,38 @@ use nix::sys::stat::{fstat, Mode, SFlag};
 use nix::sys::statfs::{fstatfs, PROC_SUPER_MAGIC};
 use thiserror::Error;
 
+/// Resolves `path` inside `root` as `pathrs` does with `openat2` (an
+/// `O_PATH` descriptor, `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`), and says
+/// `None` when nothing is there. `pathrs` turns that answer into an error
+/// that names the root by its path, read back through procfs, then probes
+/// `openat2` again: about ten syscalls for each absent path the hook looks
+/// for (an image's compat directory, a directory still to create). Any
+/// other failure, no `openat2` included, is `pathrs`'s to handle and name.
+pub fn resolve_in(
+    root: &pathrs::Root,
+    path: &Path,
+) -> std::result::Result<Option<pathrs::Handle>, pathrs::error::Error> {
+    use rustix::fs::{openat2, Mode as RxMode, OFlags, ResolveFlags};
+    match openat2(
+        root,
+        path,
+        OFlags::PATH | OFlags::CLOEXEC,
+        RxMode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(fd) => return Ok(Some(pathrs::Handle::from_fd(fd))),
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(_) => {}
+    }
+    match root.resolve(path) {
+        Ok(handle) => Ok(Some(handle)),
+        Err(e) if e.kind() == pathrs::error::ErrorKind::OsError(Some(nix::libc::ENOENT)) => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// The host directory whose magic links reopen our own descriptors.
 const SELF_FDS: &str = "/proc/self/fd";
 
@@ -97,6 +129,18 @@ impl Reopener {
     /// Opens `file`, an `O_PATH` descriptor of `path`, for reading, if it is
     /// what `expect` says; anything else is refused without being opened.
     pub fn reopen(&self, file: BorrowedFd<'_>, path: &Path, expect: Expect) -> Result<File> {
+        self.reopen_sized(file, path, expect).map(|(file, _)| file)
+    }
+
+    /// [`Reopener::reopen`], with the size the opened file had: reading it
+    /// whole then takes one read (and one to see its end), where growing a
+    /// buffer from nothing took one per doubling.
+    pub fn reopen_sized(
+        &self,
+        file: BorrowedFd<'_>,
+        path: &Path,
+        expect: Expect,
+    ) -> Result<(File, u64)> {
         let stat_err = |errno: Errno| Error::Stat {
             path: path.to_path_buf(),
             source: errno.into(),
@@ -129,7 +173,7 @@ impl Reopener {
                 path: path.to_path_buf(),
             });
         }
-        Ok(File::from(opened))
+        Ok((File::from(opened), u64::try_from(now.st_size).unwrap_or(0)))
     }
 }
 

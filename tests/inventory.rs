@@ -278,3 +278,49 @@ fn missing_core_library_fails_only_its_capability() {
     assert!(text.contains("libcuda.so (REQUIRED)"), "{text}");
     assert!(text.contains("CUDA version:   unknown"), "{text}");
 }
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn the_hooks_snapshot_is_the_live_inventory_until_the_driver_root_changes() {
+    use std::os::unix::fs::MetadataExt;
+
+    use oci_nvidia_hook::config::Config;
+    use oci_nvidia_hook::driver::{snapshot, Inventory};
+    use oci_nvidia_hook::request::Capabilities;
+
+    let sim = SimHost::fresh("snapshot", "synthetic", 2, "new");
+    let config = Config::load(Some(&sim.config)).unwrap().driver;
+    let dir = config
+        .snapshot_dir
+        .clone()
+        .expect("simhost names a snapshot dir");
+    // A snapshot is written only once what it examined has settled.
+    let built = std::fs::metadata(&sim.config).unwrap().modified().unwrap();
+    let settled = built + std::time::Duration::from_millis(snapshot::SETTLED * 1000 + 1100);
+    if let Ok(wait) = settled.duration_since(std::time::SystemTime::now()) {
+        std::thread::sleep(wait);
+    }
+    let scope = Capabilities::all();
+    let json = |inventory: Inventory| serde_json::to_value(inventory).unwrap();
+    let live = json(Inventory::discover(&config, &scope).unwrap());
+    assert!(!dir.exists(), "operators' discovery leaves no snapshot");
+    let first = json(Inventory::discover_with_snapshot(&config, &scope).unwrap());
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1, "one snapshot: {files:?}");
+    let written = std::fs::metadata(files[0].path()).unwrap().ino();
+    let second = json(Inventory::discover_with_snapshot(&config, &scope).unwrap());
+    assert_eq!(first, live);
+    assert_eq!(second, live);
+    let read = std::fs::metadata(files[0].path()).unwrap().ino();
+    assert_eq!(
+        read, written,
+        "the second discovery read it, not rewrote it"
+    );
+
+    // A library taken away shows at once.
+    std::fs::remove_file(s(&sim.host, "/libraries/libnvidia-ml.so.1")).unwrap();
+    let live = json(Inventory::discover(&config, &scope).unwrap());
+    let after = json(Inventory::discover_with_snapshot(&config, &scope).unwrap());
+    assert_eq!(after, live);
+    assert_ne!(after, second);
+}

@@ -289,6 +289,19 @@ fn open_visible_mount(proc: &Path, mount: &MountEntry, hierarchy: Hierarchy) -> 
 
 /// The mount id of an open file, from `<proc>/self/fdinfo/<fd>` (3.15+).
 fn mount_id(proc: &Path, fd: &OwnedFd) -> io::Result<Option<u64>> {
+    // statx answers in one call where the kernel has STATX_MNT_ID (5.8);
+    // fdinfo takes an open, two reads and a close of a procfs file.
+    use rustix::fs::{statx, AtFlags as StatxAt, StatxFlags};
+    if let Ok(stx) = statx(fd, "", StatxAt::EMPTY_PATH, StatxFlags::MNT_ID) {
+        if StatxFlags::from_bits_retain(stx.stx_mask).contains(StatxFlags::MNT_ID) {
+            return Ok(Some(stx.stx_mnt_id));
+        }
+    }
+    fdinfo_mount_id(proc, fd)
+}
+
+/// The mount id `fdinfo` gives for `fd`, where statx cannot.
+fn fdinfo_mount_id(proc: &Path, fd: &OwnedFd) -> io::Result<Option<u64>> {
     let text =
         crate::bounded::read_text(&proc.join("self/fdinfo").join(fd.as_raw_fd().to_string()))?;
     Ok(text
@@ -309,6 +322,23 @@ mod tests {
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate
 90 31 0:38 /kube\\040pods /mnt/with\\040space rw - cgroup2 none rw
 ";
+
+    #[test]
+    fn statx_and_fdinfo_give_the_same_mount_id() {
+        for path in ["/", "/proc", "/sys"] {
+            let fd = openat(
+                AT_FDCWD,
+                path,
+                OFlag::O_PATH | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
+            let proc = Path::new("/proc");
+            let fdinfo = fdinfo_mount_id(proc, &fd).unwrap();
+            assert!(fdinfo.is_some(), "{path}");
+            assert_eq!(mount_id(proc, &fd).unwrap(), fdinfo, "{path}");
+        }
+    }
 
     #[test]
     fn parses_mountinfo_with_optional_fields_and_escapes() {

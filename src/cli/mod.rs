@@ -4,6 +4,7 @@
 
 mod cdi;
 mod doctor;
+pub mod fast;
 mod info;
 mod list;
 

@@ -54,7 +54,10 @@ pub fn dispatch(args: Vec<OsString>) -> Result<Invocation, Error> {
             .collect()
     };
     Ok(match front {
-        Front::Ours => Invocation::Ours(Cli::parse_from(&args)),
+        // The hook's own command lines skip clap's start-up (see `cli::fast`).
+        Front::Ours => {
+            Invocation::Ours(cli::fast::parse(&args).unwrap_or_else(|| Cli::parse_from(&args)))
+        }
         Front::RuntimeHook => match runtime_hook::parse(&lossy())? {
             runtime_hook::Parsed::Ours(cli) => Invocation::Ours(cli),
             runtime_hook::Parsed::Nothing => Invocation::Nothing,

@@ -9,7 +9,7 @@ use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::catalog::{self, IpcKind};
 use super::root::{self, DriverRoot, Resolved};
@@ -17,7 +17,7 @@ use crate::elf::{self, Arch};
 use crate::request::{Capabilities, Capability};
 
 /// A host file to inject, with where it goes in the container.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostFile {
     /// The capability that brings it.
     pub capability: Option<Capability>,

@@ -14,6 +14,7 @@ pub mod mig;
 pub mod nodes;
 pub mod proc;
 pub mod root;
+pub mod snapshot;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,7 @@ pub use mig::{CapFile, ComputeInstance, GpuInstance, MigDevice};
 pub use nodes::{Node, NodeRole, NodeState};
 pub use proc::Gpu;
 pub use root::DriverRoot;
+pub use snapshot::RootFiles;
 
 /// Why the host driver could not be inventoried.
 #[derive(Debug, Error)]
@@ -113,6 +115,26 @@ pub struct Inventory {
 impl Inventory {
     /// Inventories the host driver described by `config`, looking only for the files of `scope`.
     pub fn discover(config: &DriverConfig, scope: &Capabilities) -> Result<Inventory> {
+        Self::discover_from(config, scope, None)
+    }
+
+    /// [`Inventory::discover`], taking what the driver root holds from the
+    /// snapshot in `config`'s `snapshot_dir` when one is there and valid,
+    /// and leaving one there when not (see [`snapshot`]). For the hooks, which
+    /// run on every container start; commands an operator runs to look at
+    /// the host walk it whole and log all they find, every time.
+    pub fn discover_with_snapshot(
+        config: &DriverConfig,
+        scope: &Capabilities,
+    ) -> Result<Inventory> {
+        Self::discover_from(config, scope, config.snapshot_dir.as_deref())
+    }
+
+    fn discover_from(
+        config: &DriverConfig,
+        scope: &Capabilities,
+        snapshot_dir: Option<&Path>,
+    ) -> Result<Inventory> {
         let nvidia = config.proc_root.join("driver/nvidia");
         let version_path = nvidia.join("version");
         let version_text = match crate::bounded::read_text(&version_path) {
@@ -135,25 +157,23 @@ impl Inventory {
         let mig_instances = mig::instances(&nvidia, &gpus)?;
 
         let root = DriverRoot::new(&config.root);
-        let host = Arch::host();
-        let cache = read_cache(&root)?;
-        let (libraries, missing_libraries) =
-            libraries::select(&root, &cache.entries, &driver_version, host, scope);
-        let (binaries, missing_binaries) = files::binaries(&root, host, scope);
-        let firmware = files::firmware(&root, &driver_version);
+        let files = match snapshot_dir {
+            Some(dir) => root_files_snapshotted(&root, dir, &driver_version, scope)?,
+            None => root_files(&root, &driver_version, scope)?,
+        };
+        // Daemons come and go: their sockets are looked for every time.
         let ipcs = files::ipcs(&root, scope);
-        let configs = files::graphics_configs(&root, scope);
         Ok(Inventory {
             driver_version,
             gpus,
             nodes,
-            libraries,
-            missing_libraries,
-            binaries,
-            missing_binaries,
-            firmware,
+            libraries: files.libraries,
+            missing_libraries: files.missing_libraries,
+            binaries: files.binaries,
+            missing_binaries: files.missing_binaries,
+            firmware: files.firmware,
             ipcs,
-            configs,
+            configs: files.configs,
             scope: scope.clone(),
             mig_config: optional_cap(&nvidia, "capabilities/mig/config")?,
             mig_monitor: optional_cap(&nvidia, "capabilities/mig/monitor")?,
@@ -220,6 +240,55 @@ impl Inventory {
             .iter()
             .filter(move |l| l.capability == capability)
     }
+}
+
+/// What the driver root holds for `scope`: libraries (from its cache),
+/// programs, firmware and ICD files.
+fn root_files(root: &DriverRoot, version: &str, scope: &Capabilities) -> Result<RootFiles> {
+    let host = Arch::host();
+    let cache = read_cache(root)?;
+    let (libraries, missing_libraries) =
+        libraries::select(root, &cache.entries, version, host, scope);
+    let (binaries, missing_binaries) = files::binaries(root, host, scope);
+    Ok(RootFiles {
+        libraries,
+        missing_libraries,
+        binaries,
+        missing_binaries,
+        firmware: files::firmware(root, version),
+        configs: files::graphics_configs(root, scope),
+    })
+}
+
+/// [`root_files`] from a valid snapshot in `dir`, or found and then left
+/// there for the next start. `root` must not have been used yet: what it
+/// examines is what the snapshot is checked against.
+fn root_files_snapshotted(
+    root: &DriverRoot,
+    dir: &Path,
+    version: &str,
+    scope: &Capabilities,
+) -> Result<RootFiles> {
+    if let Err(e) = snapshot::allowed() {
+        log::debug!("inventory snapshot: {e}");
+        return root_files(root, version, scope);
+    }
+    let key = snapshot::Key::new(root.path(), scope.to_string(), Arch::host(), version);
+    match snapshot::load(dir, &key) {
+        Ok(files) => {
+            log::debug!(
+                "inventory snapshot: the driver root's files from {}",
+                dir.display()
+            );
+            return Ok(files);
+        }
+        Err(e) => log::debug!("inventory snapshot: {e}"),
+    }
+    let files = root_files(root, version, scope)?;
+    if let Err(e) = snapshot::store(dir, &key, &files, &root.examined()) {
+        log::debug!("inventory snapshot: {e}");
+    }
+    Ok(files)
 }
 
 /// Reads and parses `<root>/etc/ld.so.cache`, resolved inside the root.

@@ -63,8 +63,8 @@ pub struct DriverRoot {
 /// What a host path under the root was found to be.
 #[derive(Debug, Clone)]
 enum Seen {
-    /// A symlink, and its target.
-    Link(PathBuf),
+    /// A symlink, its target, and its own metadata.
+    Link(PathBuf, Metadata),
     /// Anything else (a directory, a file), with its metadata.
     Entry(Metadata),
 }
@@ -137,7 +137,7 @@ impl DriverRoot {
             }
             host.push(name);
             match self.examine(inner, host.as_path())? {
-                Seen::Link(target) => {
+                Seen::Link(target, _) => {
                     links += 1;
                     if links > MAX_LINKS {
                         return Err(Error::TooManyLinks {
@@ -196,12 +196,31 @@ impl DriverRoot {
             Err(e) => return Err(self.io(inner, host, e)),
         };
         let seen = if metadata.file_type().is_symlink() {
-            Seen::Link(fs::read_link(host).map_err(|e| self.io(inner, host, e))?)
+            Seen::Link(
+                fs::read_link(host).map_err(|e| self.io(inner, host, e))?,
+                metadata,
+            )
         } else {
             Seen::Entry(metadata)
         };
         self.remember(host, seen.clone());
         Ok(seen)
+    }
+
+    /// Every host path examined so far (the root, each component walked,
+    /// each link read), with what `lstat` said of it: everything discovery's
+    /// answers from this root depend on, as [`super::snapshot`] checks them.
+    pub fn examined(&self) -> Vec<(PathBuf, Metadata)> {
+        self.seen
+            .borrow()
+            .iter()
+            .map(|(path, seen)| {
+                let metadata = match seen {
+                    Seen::Link(_, metadata) | Seen::Entry(metadata) => metadata.clone(),
+                };
+                (PathBuf::from(OsStr::from_bytes(path)), metadata)
+            })
+            .collect()
     }
 
     /// What `host` was seen to be, if it was. A driver root holds a few

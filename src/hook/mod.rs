@@ -263,7 +263,7 @@ fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Re
         effective = planner::effective(config, ask.source(&container)).map_err(name_container)?;
     }
     let started = Instant::now();
-    let mut inventory = planner::discover(config, &effective)?;
+    let mut inventory = planner::discover_for_hook(config, &effective)?;
     let image = planner::image(config, &inventory, ImageSource::Rootfs(&container.rootfs))?;
     let mut plan = planner::plan(&effective, &mut inventory, &image)?;
     if !steps.nodes {

@@ -46,6 +46,10 @@ pub(super) enum Change {
     },
     /// A mount we attached.
     Mounted(Mountpoint),
+    /// An image file ours replaced outright, as an injection's last change
+    /// ([`super::staged::Staged::install_last`]): nothing was kept to put
+    /// back, so undoing it fails, by name.
+    Overwritten(Slot),
 }
 
 /// Where a mount of ours is, to find its root again and detach it.
@@ -132,6 +136,7 @@ fn undo(change: Change, sys: &impl Sys, root: &Root) -> Result<()> {
             })?;
             sys.unmount(mounted.as_fd(), &path)
         }
+        Change::Overwritten(slot) => Err(Error::Overwritten { path: slot.path }),
         Change::Created(slot) => remove(&slot, UnlinkatFlags::NoRemoveDir),
         Change::CreatedDir(slot) => remove(&slot, UnlinkatFlags::RemoveDir),
         Change::Replaced {

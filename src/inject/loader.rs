@@ -4,9 +4,10 @@
 //! `/etc/ld.so.conf.d/` entry so a later `ldconfig` in the container keeps them.
 //!
 //! The image's cache is read and merged before the rootfs is touched, and
-//! both files are written last, whole, under hidden names, then swapped in:
-//! the loader never sees half a cache, and a failed injection leaves the
-//! image's own (see `inject`'s module documentation). A file that already
+//! both files are written last, whole, under hidden names, then put in
+//! place, the cache last of all, renamed over the image's: the loader never
+//! sees half a cache, and a failed injection leaves the image's own (see
+//! `inject`'s module documentation). A file that already
 //! holds what we would write (a reused rootfs) is left alone. Image files
 //! are opened only once resolved inside the rootfs and checked to be regular.
 
@@ -14,7 +15,6 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use pathrs::error::ErrorKind;
 use pathrs::Root;
 
 use super::journal::Journal;
@@ -145,8 +145,10 @@ impl Update {
                 return Err(e);
             }
         }
+        // The image's cache, replaced outright: nothing can fail after it.
         match cache {
-            Some(cache) => cache.install(self.old_cache.is_some(), journal),
+            Some(cache) if self.old_cache.is_some() => cache.install_last(journal),
+            Some(cache) => cache.install(false, journal),
             None => Ok(()),
         }
     }
@@ -175,9 +177,9 @@ fn read_image_file(
     path: &Path,
     limit: u64,
 ) -> Result<Option<Vec<u8>>> {
-    let handle = match root.resolve(path) {
-        Ok(h) => h,
-        Err(e) if e.kind() == ErrorKind::OsError(Some(nix::libc::ENOENT)) => return Ok(None),
+    let handle = match reopen::resolve_in(root, path) {
+        Ok(Some(h)) => h,
+        Ok(None) => return Ok(None),
         Err(source) => {
             return Err(Error::Resolve {
                 path: path.to_path_buf(),
@@ -185,8 +187,8 @@ fn read_image_file(
             })
         }
     };
-    let file = reopener
-        .reopen(handle.as_fd(), path, Expect::File)
+    let (file, size) = reopener
+        .reopen_sized(handle.as_fd(), path, Expect::File)
         .map_err(|e| match e {
             reopen::Error::Kind {
                 path,
@@ -199,7 +201,11 @@ fn read_image_file(
             },
             other => Error::Reopen(other),
         })?;
-    let mut data = Vec::new();
+    // Room for all of it and a byte more: the read that finds the end.
+    let capacity = usize::try_from(size.min(limit))
+        .unwrap_or(0)
+        .saturating_add(1);
+    let mut data = Vec::with_capacity(capacity);
     file.take(limit)
         .read_to_end(&mut data)
         .map_err(|source| Error::Read {

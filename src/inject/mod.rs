@@ -19,10 +19,12 @@
 //! entry under a hidden name beside it, to be put back on failure and
 //! removed only once everything succeeded. The loader cache and our
 //! `ld.so.conf.d` file are read and merged before the rootfs is touched,
-//! written in full under hidden names, and swapped in last. A step that
-//! cannot be undone is named in the same one-line error. The bookkeeping
-//! costs a successful injection no syscall on a reused rootfs, and one
-//! `unlink` per image entry it replaced.
+//! written in full under hidden names, and swapped in last; the image's
+//! cache, the very last change, by a plain `rename` over it, as nothing can
+//! fail after it (an exchange would copy an overlay's lower file up whole
+//! only to delete it). A step that cannot be undone is named in the same
+//! one-line error. The bookkeeping costs a successful injection no syscall
+//! on a reused rootfs, and one `unlink` per image entry it replaced.
 //!
 //! Modules: `place` finds and changes entries of the rootfs, `staged` swaps
 //! whole new entries in, `journal` undoes or finishes those changes,
@@ -57,7 +59,7 @@ use crate::ldcache;
 use crate::plan::{MountKind, NodeMode, Plan};
 use crate::reopen;
 use journal::{Change, Journal, Mountpoint};
-use place::{mount_target, replace_with_symlink, Dirs, MountTarget};
+use place::{mount_target, replace_with_symlink, Dirs, MountTarget, TargetFiles};
 use slot::Target;
 
 /// Why injection failed; each error names the path inside the container or on the host.
@@ -113,6 +115,8 @@ pub enum Error {
         staged: OsString,
         source: io::Error,
     },
+    #[error("cannot put back the image's {path}: ours replaced it as the last change, keeping nothing aside")]
+    Overwritten { path: PathBuf },
     #[error("bad loader cache {path} in the container image: {source}")]
     ImageCache {
         path: PathBuf,
@@ -198,6 +202,7 @@ pub fn apply(sys: &impl Sys, plan: &Plan, sources: &mut Sources, rootfs: &Path) 
     let mut injection = Injection {
         sys,
         dirs: Dirs::new(&root),
+        files: TargetFiles::default(),
         journal: Journal::default(),
     };
     match injection.inject(plan, sources, &root, loader) {
@@ -219,10 +224,12 @@ pub fn apply(sys: &impl Sys, plan: &Plan, sources: &mut Sources, rootfs: &Path) 
     }
 }
 
-/// One injection in progress: the rootfs's directories, and what was changed.
+/// One injection in progress: the rootfs's directories, the file mount
+/// target others are linked to, and what was changed.
 struct Injection<'r, S> {
     sys: &'r S,
     dirs: Dirs<'r>,
+    files: TargetFiles,
     journal: Journal,
 }
 
@@ -254,7 +261,13 @@ impl<S: Sys> Injection<'_, S> {
                         .devices
                         .get(index)
                         .ok_or_else(|| missing_source(&node.host_path))?;
-                    match mount_target(&slot, Target::File, Some(source.id), journal)? {
+                    match mount_target(
+                        &slot,
+                        Target::File,
+                        Some(source.id),
+                        &mut self.files,
+                        journal,
+                    )? {
                         MountTarget::Ready(target) => {
                             self.sys.bind_mount(
                                 source,
@@ -282,7 +295,7 @@ impl<S: Sys> Injection<'_, S> {
                 Target::File
             };
             let slot = self.dirs.slot(&mount.destination, journal)?;
-            match mount_target(&slot, target, Some(source.id), journal)? {
+            match mount_target(&slot, target, Some(source.id), &mut self.files, journal)? {
                 MountTarget::Ready(target) => {
                     self.sys
                         .bind_mount(source, target.as_fd(), slot.place(), mount.options)?;

@@ -18,15 +18,14 @@ use std::rc::Rc;
 use nix::errno::Errno;
 use nix::fcntl::{openat, readlinkat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, mkdirat, Mode};
-use nix::unistd::symlinkat;
-use pathrs::error::ErrorKind;
+use nix::unistd::{linkat, symlinkat};
 use pathrs::Root;
 
 use super::journal::{Change, Journal};
 use super::slot::{symlink_err, Place, Slot, Target};
 use super::staged::Staged;
 use super::{Error, Result};
-use crate::reopen::kind_name;
+use crate::reopen::{kind_name, resolve_in};
 
 /// The rootfs's directories, each resolved (and created if missing) once,
 /// then reused by every item that lives in it.
@@ -66,9 +65,9 @@ impl<'r> Dirs<'r> {
     /// Usually it exists, and one `openat2(RESOLVE_IN_ROOT)` finds it; an
     /// `O_PATH` descriptor is all the `*at` calls need.
     fn dir(&self, dir: &Path, journal: &mut Journal) -> Result<Rc<OwnedFd>> {
-        match self.root.resolve(dir) {
-            Ok(handle) => Ok(Rc::new(checked_dir(handle.into(), dir)?)),
-            Err(e) if is_enoent(&e) => self.create_dir(dir, journal),
+        match resolve_in(self.root, dir) {
+            Ok(Some(handle)) => Ok(Rc::new(checked_dir(handle.into(), dir)?)),
+            Ok(None) => self.create_dir(dir, journal),
             Err(source) => Err(Error::Resolve {
                 path: dir.to_path_buf(),
                 source,
@@ -94,14 +93,14 @@ impl<'r> Dirs<'r> {
                 Some(parent) if !parent.as_os_str().is_empty() => parent,
                 _ => Path::new("/"),
             };
-            match self.root.resolve(ancestor) {
-                Ok(handle) => {
+            match resolve_in(self.root, ancestor) {
+                Ok(Some(handle)) => {
                     break (
                         ancestor.to_path_buf(),
                         checked_dir(handle.into(), ancestor)?,
                     )
                 }
-                Err(e) if is_enoent(&e) => continue,
+                Ok(None) => continue,
                 Err(source) => {
                     return Err(Error::Resolve {
                         path: ancestor.to_path_buf(),
@@ -138,10 +137,6 @@ impl<'r> Dirs<'r> {
         }
         Ok(current)
     }
-}
-
-fn is_enoent(e: &pathrs::error::Error) -> bool {
-    e.kind() == ErrorKind::OsError(Some(nix::libc::ENOENT))
 }
 
 /// `handle` if it is a directory; resolved `path` names it in messages.
@@ -227,6 +222,76 @@ pub(super) enum MountTarget {
     Mounted,
 }
 
+/// The first file mount target an injection created, still open: the
+/// next missing ones are made hard links to it. A file mount target is only
+/// a name to mount onto, all of them empty, and a new inode is the
+/// costliest step of injection on a disk filesystem, on an overlay
+/// rootfs's upper layer above all (ext4 without a journal also passes over
+/// every inode deleted in the last minute to find a free one), where a link
+/// allocates none.
+#[derive(Debug, Default)]
+pub(super) struct TargetFiles(Option<(OwnedFd, (u64, u64))>);
+
+impl TargetFiles {
+    /// Keeps `fd`, a file mount target just created, to link the next ones to.
+    fn keep(&mut self, fd: &OwnedFd) {
+        if self.0.is_some() {
+            return;
+        }
+        // Without a second descriptor or its identity, every target is created.
+        if let (Ok(kept), Ok(stat)) = (fd.try_clone(), fstat(fd)) {
+            self.0 = Some((kept, (stat.st_dev, stat.st_ino)));
+        }
+    }
+
+    /// Makes `slot` (found missing) a hard link to the kept target, by its
+    /// descriptor (`AT_EMPTY_PATH`): `None` when there is none yet or the
+    /// link cannot be made (another filesystem; no `CAP_DAC_READ_SEARCH`,
+    /// as in a user namespace), and the target is then created. The name
+    /// is checked, through the descriptor returned, to be the kept inode:
+    /// a rootfs shared with a running container can change under us.
+    fn link(&self, slot: &Slot, journal: &mut Journal) -> Result<Option<OwnedFd>> {
+        let Some((kept, id)) = &self.0 else {
+            return Ok(None);
+        };
+        let place = slot.place();
+        match linkat(kept, "", place.dir, place.name, AtFlags::AT_EMPTY_PATH) {
+            Ok(()) => journal.record(Change::Created(slot.clone())),
+            // Taken since it was found missing: as creating it would fail.
+            Err(errno @ Errno::EEXIST) => {
+                return Err(Error::Create {
+                    what: "mount target",
+                    path: place.path.to_path_buf(),
+                    source: errno.into(),
+                })
+            }
+            Err(_) => return Ok(None),
+        }
+        let fd = openat(
+            place.dir,
+            place.name,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| Error::Open {
+            path: place.path.to_path_buf(),
+            source: errno.into(),
+        })?;
+        let stat = fstat(&fd).map_err(|errno| Error::Stat {
+            path: place.path.to_path_buf(),
+            source: errno.into(),
+        })?;
+        if (stat.st_dev, stat.st_ino) != *id {
+            return Err(Error::Exists {
+                path: place.path.to_path_buf(),
+                found: "file that replaced the hook's while it ran",
+                expected: "mount target",
+            });
+        }
+        Ok(Some(fd))
+    }
+}
+
 /// The mount target at `slot` for the host source whose device and inode
 /// are `source` (none for targets of our own tree), as a descriptor to
 /// mount onto. An existing regular file (or directory) is reused: its type
@@ -234,11 +299,13 @@ pub(super) enum MountTarget {
 /// showing the source's own inode is the source already mounted, left as
 /// it is rather than stacked. An image's symlink there is swapped aside,
 /// never followed; anything else is refused. A missing target is created
-/// (`O_CREAT|O_EXCL|O_NOFOLLOW`, or `mkdirat`).
+/// (`O_CREAT|O_EXCL|O_NOFOLLOW`, or `mkdirat`), or, for a file, linked to
+/// the first one `files` kept.
 pub(super) fn mount_target(
     slot: &Slot,
     target: Target,
     source: Option<(u64, u64)>,
+    files: &mut TargetFiles,
     journal: &mut Journal,
 ) -> Result<MountTarget> {
     let place = slot.place();
@@ -279,6 +346,11 @@ pub(super) fn mount_target(
             })
         }
     }
+    if target == Target::File {
+        if let Some(fd) = files.link(slot, journal)? {
+            return Ok(MountTarget::Ready(fd));
+        }
+    }
     let fd = target
         .make(place.dir, place.name)
         .map_err(|errno| Error::Create {
@@ -290,6 +362,9 @@ pub(super) fn mount_target(
         Target::File => Change::Created(slot.clone()),
         Target::Directory => Change::CreatedDir(slot.clone()),
     });
+    if target == Target::File {
+        files.keep(&fd);
+    }
     Ok(MountTarget::Ready(fd))
 }
 

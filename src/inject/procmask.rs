@@ -22,7 +22,7 @@ use nix::sys::stat::{fstat, mkdirat, Mode};
 use pathrs::Root;
 
 use super::journal::{Change, Journal, Mountpoint};
-use super::place::{mount_target, open_dir, split, MountTarget};
+use super::place::{mount_target, open_dir, split, MountTarget, TargetFiles};
 use super::slot::{Place, Slot, Target};
 use super::sources::{self, Sources};
 use super::{Error, Result, Sys};
@@ -42,15 +42,17 @@ pub(super) fn mask(
             source,
         })
     };
-    match root.resolve(path) {
-        Ok(handle) if is_our_mask(handle.as_fd()) => {
+    match crate::reopen::resolve_in(root, path) {
+        Ok(Some(handle)) if is_our_mask(handle.as_fd()) => {
             log::debug!(
                 "{} is masked already (an earlier run of the hook for this container)",
                 path.display()
             );
             return Ok(());
         }
-        Ok(handle) if fstat(handle.as_fd()).is_ok_and(|s| kind_name(s.st_mode) == "directory") => {
+        Ok(Some(handle))
+            if fstat(handle.as_fd()).is_ok_and(|s| kind_name(s.st_mode) == "directory") =>
+        {
             // Now they are needed: the GPUs' directories are cloned.
             sys.clone_in_host(&mut sources.proc_gpus, sources::PROC_OPTIONS)?;
             sys.mount_tmpfs(handle.as_fd(), path)?;
@@ -100,8 +102,13 @@ pub(super) fn mask(
                 path: gpus_path.join(bus),
             };
             // The tmpfs is new: the target is created, and goes with it.
-            let MountTarget::Ready(target) =
-                mount_target(&slot, Target::Directory, None, &mut Journal::default())?
+            let MountTarget::Ready(target) = mount_target(
+                &slot,
+                Target::Directory,
+                None,
+                &mut TargetFiles::default(),
+                &mut Journal::default(),
+            )?
             else {
                 continue; // Only a source's own inode reads as mounted.
             };

@@ -140,6 +140,31 @@ impl Staged {
         Ok(())
     }
 
+    /// Puts the staged file in place of `slot`'s name with a plain
+    /// `rename`, which replaces the image's entry there, keeping nothing
+    /// aside. Only for an injection's last change, which is never undone:
+    /// no step follows it that could fail. On an overlay rootfs this spares
+    /// what [`Staged::install`]'s exchange costs: the image's file, still
+    /// in a lower layer, copied up whole (and synced) only to be deleted.
+    pub fn install_last(self, journal: &mut Journal) -> Result<()> {
+        let dir = self.slot.dir.as_fd();
+        match renameat(dir, self.temp.as_os_str(), dir, self.slot.name.as_os_str()) {
+            Ok(()) => {
+                journal.record(Change::Overwritten(self.slot));
+                Ok(())
+            }
+            Err(errno) => {
+                let err = Error::Swap {
+                    path: self.slot.path.clone(),
+                    staged: self.temp.clone(),
+                    source: errno.into(),
+                };
+                self.discard();
+                Err(err)
+            }
+        }
+    }
+
     /// Moves the staged entry to the slot's name: the hidden name where the
     /// image's entry went, or `None` when there was none.
     fn put(&self, existing: bool) -> nix::Result<Option<OsString>> {

@@ -243,6 +243,24 @@ impl World {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "_test_as_root"),
+    ignore = "linkat(AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH: run `make test`"
+)]
+fn file_mount_targets_made_in_one_injection_share_one_inode() {
+    use std::os::unix::fs::MetadataExt;
+
+    let world = World::new();
+    world.apply(&FakeSys::default()).unwrap();
+    let root = world.rootfs();
+    let smi = fs::metadata(root.join("usr/bin/nvidia-smi")).unwrap();
+    let lib = fs::metadata(root.join("usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03")).unwrap();
+    assert_eq!((smi.dev(), smi.ino()), (lib.dev(), lib.ino()));
+    assert_eq!(smi.nlink(), 2, "one inode, two names");
+    assert_eq!(smi.len(), 0);
+}
+
+#[test]
 fn injects_nodes_mounts_links_and_loader_cache() {
     let world = World::new();
     let sys = FakeSys::default();

@@ -298,6 +298,38 @@ fn without_rename_exchange_an_image_entry_is_still_kept_until_the_end() {
     }
 }
 
+#[test]
+fn the_last_change_replaces_the_image_file_outright_and_cannot_be_undone() {
+    use std::rc::Rc;
+
+    use super::journal::Journal;
+    use super::slot::Slot;
+    use super::staged::Staged;
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ld.so.cache");
+    fs::write(&file, "the image's own").unwrap();
+    let slot = Slot {
+        dir: Rc::new(OwnedFd::from(File::open(dir.path()).unwrap())),
+        name: "ld.so.cache".into(),
+        path: "/etc/ld.so.cache".into(),
+    };
+    let mut journal = Journal::default();
+    Staged::file(slot, b"ours")
+        .unwrap()
+        .install_last(&mut journal)
+        .unwrap();
+    assert_eq!(fs::read(&file).unwrap(), b"ours");
+    assert_eq!(hidden(dir.path()), [] as [PathBuf; 0], "nothing kept aside");
+    let root = pathrs::Root::open(dir.path()).unwrap();
+    let failed = journal.undo(&FakeSys::default(), &root);
+    assert!(
+        matches!(&failed[..], [Error::Overwritten { path }] if path == Path::new("/etc/ld.so.cache")),
+        "{failed:?}"
+    );
+    assert_eq!(fs::read(&file).unwrap(), b"ours");
+}
+
 /// `chattr +i` on a path for as long as it lives.
 struct Immutable(PathBuf);
 

@@ -1,0 +1,780 @@
+//! A snapshot of what discovery found in the driver root (libraries,
+//! programs, firmware, ICD files), kept in a root-only directory so that the
+//! next container start need not walk the driver root and parse its
+//! `ld.so.cache` again: on an 8-GPU host that walk is about 150 syscalls, and
+//! a host's cache of thousands of entries is most of `list`'s time.
+//!
+//! A snapshot is used only if everything it was made from is unchanged:
+//! its key (this build, the driver root, the capabilities looked for, the
+//! architecture and the running driver's version, read live from procfs)
+//! must match, and every path discovery examined (the root, each directory
+//! walked, each link read, each file whose header or content was read, the
+//! cache) must `lstat` to the same device, inode, type, mode, size, mtime
+//! and ctime. A file or link added, removed, renamed or rewritten under the
+//! root changes the ctime of an examined directory or of the file itself,
+//! and no one can set a ctime back. A snapshot is written only when every
+//! stamp in it is at least [`SETTLED`] old, so that a change within the
+//! filesystem's timestamp granularity after discovery still shows. What
+//! discovery reads of procfs and the dev root (driver version, GPUs, nodes,
+//! MIG) and the daemons' sockets are never in a snapshot.
+//!
+//! The directory and the file must belong to root and be writable by no
+//! one else, are opened without following links, and only root (the
+//! effective uid 0) reads or writes them: a hook running unprivileged
+//! (rootless) never uses one. A snapshot's paths must all lie under the
+//! driver root. A snapshot that fails any check is ignored, and discovery
+//! runs as if there were none; writing one that fails is only logged. This
+//! module never fails discovery.
+
+use std::ffi::OsStr;
+use std::fs::{self, File, Metadata};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use nix::errno::Errno;
+use nix::fcntl::{open, openat, renameat, OFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::unistd::{unlinkat, UnlinkatFlags};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::catalog;
+use super::files::HostFile;
+use super::libraries::{Library, MissingLibrary};
+use crate::elf::Arch;
+use crate::request::Capability;
+
+/// What this build writes; a snapshot of another build or format is ignored.
+const FORMAT: u32 = 1;
+
+/// How old every examined path must be before a snapshot of it is written:
+/// more than any filesystem's timestamp granularity.
+pub const SETTLED: u64 = 2;
+
+/// Largest snapshot read; a host's is a few KiB.
+const MAX_SIZE: u64 = 1024 * 1024;
+
+/// Why a snapshot was not used or not written; logged, never returned by discovery.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("not running as root (euid {euid}): snapshots are root's only")]
+    NotRoot { euid: u32 },
+    #[error("no snapshot at {path}")]
+    Missing { path: PathBuf },
+    #[error("cannot use {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("refusing {path}: {reason}")]
+    Unsafe { path: PathBuf, reason: String },
+    #[error("cannot decode {path}: {reason}")]
+    Decode { path: PathBuf, reason: String },
+    #[error("{path} was made for another build, driver root, scope or driver")]
+    OtherKey { path: PathBuf },
+    #[error("{path} is stale: {examined} changed since it was made")]
+    Stale { path: PathBuf, examined: PathBuf },
+    #[error("not writing {path}: {examined} changed less than {SETTLED} s ago")]
+    Unsettled { path: PathBuf, examined: PathBuf },
+}
+
+/// Result of reading or writing a snapshot.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What discovery finds in the driver root for a scope: what a snapshot holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootFiles {
+    /// Libraries of the running driver.
+    pub libraries: Vec<Library>,
+    /// Libraries of the scope the host lacks.
+    pub missing_libraries: Vec<MissingLibrary>,
+    /// Programs found.
+    pub binaries: Vec<HostFile>,
+    /// Programs of the scope the host lacks.
+    pub missing_binaries: Vec<&'static str>,
+    /// GSP firmware of the running driver.
+    pub firmware: Vec<HostFile>,
+    /// Graphics ICD files.
+    pub configs: Vec<HostFile>,
+}
+
+/// What a snapshot must have been made for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Key {
+    /// The snapshot format and this build's version.
+    pub format: u32,
+    /// This build's version.
+    pub build: String,
+    /// The driver root.
+    pub root: PathBuf,
+    /// The capabilities discovery looked for, as a list.
+    pub scope: String,
+    /// The host architecture.
+    pub arch: String,
+    /// The running driver's version.
+    pub driver: String,
+}
+
+impl Key {
+    /// The key for this build.
+    pub fn new(root: &Path, scope: String, arch: Arch, driver: &str) -> Key {
+        Key {
+            format: FORMAT,
+            build: env!("CARGO_PKG_VERSION").to_string(),
+            root: root.to_path_buf(),
+            scope,
+            arch: arch.name.to_string(),
+            driver: driver.to_string(),
+        }
+    }
+
+    /// The file name of this key's snapshot: one per driver root, scope and
+    /// architecture; a new driver version replaces it.
+    fn file_name(&self) -> String {
+        // FNV-1a: stable across builds, unlike std's hashers.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let parts: [&[u8]; 3] = [
+            self.root.as_os_str().as_encoded_bytes(),
+            self.scope.as_bytes(),
+            self.arch.as_bytes(),
+        ];
+        for byte in parts.iter().flat_map(|p| p.iter().chain(&[0u8])) {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("inventory-{hash:016x}.json")
+    }
+}
+
+/// One examined path and what `lstat` said of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Stamp {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    mode: u32,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(path: PathBuf, m: &Metadata) -> Stamp {
+        Stamp {
+            path,
+            dev: m.dev(),
+            ino: m.ino(),
+            mode: m.mode(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+
+    /// Whether the path still `lstat`s the same.
+    fn holds(&self) -> bool {
+        fs::symlink_metadata(&self.path).is_ok_and(|m| Stamp::of(self.path.clone(), &m) == *self)
+    }
+}
+
+/// A library as the file holds it.
+#[derive(Debug, Serialize, Deserialize)]
+struct LibraryRecord {
+    capability: Capability,
+    prefix: String,
+    soname: String,
+    arch: String,
+    path: PathBuf,
+}
+
+/// A missing library as the file holds it.
+#[derive(Debug, Serialize, Deserialize)]
+struct MissingRecord {
+    capability: Capability,
+    prefix: String,
+    core: bool,
+}
+
+/// The file.
+#[derive(Debug, Serialize, Deserialize)]
+struct Snapshot {
+    key: Key,
+    stamps: Vec<Stamp>,
+    libraries: Vec<LibraryRecord>,
+    missing_libraries: Vec<MissingRecord>,
+    binaries: Vec<HostFile>,
+    missing_binaries: Vec<String>,
+    firmware: Vec<HostFile>,
+    configs: Vec<HostFile>,
+}
+
+/// The snapshot for `key` in `dir`, if there is one, it is safe to read,
+/// and nothing it was made from changed.
+pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
+    let path = dir.join(key.file_name());
+    let dir_fd = open_dir(dir)?;
+    let io_err = |source: Errno| Error::Io {
+        path: path.clone(),
+        source: source.into(),
+    };
+    let fd = match openat(
+        &dir_fd,
+        OsStr::new(&key.file_name()),
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Err(Error::Missing { path }),
+        Err(errno) => return Err(io_err(errno)),
+    };
+    let stat = fstat(&fd).map_err(io_err)?;
+    owned_by_root(&path, stat.st_mode, stat.st_uid, SFlag::S_IFREG)?;
+    let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+    if size > MAX_SIZE {
+        return Err(Error::Unsafe {
+            path,
+            reason: format!("{size} bytes, more than {MAX_SIZE}"),
+        });
+    }
+    let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
+    File::from(fd)
+        .take(MAX_SIZE)
+        .read_to_end(&mut data)
+        .map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+    let snapshot: Snapshot = serde_json::from_slice(&data).map_err(|e| Error::Decode {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    if snapshot.key != *key {
+        return Err(Error::OtherKey { path });
+    }
+    let files = decode(&path, snapshot.libraries, snapshot.missing_libraries, key)?;
+    let outside = snapshot
+        .stamps
+        .iter()
+        .map(|s| &s.path)
+        .chain(files.libraries.iter().map(|l| &l.path))
+        .chain(
+            [&snapshot.binaries, &snapshot.firmware, &snapshot.configs]
+                .into_iter()
+                .flatten()
+                .map(|f| &f.path),
+        )
+        .find(|p| !p.starts_with(&key.root));
+    if let Some(outside) = outside {
+        return Err(Error::Unsafe {
+            path,
+            reason: format!("{} lies outside the driver root", outside.display()),
+        });
+    }
+    if let Some(stale) = snapshot.stamps.iter().find(|s| !s.holds()) {
+        return Err(Error::Stale {
+            path,
+            examined: stale.path.clone(),
+        });
+    }
+    let missing_binaries = snapshot
+        .missing_binaries
+        .iter()
+        .map(|name| {
+            catalog::BINARIES
+                .iter()
+                .map(|(_, known)| *known)
+                .find(|known| known == name)
+                .ok_or_else(|| Error::Decode {
+                    path: path.clone(),
+                    reason: format!("unknown program {name:?}"),
+                })
+        })
+        .collect::<Result<_>>()?;
+    Ok(RootFiles {
+        missing_binaries,
+        binaries: snapshot.binaries,
+        firmware: snapshot.firmware,
+        configs: snapshot.configs,
+        ..files
+    })
+}
+
+/// The libraries of a snapshot, their names mapped back to the catalogue's.
+fn decode(
+    path: &Path,
+    libraries: Vec<LibraryRecord>,
+    missing: Vec<MissingRecord>,
+    key: &Key,
+) -> Result<RootFiles> {
+    let unknown = |what: &str, name: &str| Error::Decode {
+        path: path.to_path_buf(),
+        reason: format!("unknown {what} {name:?}"),
+    };
+    let prefix = |name: &str| {
+        catalog::LIBRARIES
+            .iter()
+            .find(|s| s.prefix == name)
+            .map(|s| s.prefix)
+            .ok_or_else(|| unknown("library", name))
+    };
+    let host = Arch::host();
+    let arch = |name: &str| {
+        [Some(host), host.compat32()]
+            .into_iter()
+            .flatten()
+            .find(|a| a.name == name && key.arch == host.name)
+            .map(|a| a.name)
+            .ok_or_else(|| unknown("architecture", name))
+    };
+    Ok(RootFiles {
+        libraries: libraries
+            .into_iter()
+            .map(|l| {
+                Ok(Library {
+                    capability: l.capability,
+                    prefix: prefix(&l.prefix)?,
+                    soname: l.soname,
+                    arch: arch(&l.arch)?,
+                    path: l.path,
+                })
+            })
+            .collect::<Result<_>>()?,
+        missing_libraries: missing
+            .into_iter()
+            .map(|m| {
+                Ok(MissingLibrary {
+                    capability: m.capability,
+                    prefix: prefix(&m.prefix)?,
+                    core: m.core,
+                })
+            })
+            .collect::<Result<_>>()?,
+        binaries: Vec::new(),
+        missing_binaries: Vec::new(),
+        firmware: Vec::new(),
+        configs: Vec::new(),
+    })
+}
+
+/// Writes the snapshot of `files`, found by examining `examined`, for
+/// `key` in `dir` (created, mode 0700, if missing), replacing any; unless
+/// something examined changed too recently to be told apart later.
+pub fn store(
+    dir: &Path,
+    key: &Key,
+    files: &RootFiles,
+    examined: &[(PathBuf, Metadata)],
+) -> Result<()> {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    store_at(dir, key, files, examined, now)
+}
+
+/// [`store`] at time `now` (seconds since the epoch).
+fn store_at(
+    dir: &Path,
+    key: &Key,
+    files: &RootFiles,
+    examined: &[(PathBuf, Metadata)],
+    now: u64,
+) -> Result<()> {
+    let path = dir.join(key.file_name());
+    let settled = |m: &Metadata| {
+        let newest = m.ctime().max(m.mtime());
+        u64::try_from(newest).is_ok_and(|t| t.saturating_add(SETTLED) <= now)
+    };
+    if let Some((unsettled, _)) = examined.iter().find(|(_, m)| !settled(m)) {
+        return Err(Error::Unsettled {
+            path,
+            examined: unsettled.clone(),
+        });
+    }
+    let snapshot = Snapshot {
+        key: key.clone(),
+        // A link is never changed in place: replacing or removing it
+        // changes the directory holding it, which was examined on the way.
+        stamps: examined
+            .iter()
+            .filter(|(_, m)| !m.file_type().is_symlink())
+            .map(|(p, m)| Stamp::of(p.clone(), m))
+            .collect(),
+        libraries: files
+            .libraries
+            .iter()
+            .map(|l| LibraryRecord {
+                capability: l.capability,
+                prefix: l.prefix.to_string(),
+                soname: l.soname.clone(),
+                arch: l.arch.to_string(),
+                path: l.path.clone(),
+            })
+            .collect(),
+        missing_libraries: files
+            .missing_libraries
+            .iter()
+            .map(|m| MissingRecord {
+                capability: m.capability,
+                prefix: m.prefix.to_string(),
+                core: m.core,
+            })
+            .collect(),
+        binaries: files.binaries.clone(),
+        missing_binaries: files
+            .missing_binaries
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        firmware: files.firmware.clone(),
+        configs: files.configs.clone(),
+    };
+    let data = serde_json::to_vec(&snapshot).map_err(|e| Error::Decode {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(source) => {
+            return Err(Error::Io {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    }
+    let dir_fd = open_dir(dir)?;
+    let temp = format!(".{}.{}.tmp", key.file_name(), std::process::id());
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source: io::Error| Error::Io { path, source }
+    };
+    let fd = openat(
+        &dir_fd,
+        OsStr::new(&temp),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|errno| io_err(&dir.join(&temp))(errno.into()))?;
+    // No fsync: /run is memory, and a torn file is refused as undecodable.
+    let written = File::from(fd)
+        .write_all(&data)
+        .map_err(io_err(&dir.join(&temp)))
+        .and_then(|()| {
+            renameat(
+                &dir_fd,
+                OsStr::new(&temp),
+                &dir_fd,
+                OsStr::new(&key.file_name()),
+            )
+            .map_err(|errno| io_err(&path)(errno.into()))
+        });
+    if written.is_err() {
+        let _ = unlinkat(&dir_fd, OsStr::new(&temp), UnlinkatFlags::NoRemoveDir);
+    }
+    written
+}
+
+/// Whether snapshots may be used by this process: root's only.
+pub fn allowed() -> Result<()> {
+    let euid = nix::unistd::geteuid().as_raw();
+    if euid == 0 {
+        Ok(())
+    } else {
+        Err(Error::NotRoot { euid })
+    }
+}
+
+/// `dir`, opened without following a link, if it is a directory of root's
+/// that no one else can write.
+fn open_dir(dir: &Path) -> Result<OwnedFd> {
+    let io_err = |errno: Errno| Error::Io {
+        path: dir.to_path_buf(),
+        source: errno.into(),
+    };
+    let fd = match open(
+        dir,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => {
+            return Err(Error::Missing {
+                path: dir.to_path_buf(),
+            })
+        }
+        Err(errno) => return Err(io_err(errno)),
+    };
+    let stat = fstat(fd.as_fd()).map_err(io_err)?;
+    owned_by_root(dir, stat.st_mode, stat.st_uid, SFlag::S_IFDIR)?;
+    Ok(fd)
+}
+
+/// Refuses what is not of `kind`, not root's, or writable by group or others.
+fn owned_by_root(path: &Path, mode: u32, uid: u32, kind: SFlag) -> Result<()> {
+    let reason = if SFlag::from_bits_truncate(mode) & SFlag::S_IFMT != kind {
+        format!("not a {}", crate::reopen::kind_name(kind.bits()))
+    } else if uid != 0 {
+        format!("owned by uid {uid}, not root")
+    } else if mode & 0o022 != 0 {
+        format!("mode {:o}: writable by group or others", mode & 0o7777)
+    } else {
+        return Ok(());
+    };
+    Err(Error::Unsafe {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    use super::*;
+    use crate::driver::DriverRoot;
+
+    /// A driver root with a library reached through a link, and what
+    /// resolving it examined, ready to snapshot.
+    struct Host {
+        dir: tempfile::TempDir,
+        root: PathBuf,
+        snapshots: PathBuf,
+        key: Key,
+        files: RootFiles,
+        examined: Vec<(PathBuf, Metadata)>,
+    }
+
+    impl Host {
+        fn new() -> Host {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().join("driver");
+            let lib = root.join("usr/lib/x86_64-linux-gnu");
+            fs::create_dir_all(lib.join("nvidia")).unwrap();
+            fs::write(lib.join("nvidia/libcuda.so.535.261.03"), b"\x7fELF").unwrap();
+            symlink("nvidia/libcuda.so.535.261.03", lib.join("libcuda.so.1")).unwrap();
+            let driver = DriverRoot::new(&root);
+            let resolved = driver
+                .resolve(Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1"))
+                .unwrap();
+            let files = RootFiles {
+                libraries: vec![Library {
+                    capability: Capability::Compute,
+                    prefix: "libcuda.so",
+                    soname: "libcuda.so.1".into(),
+                    arch: Arch::host().name,
+                    path: resolved.host,
+                }],
+                missing_libraries: vec![MissingLibrary {
+                    capability: Capability::Utility,
+                    prefix: "libnvidia-ml.so",
+                    core: true,
+                }],
+                binaries: Vec::new(),
+                missing_binaries: vec!["nvidia-smi"],
+                firmware: Vec::new(),
+                configs: Vec::new(),
+            };
+            let key = Key::new(&root, "compute,utility".into(), Arch::host(), "535.261.03");
+            Host {
+                snapshots: dir.path().join("snapshots"),
+                examined: driver.examined(),
+                dir,
+                root,
+                key,
+                files,
+            }
+        }
+
+        /// Stores the snapshot as if a minute had passed since the host was made.
+        fn store(&self) {
+            store_at(
+                &self.snapshots,
+                &self.key,
+                &self.files,
+                &self.examined,
+                later(),
+            )
+            .unwrap();
+        }
+
+        fn load(&self) -> Result<RootFiles> {
+            load(&self.snapshots, &self.key)
+        }
+
+        fn file(&self) -> PathBuf {
+            self.snapshots.join(self.key.file_name())
+        }
+    }
+
+    fn later() -> u64 {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 60
+    }
+
+    #[test]
+    fn a_stored_snapshot_gives_back_what_was_found() {
+        let host = Host::new();
+        assert!(matches!(host.load(), Err(Error::Missing { .. })));
+        host.store();
+        assert_eq!(host.load().unwrap(), host.files);
+        let mode = fs::metadata(&host.snapshots).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let mode = fs::metadata(host.file()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn it_is_not_written_while_what_it_examined_may_still_change_unseen() {
+        let host = Host::new();
+        let now = later() - 60;
+        let err = store_at(&host.snapshots, &host.key, &host.files, &host.examined, now);
+        assert!(matches!(err, Err(Error::Unsettled { .. })), "{err:?}");
+        assert!(!host.file().exists());
+    }
+
+    #[test]
+    fn any_change_under_the_root_makes_it_stale() {
+        fn lib(h: &Host) -> PathBuf {
+            h.root.join("usr/lib/x86_64-linux-gnu")
+        }
+        type Change = fn(&Host);
+        let changes: [(&str, Change, &str); 5] = [
+            (
+                "the library rewritten in place",
+                |h| fs::write(lib(h).join("nvidia/libcuda.so.535.261.03"), b"\x7fELF2").unwrap(),
+                "nvidia/libcuda.so.535.261.03",
+            ),
+            (
+                "a file added beside the link",
+                |h| fs::write(lib(h).join("libcuda.so.550.54.15"), b"").unwrap(),
+                "x86_64-linux-gnu",
+            ),
+            (
+                "the link pointed elsewhere",
+                |h| {
+                    fs::remove_file(lib(h).join("libcuda.so.1")).unwrap();
+                    symlink("nvidia/libcuda.so.550.54.15", lib(h).join("libcuda.so.1")).unwrap();
+                },
+                "x86_64-linux-gnu",
+            ),
+            (
+                "a directory renamed into place",
+                |h| {
+                    fs::create_dir(lib(h).join("new")).unwrap();
+                    fs::rename(lib(h).join("nvidia"), lib(h).join("old")).unwrap();
+                    fs::rename(lib(h).join("new"), lib(h).join("nvidia")).unwrap();
+                },
+                "x86_64-linux-gnu",
+            ),
+            (
+                "the library's mode changed",
+                |h| {
+                    let path = lib(h).join("nvidia/libcuda.so.535.261.03");
+                    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).unwrap();
+                },
+                "nvidia/libcuda.so.535.261.03",
+            ),
+        ];
+        for (case, change, named) in changes {
+            let host = Host::new();
+            host.store();
+            change(&host);
+            match host.load() {
+                Err(Error::Stale { examined, .. }) => {
+                    assert!(examined.ends_with(named), "{case}: {}", examined.display())
+                }
+                other => panic!("{case}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn another_driver_scope_or_root_does_not_match() {
+        let host = Host::new();
+        host.store();
+        let mut other = host.key.clone();
+        other.driver = "550.54.15".into();
+        // Same file (one per root, scope and architecture), another driver.
+        assert!(matches!(
+            load(&host.snapshots, &other),
+            Err(Error::OtherKey { .. })
+        ));
+        other = host.key.clone();
+        other.scope = "compute".into();
+        assert!(matches!(
+            load(&host.snapshots, &other),
+            Err(Error::Missing { .. })
+        ));
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(feature = "_test_as_root"),
+        ignore = "needs root: the snapshot must be root's; run `make test`"
+    )]
+    fn a_snapshot_anyone_but_root_could_have_written_is_refused() {
+        use std::os::unix::fs::chown;
+        type Tamper = fn(&Host);
+        let cases: [(&str, Tamper); 5] = [
+            ("the file owned by another user", |h| {
+                chown(h.file(), Some(1000), None).unwrap()
+            }),
+            ("the file writable by others", |h| {
+                fs::set_permissions(h.file(), fs::Permissions::from_mode(0o666)).unwrap()
+            }),
+            ("the directory writable by others", |h| {
+                fs::set_permissions(&h.snapshots, fs::Permissions::from_mode(0o777)).unwrap()
+            }),
+            ("the directory owned by another user", |h| {
+                chown(&h.snapshots, Some(1000), None).unwrap()
+            }),
+            ("the file a link to another", |h| {
+                let elsewhere = h.dir.path().join("elsewhere.json");
+                fs::rename(h.file(), &elsewhere).unwrap();
+                symlink(&elsewhere, h.file()).unwrap();
+            }),
+        ];
+        for (case, tamper) in cases {
+            let host = Host::new();
+            host.store();
+            tamper(&host);
+            let err = host.load().unwrap_err();
+            assert!(
+                matches!(err, Error::Unsafe { .. } | Error::Io { .. }),
+                "{case}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_snapshot_naming_files_outside_the_root_is_refused() {
+        let host = Host::new();
+        host.store();
+        let text = fs::read_to_string(host.file()).unwrap();
+        let lib = host.files.libraries[0].path.to_str().unwrap().to_string();
+        fs::write(host.file(), text.replace(&lib, "/etc/shadow")).unwrap();
+        let err = host.load().unwrap_err();
+        assert!(
+            matches!(&err, Error::Unsafe { reason, .. } if reason.contains("/etc/shadow")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_torn_or_foreign_snapshot_is_refused() {
+        let host = Host::new();
+        host.store();
+        let text = fs::read_to_string(host.file()).unwrap();
+        fs::write(host.file(), &text[..text.len() / 2]).unwrap();
+        assert!(matches!(host.load(), Err(Error::Decode { .. })));
+        fs::write(host.file(), text.replace("libcuda.so\"", "libfoo.so\"")).unwrap();
+        let err = host.load().unwrap_err();
+        assert!(
+            matches!(&err, Error::Decode { reason, .. } if reason.contains("libfoo.so")),
+            "{err}"
+        );
+    }
+}
