@@ -240,23 +240,35 @@ fn a_refusal_stops_before_the_runtime_in_one_line_and_writes_its_log() {
     );
 }
 
+/// A symbolic or a hard link to this binary is this binary: running it
+/// would loop.
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn a_config_naming_the_wrapper_itself_is_refused() {
     let sim = sim();
     let setup = Setup::new(&sim, &[]);
-    let link = setup.dir.path().join("nvidia-container-runtime");
-    std::os::unix::fs::symlink(hook_binary(), &link).unwrap();
+    // A hard link must be on the binary's file system.
+    let beside = tempfile::tempdir_in(hook_binary().parent().unwrap()).unwrap();
+    let symlink = setup.dir.path().join("nvidia-container-runtime");
+    std::os::unix::fs::symlink(hook_binary(), &symlink).unwrap();
+    let hardlink = beside.path().join("runc");
+    fs::hard_link(hook_binary(), &hardlink).unwrap();
     let base = fs::read_to_string(&sim.config).unwrap();
-    fs::write(
-        &setup.config,
-        format!("{base}\n[runtime]\nruntimes = [\"{}\"]\n", link.display()),
-    )
-    .unwrap();
-    let out = setup.wrapper(&["state", "id"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("it is this wrapper itself"), "{stderr}");
+    for link in [&symlink, &hardlink] {
+        fs::write(
+            &setup.config,
+            format!("{base}\n[runtime]\nruntimes = [\"{}\"]\n", link.display()),
+        )
+        .unwrap();
+        let out = setup.wrapper(&["state", "id"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {stderr}", link.display());
+        assert!(
+            stderr.contains("it is this wrapper itself"),
+            "{}: {stderr}",
+            link.display()
+        );
+    }
 }
 
 /// The binary run as `nvidia-container-runtime` takes runc's command line

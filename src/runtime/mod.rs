@@ -124,8 +124,12 @@ pub fn log_failure(args: &[OsString], message: &str) {
 }
 
 /// The first runtime of the config that exists and is not this binary.
+/// Files are told apart by device and inode (a link to this binary is this
+/// binary), which costs one `stat` a candidate where resolving each path
+/// would read every component's link.
 pub fn find_runtime(config: &Config) -> Result<PathBuf> {
-    let me = fs::canonicalize("/proc/self/exe").map_err(Error::Exe)?;
+    use std::os::unix::fs::MetadataExt;
+    let me = fs::metadata("/proc/self/exe").map_err(Error::Exe)?;
     let mut tried = Vec::new();
     for name in &config.runtime.runtimes {
         let candidates: Vec<PathBuf> = if name.starts_with('/') {
@@ -135,13 +139,13 @@ pub fn find_runtime(config: &Config) -> Result<PathBuf> {
         };
         for path in candidates {
             tried.push(path.display().to_string());
-            let Ok(real) = fs::canonicalize(&path) else {
+            let Ok(meta) = fs::metadata(&path) else {
                 continue;
             };
-            if !real.is_file() {
+            if !meta.is_file() {
                 continue;
             }
-            if real == me {
+            if (meta.dev(), meta.ino()) == (me.dev(), me.ino()) {
                 return Err(Error::Itself { path });
             }
             return Ok(path);
@@ -160,17 +164,19 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
         path: path.clone(),
         source,
     })?;
+    // Most containers ask for no GPU: decide that from the light reading
+    // before decoding the whole spec.
+    let container = bundle::parse(bundle, &path, &data)?;
+    let effective = planner::effective(config, Source::Container(&container))?;
+    if effective.is_void() {
+        return Ok(());
+    }
     let mut spec: Value = serde_json::from_slice(&data).map_err(|e| Error::Spec {
         path: path.clone(),
         reason: e.to_string(),
     })?;
     if apply::is_edited(&spec) {
         log::debug!("{}: edited already", path.display());
-        return Ok(());
-    }
-    let container = bundle::parse(bundle, &path, &data)?;
-    let effective = planner::effective(config, Source::Container(&container))?;
-    if effective.is_void() {
         return Ok(());
     }
     let planned = planner::plan_for(
