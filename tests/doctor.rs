@@ -447,6 +447,15 @@ fn a_broken_config_is_a_finding_and_the_rest_still_runs() {
         .any(|c| c["name"] == "hooks.d"));
 }
 
+/// The TMPDIR a live run is given: empty, and a name the host root's
+/// fixtures never make (they mirror host paths, and this checkout may be
+/// under /tmp, as a CI clone is).
+fn scratch_tmpdir(host: &HostRoot) -> PathBuf {
+    let tmp = host.dir.join("doctor-tmpdir");
+    fs::create_dir_all(&tmp).unwrap();
+    tmp
+}
+
 /// What a live run must leave as it found: nothing under its TMPDIR, no
 /// cgroup of its name in any hierarchy, no mount of its scratch directory.
 fn assert_nothing_left(tmp: &Path, doctor_pid: u32) {
@@ -524,8 +533,7 @@ fn live(report: &Value) -> Vec<(String, String, String)> {
 /// its cache, and nothing is left.
 fn run_sees_the_gpus_and_leaves_nothing(name: &str, v2: bool) {
     let host = shared_host(name);
-    let tmp = host.dir.join("tmp");
-    fs::create_dir_all(&tmp).unwrap();
+    let tmp = scratch_tmpdir(&host);
     let (report, code, pid) = run_live(&host, v2, &tmp);
     let checks = live(&report);
     let get = |n: &str| {
@@ -575,8 +583,7 @@ fn run_on_cgroup_v2_sees_the_gpus_and_leaves_nothing() {
 fn run_with_a_refusing_hook_reports_its_message_and_leaves_nothing() {
     let host = host("run-refused");
     fs::remove_file(host.sim.path("devroot/dev/nvidia-uvm")).unwrap();
-    let tmp = host.dir.join("tmp");
-    fs::create_dir_all(&tmp).unwrap();
+    let tmp = scratch_tmpdir(&host);
     let (report, code, pid) = run_live(&host, false, &tmp);
     assert_eq!(code, 1);
     let checks = live(&report);
@@ -597,8 +604,7 @@ fn run_interrupted_by_sigterm_stops_the_container_and_leaves_nothing() {
     fs::remove_file(&hook).unwrap();
     fs::write(&hook, "#!/bin/sh\nexec sleep 3599\n").unwrap();
     fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
-    let tmp = host.dir.join("tmp");
-    fs::create_dir_all(&tmp).unwrap();
+    let tmp = scratch_tmpdir(&host);
     let child = Command::new(hook_binary())
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
