@@ -500,21 +500,17 @@ fn replace_once(text: &str, from: &str, to: &str) -> String {
 fn systemd_skips_the_service_without_a_driver_and_runs_it_when_ldconfig_rewrites_the_cache() {
     require_root();
     let ldconfig = require_tool("ldconfig", "libc-bin");
-    let sim = SimHost::fresh("units-systemd", "synthetic", 8, "new");
-    // The service's PrivateTmp= would hide a fixture under /tmp.
-    for private in ["/tmp/", "/var/tmp/"] {
-        assert!(
-            !sim.dir.starts_with(private),
-            "the fixture {} is under {private}, which the service cannot see; set CARGO_TARGET_DIR elsewhere",
-            sim.dir.display()
-        );
-    }
-    let dir = tempfile::tempdir_in(sim.dir.parent().unwrap()).unwrap();
+    // Everything the service reads sits under /run: its PrivateTmp= would
+    // hide a fixture or a binary under /tmp, where a checkout may be.
     let out_dir = RunDir(PathBuf::from(format!(
         "/run/oci-nvidia-hook-test-units-{}",
         std::process::id()
     )));
     fs::create_dir_all(&out_dir.0).unwrap();
+    let sim = SimHost::fresh_at(&out_dir.0.join("host"), "synthetic", 8, "new", &[]);
+    let binary = out_dir.0.join("oci-nvidia-hook");
+    fs::copy(hook_binary(), &binary).unwrap();
+    let dir = tempfile::tempdir_in(&out_dir.0).unwrap();
     let output = out_dir.0.join("nvidia.yaml");
     let service_log = out_dir.0.join("service.log");
 
@@ -528,7 +524,7 @@ fn systemd_skips_the_service_without_a_driver_and_runs_it_when_ldconfig_rewrites
         &format!("{PACKAGED_BINARY} cdi generate --output {DEFAULT_OUTPUT}"),
         &format!(
             "{} --config {} cdi generate --output {}",
-            hook_binary().display(),
+            binary.display(),
             sim.config.display(),
             output.display()
         ),

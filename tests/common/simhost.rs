@@ -66,8 +66,26 @@ impl SimHost {
         cache_format: &str,
         extra: &[&str],
     ) -> SimHost {
+        SimHost::fresh_at(
+            &fixture_root().join(name),
+            flavour,
+            gpus,
+            cache_format,
+            extra,
+        )
+    }
+
+    /// Builds a fixture afresh in `dir`, for a test whose fixture must sit
+    /// somewhere in particular (outside a sandbox's private /tmp, say).
+    pub fn fresh_at(
+        dir: &Path,
+        flavour: &str,
+        gpus: u32,
+        cache_format: &str,
+        extra: &[&str],
+    ) -> SimHost {
         require_root();
-        let dir = fixture_root().join(name);
+        let dir = dir.to_path_buf();
         let status = Command::new(repo().join("integration/simhost"))
             .args([
                 "--flavour",
@@ -84,7 +102,8 @@ impl SimHost {
             .expect("run integration/simhost");
         assert!(
             status.success(),
-            "integration/simhost failed for {name}: {status}"
+            "integration/simhost failed for {}: {status}",
+            dir.display()
         );
         let host: Value =
             serde_json::from_slice(&std::fs::read(dir.join("host.json")).expect("host.json"))
