@@ -19,6 +19,22 @@ pub fn escape_controls(text: &str) -> String {
         .collect()
 }
 
+/// An error and its sources on one line: each source's text once, joined
+/// by `: `, controls escaped. `main`'s error line and `doctor`'s findings.
+pub fn error(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let more = e.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = e.source();
+    }
+    escape_controls(&text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

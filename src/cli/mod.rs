@@ -387,15 +387,5 @@ pub fn version() -> &'static str {
 
 /// An error and its sources on one line, as `main` reports it.
 pub fn one_line(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let more = e.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = e.source();
-    }
-    crate::oneline::escape_controls(&text)
+    crate::oneline::error(error)
 }

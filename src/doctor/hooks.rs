@@ -165,7 +165,7 @@ fn config(loaded: &Loaded<'_>, out: &mut Vec<Check>) {
         Some(e) => out.push(Check::fail(
             L,
             "config",
-            super::chain(&e),
+            crate::oneline::error(&e),
             format!(
                 "fix {} (README, Configuration): the hook refuses every container until then",
                 shown.display()
@@ -374,7 +374,7 @@ fn judge_ours(
                 name,
                 format!(
                     "{shown}: the config it names does not load: {}",
-                    super::chain(&e)
+                    crate::oneline::error(&e)
                 ),
                 format!("fix {path}, or drop --config from {shown}"),
             ));

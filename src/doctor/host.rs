@@ -53,7 +53,7 @@ pub(super) fn check(
             out.push(Check::fail(
                 L,
                 "inventory",
-                super::chain(&e),
+                crate::oneline::error(&e),
                 "fix what the message names: `oci-nvidia-hook info` fails the same way, \
                  and so does every GPU container",
             ));
@@ -431,7 +431,7 @@ fn cuda(inventory: &Inventory, out: &mut Vec<Check>) -> Option<crate::driver::Cu
             out.push(Check::fail(
                 L,
                 "CUDA version",
-                super::chain(&e),
+                crate::oneline::error(&e),
                 "reinstall the user-space driver: its own libcuda cannot answer \
                  cuDriverGetVersion, so no CUDA program can start",
             ));

@@ -76,7 +76,11 @@ pub(super) fn check(config: &Config, options: &Options, facts: &HostFacts, out: 
                 out.push(Check::fail(
                     L,
                     "image rootfs",
-                    format!("cannot open {}: {}", dir.display(), super::chain(&e)),
+                    format!(
+                        "cannot open {}: {}",
+                        dir.display(),
+                        crate::oneline::error(&e)
+                    ),
                     "give the directory of an unpacked image (`docker export`, \
                      `podman mount`)",
                 ));
@@ -278,7 +282,7 @@ fn starts(
             ),
         )),
         Err(e) => {
-            let text = super::chain(&e);
+            let text = crate::oneline::error(&e);
             let wanted = required_cuda(&env).or(found.as_ref().map(|f| f.cuda));
             let remedy = match (&e, wanted, facts.cuda, &facts.inventory) {
                 (planner::Error::Require(_), Some(wanted), Some(driver), Some(inventory))

@@ -278,21 +278,6 @@ pub fn diagnose(
     checks
 }
 
-/// An error and its sources on one line, for a check's `found`.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let more = e.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = e.source();
-    }
-    crate::oneline::escape_controls(&text)
-}
-
 /// Whether any check failed: `doctor`'s exit status is 1 then.
 pub fn any_failed(checks: &[Check]) -> bool {
     checks.iter().any(|c| c.status == Status::Fail)
