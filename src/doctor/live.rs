@@ -320,17 +320,10 @@ fn libcuda(seen: &Seen, facts: &HostFacts, out: &mut Vec<Check>) {
 
 /// runc from the system directories, never the caller's `PATH`.
 fn find_runc() -> Option<PathBuf> {
-    [
-        "/usr/local/sbin",
-        "/usr/local/bin",
-        "/usr/sbin",
-        "/usr/bin",
-        "/sbin",
-        "/bin",
-    ]
-    .iter()
-    .map(|d| Path::new(d).join("runc"))
-    .find(|p| p.is_file())
+    crate::runtime::SYSTEM_DIRS
+        .iter()
+        .map(|d| Path::new(d).join("runc"))
+        .find(|p| p.is_file())
 }
 
 /// Whether `/sys/fs/cgroup` is the unified (v2) hierarchy.

@@ -29,8 +29,8 @@ use crate::config::Config;
 use crate::planner::{self, ImageSource, Source};
 
 /// Where plain runtime names are looked up: the system's directories, never
-/// the caller's `PATH`.
-const SEARCH: [&str; 6] = [
+/// the caller's `PATH` (`doctor --run` finds runc here too).
+pub const SYSTEM_DIRS: [&str; 6] = [
     "/usr/local/sbin",
     "/usr/local/bin",
     "/usr/sbin",
@@ -135,7 +135,10 @@ pub fn find_runtime(config: &Config) -> Result<PathBuf> {
         let candidates: Vec<PathBuf> = if name.starts_with('/') {
             vec![PathBuf::from(name)]
         } else {
-            SEARCH.iter().map(|dir| Path::new(dir).join(name)).collect()
+            SYSTEM_DIRS
+                .iter()
+                .map(|dir| Path::new(dir).join(name))
+                .collect()
         };
         for path in candidates {
             tried.push(path.display().to_string());
