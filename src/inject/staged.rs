@@ -127,15 +127,7 @@ impl Staged {
             }),
             Ok(None) if self.is_dir => journal.record(Change::CreatedDir(self.slot)),
             Ok(None) => journal.record(Change::Created(self.slot)),
-            Err(errno) => {
-                let err = Error::Swap {
-                    path: self.slot.path.clone(),
-                    staged: self.temp.clone(),
-                    source: errno.into(),
-                };
-                self.discard();
-                return Err(err);
-            }
+            Err(errno) => return Err(self.swap_failed(errno)),
         }
         Ok(())
     }
@@ -153,16 +145,20 @@ impl Staged {
                 journal.record(Change::Overwritten(self.slot));
                 Ok(())
             }
-            Err(errno) => {
-                let err = Error::Swap {
-                    path: self.slot.path.clone(),
-                    staged: self.temp.clone(),
-                    source: errno.into(),
-                };
-                self.discard();
-                Err(err)
-            }
+            Err(errno) => Err(self.swap_failed(errno)),
         }
+    }
+
+    /// Removes the staged entry that could not be put in place, and names
+    /// the failure.
+    fn swap_failed(self, errno: Errno) -> Error {
+        let err = Error::Swap {
+            path: self.slot.path.clone(),
+            staged: self.temp.clone(),
+            source: errno.into(),
+        };
+        self.discard();
+        err
     }
 
     /// Moves the staged entry to the slot's name: the hidden name where the
