@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use super::files::PACKAGES;
+use crate::runtime_support::host_state::listing_diff;
 
 /// Where a package can leave a file: dpkg's and deb-systemd-helper's
 /// records live under /var/lib.
@@ -164,29 +165,6 @@ pub fn listing() -> BTreeMap<PathBuf, String> {
         walk(Path::new(root), &mut out);
     }
     out
-}
-
-/// The differences between two listings, one line each.
-pub fn listing_diff(
-    before: &BTreeMap<PathBuf, String>,
-    after: &BTreeMap<PathBuf, String>,
-) -> Vec<String> {
-    let mut diff = Vec::new();
-    for (path, facts) in before {
-        match after.get(path) {
-            None => diff.push(format!("missing {}: {facts}", path.display())),
-            Some(now) if now != facts => {
-                diff.push(format!("changed {}: {facts} -> {now}", path.display()))
-            }
-            Some(_) => {}
-        }
-    }
-    for (path, facts) in after {
-        if !before.contains_key(path) {
-            diff.push(format!("left {}: {facts}", path.display()));
-        }
-    }
-    diff
 }
 
 /// dpkg with no terminal to ask on: a question it would ask (a conffile
