@@ -96,6 +96,20 @@ fn names(spec: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The spec names exactly `expected`, in order, and `cdi list` prints each
+/// as a fully qualified name.
+fn assert_names_listed(sim: &SimHost, spec: &Value, expected: &[String]) {
+    assert_eq!(names(spec), expected);
+    let listed: Vec<String> = expected
+        .iter()
+        .map(|n| format!("nvidia.com/gpu={n}"))
+        .collect();
+    assert_eq!(
+        sim.stdout(&["cdi", "list"]).lines().collect::<Vec<_>>(),
+        listed
+    );
+}
+
 /// A device's nodes as (path, hostPath, major, minor).
 fn nodes_of(device: &Value) -> Vec<(String, String, u64, u64)> {
     items(device, "/containerEdits/deviceNodes")
@@ -233,15 +247,7 @@ fn every_gpu_is_named_by_index_and_uuid_with_its_own_node() {
         expected.push(s(gpu, "/uuid").to_string());
     }
     expected.push("all".into());
-    assert_eq!(names(&spec), expected);
-    let listed: Vec<String> = expected
-        .iter()
-        .map(|n| format!("nvidia.com/gpu={n}"))
-        .collect();
-    assert_eq!(
-        sim.stdout(&["cdi", "list"]).lines().collect::<Vec<_>>(),
-        listed
-    );
+    assert_names_listed(&sim, &spec, &expected);
 
     let node = |minor: u64| {
         (
@@ -308,15 +314,7 @@ fn mig_devices_are_named_by_position_and_uuid_with_their_caps_nodes() {
         expected.push(s(mig, "/uuid").to_string());
     }
     expected.push("all".into());
-    assert_eq!(names(&spec), expected);
-    let listed: Vec<String> = expected
-        .iter()
-        .map(|n| format!("nvidia.com/gpu={n}"))
-        .collect();
-    assert_eq!(
-        sim.stdout(&["cdi", "list"]).lines().collect::<Vec<_>>(),
-        listed
-    );
+    assert_names_listed(&sim, &spec, &expected);
 
     for mig in migs {
         let parent = mig["gpu_minor"].as_u64().unwrap();
