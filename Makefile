@@ -11,7 +11,7 @@ UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
 UNITS        := packaging/systemd/oci-nvidia-hook-cdi.service packaging/systemd/oci-nvidia-hook-cdi.path
 UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 
-.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor lint install install-units fuzz deb rpm package-docs
+.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor lint install install-units fuzz deb rpm package-docs
 
 build:
 	$(CARGO) build --release --locked
@@ -33,7 +33,7 @@ demo: build deps
 # hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
 # bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor
 
 # Criterion: ldcache parse/write, ELF checks, request parsing, plan building.
 bench-inprocess:
@@ -75,6 +75,12 @@ bench-docker: build deps
 # Whole `doctor` processes (no --run): the 50 ms target on an 8-GPU host.
 bench-doctor: build deps
 	integration/bench-doctor $(BIN)
+
+# What any process start costs here, below the hook's own work: an empty
+# static process, /bin/true, one more bare exec, the binary's --version, and
+# the CPUID instructions (trapped by the hypervisor) in glibc's start-up.
+bench-floor: build
+	integration/bench-floor $(BIN)
 
 # Every fuzz target for FUZZ_SECONDS each (CI uses 15).
 FUZZ_SECONDS ?= 60
