@@ -29,8 +29,8 @@ demo: build deps
 	integration/demo $(BIN)
 
 # Every benchmark, one after the other; each also runs alone (README,
-# "Benchmarks"). All but bench-inprocess need root: they build simulated
-# hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
+# "Benchmarks"). All but bench-inprocess and bench-floor need root: they
+# build simulated hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
 # bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
 bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor
