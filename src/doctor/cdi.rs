@@ -57,14 +57,11 @@ pub(super) fn check(
                     priority,
                     spec,
                 }),
-                Err(e) => out.push(Check::fail(
+                Err(e) => out.push(Check::unparsable(
                     L,
                     "CDI",
-                    format!(
-                        "{} does not parse: {}",
-                        file.display(),
-                        crate::oneline::escape_controls(&e)
-                    ),
+                    &file,
+                    &e,
                     format!(
                         "regenerate it (`oci-nvidia-hook cdi generate --output {}`) or remove \
                          it: engines refuse its devices",

@@ -268,14 +268,11 @@ pub(super) fn containerd(host: &HostRoot, cdi_specs: bool, out: &mut Vec<Check>)
     let value: toml::Value = match toml::from_str(&text) {
         Ok(value) => value,
         Err(e) => {
-            out.push(Check::fail(
+            out.push(Check::unparsable(
                 L,
                 "containerd",
-                format!(
-                    "{} does not parse: {}",
-                    file.display(),
-                    crate::oneline::escape_controls(e.message())
-                ),
+                &file,
+                e.message(),
                 "fix it: containerd does not start with it",
             ));
             return;

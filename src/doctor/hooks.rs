@@ -205,14 +205,11 @@ fn crio_hooks_dirs(host: &HostRoot, out: &mut Vec<Check>) -> Vec<String> {
         let value: toml::Value = match toml::from_str(&text) {
             Ok(value) => value,
             Err(e) => {
-                out.push(Check::fail(
+                out.push(Check::unparsable(
                     L,
                     "crio.conf",
-                    format!(
-                        "{} does not parse: {}",
-                        file.display(),
-                        crate::oneline::escape_controls(e.message())
-                    ),
+                    &file,
+                    e.message(),
                     "fix it: CRI-O does not start with it",
                 ));
                 continue;

@@ -120,13 +120,13 @@ impl Check {
         found: impl Into<String>,
         remedy: impl Into<String>,
     ) -> Check {
-        Check {
+        Check::remedied(
             layer,
-            name: name.into(),
-            status: Status::Warn,
-            found: found.into(),
-            remedy: Some(remedy.into()),
-        }
+            name.into(),
+            Status::Warn,
+            found.into(),
+            remedy.into(),
+        )
     }
 
     /// A check that found what makes containers fail.
@@ -136,12 +136,45 @@ impl Check {
         found: impl Into<String>,
         remedy: impl Into<String>,
     ) -> Check {
+        Check::remedied(
+            layer,
+            name.into(),
+            Status::Fail,
+            found.into(),
+            remedy.into(),
+        )
+    }
+
+    /// A failed check for a configuration `file` that does not parse,
+    /// with the parser's `error` (control characters escaped).
+    pub fn unparsable(
+        layer: Layer,
+        name: impl Into<String>,
+        file: &Path,
+        error: &str,
+        remedy: impl Into<String>,
+    ) -> Check {
+        let found = format!(
+            "{} does not parse: {}",
+            file.display(),
+            crate::oneline::escape_controls(error)
+        );
+        Check::fail(layer, name, found, remedy)
+    }
+
+    fn remedied(
+        layer: Layer,
+        name: String,
+        status: Status,
+        found: String,
+        remedy: String,
+    ) -> Check {
         Check {
             layer,
-            name: name.into(),
-            status: Status::Fail,
-            found: found.into(),
-            remedy: Some(remedy.into()),
+            name,
+            status,
+            found,
+            remedy: Some(remedy),
         }
     }
 }
