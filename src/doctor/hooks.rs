@@ -184,17 +184,22 @@ fn config(loaded: &Loaded<'_>, out: &mut Vec<Check>) {
     }
 }
 
-/// `hooks_dir` of `[crio.runtime]` in crio.conf and its drop-ins, the last
-/// setting winning; none when CRI-O is not configured here.
-fn crio_hooks_dirs(host: &HostRoot, out: &mut Vec<Check>) -> Vec<String> {
-    let mut files = vec![host.path(CRIO_CONF)];
-    let mut drop_ins: Vec<PathBuf> = std::fs::read_dir(host.path(CRIO_CONF_D))
+/// The entries of `dir` named `*.{ext}`, in no order; none when it cannot be read.
+fn with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "conf"))
-        .collect();
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect()
+}
+
+/// `hooks_dir` of `[crio.runtime]` in crio.conf and its drop-ins, the last
+/// setting winning; none when CRI-O is not configured here.
+fn crio_hooks_dirs(host: &HostRoot, out: &mut Vec<Check>) -> Vec<String> {
+    let mut files = vec![host.path(CRIO_CONF)];
+    let mut drop_ins = with_extension(&host.path(CRIO_CONF_D), "conf");
     drop_ins.sort();
     files.extend(drop_ins);
     let mut dirs = Vec::new();
@@ -235,13 +240,7 @@ fn crio_hooks_dirs(host: &HostRoot, out: &mut Vec<Check>) -> Vec<String> {
 /// second one overrides by name is left out, as Podman leaves it.
 fn hook_files(host: &HostRoot, dirs: &[String]) -> Vec<PathBuf> {
     let list = |dir: &str| -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(host.path(dir))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect();
+        let mut files = with_extension(&host.path(dir), "json");
         files.sort_by_key(|p| p.file_name().map(|n| n.to_string_lossy().to_lowercase()));
         files
     };
