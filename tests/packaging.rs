@@ -1,6 +1,6 @@
-//! The packages a lab host installs (`make deb`, `make rpm`; README,
-//! "Install"), built by `packaging/build` from this tree, and installed on
-//! this machine for real:
+//! The packages a lab host installs (`make deb`, `make rpm`;
+//! docs/install.md), built by `packaging/build` from this tree, and
+//! installed on this machine for real:
 //!
 //! - the shipped config sets every documented key to its default, each with
 //!   its meaning; `--version` names the commit; a man page per command;
@@ -117,14 +117,13 @@ fn require_tool(tool: &str, package: &str) {
 
 // ---- the shipped files, without installing ----
 
-/// The config keys README's Configuration table documents, dotted
+/// The config keys docs/configuration.md's table documents, dotted
 /// (`driver.root`).
 fn documented_keys() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let section = readme
-        .split("\n## Configuration\n")
-        .nth(1)
-        .expect("README has a Configuration section");
+    let doc = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
+    let section = doc
+        .strip_prefix("# Configuration\n")
+        .expect("docs/configuration.md starts with its Configuration heading");
     let section = section.split("\n## ").next().unwrap();
     section
         .lines()
@@ -134,7 +133,7 @@ fn documented_keys() -> BTreeSet<String> {
         .collect()
 }
 
-/// The conffile sets every key README documents, each to the built-in
+/// The conffile sets every key docs/configuration.md documents, each to the built-in
 /// default (so installing it changes nothing), and each is preceded by a
 /// comment that gives its default.
 #[test]
@@ -159,8 +158,14 @@ fn shipped_config_sets_every_documented_key_to_its_default() {
         }
     }
     let documented = documented_keys();
-    assert!(documented.len() >= 10, "README's key table: {documented:?}");
-    assert_eq!(keys, documented, "the shipped keys against README's table");
+    assert!(
+        documented.len() >= 10,
+        "docs/configuration.md's key table: {documented:?}"
+    );
+    assert_eq!(
+        keys, documented,
+        "the shipped keys against docs/configuration.md's table"
+    );
 
     let lines: Vec<&str> = text.lines().collect();
     for (i, line) in lines.iter().enumerate() {
