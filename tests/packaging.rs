@@ -74,7 +74,7 @@ use std::time::Instant;
 
 use clap::CommandFactory;
 use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::project::{hook_binary, repo};
+use common::project::{documents, hook_binary, repo};
 use common::simhost::{require_root, SimHost};
 use oci_nvidia_hook::cli::Cli;
 use oci_nvidia_hook::config::Config;
@@ -181,6 +181,37 @@ fn shipped_config_sets_every_documented_key_to_its_default() {
         assert!(
             !comment.is_empty() && comment.iter().any(|l| l.contains("Default:")),
             "{line:?} has no comment giving its meaning and default"
+        );
+    }
+}
+
+/// The package ships the README and every document it links to (docs/),
+/// under /usr/share/doc/oci-nvidia-hook with the same layout, so the links
+/// of the installed copy resolve.
+#[test]
+fn every_document_is_shipped() {
+    let list = std::fs::read_to_string(repo().join("packaging/files")).unwrap();
+    let shipped: BTreeSet<(String, String)> = list
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            match cols[..] {
+                ["oci-nvidia-hook", "all", _, "file", dest, source] => {
+                    Some((dest.to_string(), source.to_string()))
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    let documents = documents();
+    assert!(documents.len() > 10, "the documents: {documents:?}");
+    for document in documents {
+        let document = document.display().to_string();
+        let dest = format!("/usr/share/doc/oci-nvidia-hook/{document}");
+        assert!(
+            shipped.contains(&(dest.clone(), document.clone())),
+            "packaging/files does not ship {document} as {dest}"
         );
     }
 }
@@ -414,7 +445,12 @@ fn rpms_list_the_listed_files_with_their_modes() {
         if package == "oci-nvidia-hook" {
             assert_eq!(
                 dirs,
-                ["/etc/oci-nvidia-hook", "/usr/share/doc/oci-nvidia-hook"]
+                [
+                    "/etc/oci-nvidia-hook",
+                    "/usr/share/doc/oci-nvidia-hook",
+                    "/usr/share/doc/oci-nvidia-hook/docs",
+                    "/usr/share/doc/oci-nvidia-hook/docs/benchmarks",
+                ]
             );
         } else {
             assert!(dirs.is_empty(), "{dirs:?}");
