@@ -28,8 +28,8 @@ test: deps
 demo: build deps
 	integration/demo $(BIN)
 
-# Every benchmark, one after the other; each also runs alone (README,
-# "Benchmarks"). All but bench-inprocess and bench-floor need root: they
+# Every benchmark, one after the other; each also runs alone
+# (docs/benchmarks.md). All but bench-inprocess and bench-floor need root: they
 # build simulated hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
 # bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
@@ -103,7 +103,7 @@ install: build install-units
 	install -D -m 0644 hooks.d/oci-nvidia-hook.json $(DESTDIR)/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json
 	for name in $(COMPAT_NAMES); do ln -sf oci-nvidia-hook $(DESTDIR)$(PREFIX)/bin/$$name; done
 
-# The CDI refresh units and udev rule (README, "CDI"), their binary path
+# The CDI refresh units and udev rule (docs/cdi.md), their binary path
 # rewritten from the packages' /usr/bin to $(PREFIX)/bin. Installs files
 # only: enabling them is the administrator's (systemctl enable).
 install-units:
@@ -114,7 +114,7 @@ install-units:
 	done
 	install -m 0644 $(UDEVRULES) $(DESTDIR)$(UDEVRULESDIR)/
 
-# Packages (README, "Install"): oci-nvidia-hook and oci-nvidia-hook-compat,
+# Packages (docs/install.md): oci-nvidia-hook and oci-nvidia-hook-compat,
 # staged by packaging/build from packaging/files, into $(PKGOUT). The man
 # pages and completions come from the clap definition through an example
 # program (clap_mangen and clap_complete are dev-dependencies, never in the

@@ -135,7 +135,9 @@ fn top_sections(pages: &[String]) -> Roff {
     roff.control("PP", []).text([
         roman("The README, "),
         italic("/usr/share/doc/oci-nvidia-hook/README.md"),
-        roman(", explains each mode, the configuration and its limits."),
+        roman(", and the guides it links to in "),
+        italic("/usr/share/doc/oci-nvidia-hook/docs/"),
+        roman(", explain each mode, the configuration and its limits."),
     ]);
     roff
 }

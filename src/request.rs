@@ -5,7 +5,7 @@
 //! `NVIDIA_DRIVER_CAPABILITIES`, `NVIDIA_MIG_{CONFIG,MONITOR}_DEVICES` and
 //! the matching `list` flags), as NVIDIA's hook and CLI read it; the
 //! citations in comments name NVIDIA's source (keys as in
-//! docs/nvidia-parity-notes.md). It knows nothing about the host: matching
+//! docs/differences-from-nvidia.md). It knows nothing about the host: matching
 //! devices against the inventory is the plan's job, and policy (privilege,
 //! volume mounts, supported capabilities) is the planner's.
 

@@ -1,9 +1,10 @@
-//! Every hook entry the project ships (hooks.d/), documents (README.md's
-//! JSON blocks), generates (the CDI spec's hook, at `createRuntime` only) or
-//! has its tests generate (the runtime harness's `config.json` for runc and
-//! crun, and its hooks.d file for Podman) sets `env` explicitly: a hook must
-//! never inherit an environment it did not choose, and the runtime passes its
-//! own when `env` is absent. Reads files and builds JSON only; needs no root.
+//! Every hook entry the project ships (hooks.d/), documents (the JSON blocks
+//! of README.md and of every Markdown file in docs/), generates (the CDI
+//! spec's hook, at `createRuntime` only) or has its tests generate (the
+//! runtime harness's `config.json` for runc and crun, and its hooks.d file
+//! for Podman) sets `env` explicitly: a hook must never inherit an
+//! environment it did not choose, and the runtime passes its own when `env`
+//! is absent. Reads files and builds JSON only; needs no root.
 
 /// The shared pieces of the integration tests (tests/common/) this suite uses.
 mod common {
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use common::project::{hook_binary, repo};
+use common::project::{documents, hook_binary, repo};
 use oci_nvidia_hook::cdi::spec::{ContainerEdits, Spec, KIND};
 use oci_nvidia_hook::cdi::{Callback, Format, HOOK_STAGE};
 use oci_nvidia_hook::image::ImageLayout;
@@ -133,8 +134,8 @@ fn json_blocks(markdown: &str) -> Vec<(usize, String)> {
     blocks
 }
 
-/// A JSON block: a whole document, or the members of an object (as the
-/// README shows a `config.json`'s `"hooks": {…}`).
+/// A JSON block: a whole document, or the members of an object (as
+/// docs/hook.md shows a `config.json`'s `"hooks": {…}`).
 fn parse_block(text: &str, place: &str) -> Value {
     serde_json::from_str(text)
         .or_else(|_| serde_json::from_str(&format!("{{{text}}}")))
@@ -164,19 +165,23 @@ fn shipped_hooks_d_files_set_env() {
 }
 
 #[test]
-fn hook_entries_documented_in_the_readme_set_env() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("read README.md");
+fn hook_entries_documented_in_the_docs_set_env() {
     let mut entries = Vec::new();
-    for (line, text) in json_blocks(&readme) {
-        let place = format!("README.md, the JSON block at line {line}");
-        entries.extend(hook_entries(&parse_block(&text, &place), &place));
+    for document in documents() {
+        let text = std::fs::read_to_string(repo().join(&document))
+            .unwrap_or_else(|e| panic!("read {}: {e}", document.display()));
+        for (line, text) in json_blocks(&text) {
+            let place = format!("{}, the JSON block at line {line}", document.display());
+            entries.extend(hook_entries(&parse_block(&text, &place), &place));
+        }
     }
-    // The README documents a hooks.d file and config.json entries for both
-    // stages the hook runs at; finding fewer means this parser missed some.
+    // The docs show a hooks.d file and config.json entries for both stages
+    // the hook runs at (docs/hook.md); finding fewer means this parser
+    // missed some.
     for kind in ["hooks.d `hook`", "hooks.prestart[", "hooks.createRuntime["] {
         assert!(
             entries.iter().any(|e| e.place.contains(kind)),
-            "no {kind} entry found in README.md's JSON blocks"
+            "no {kind} entry found in the JSON blocks of README.md and docs/"
         );
     }
     assert_env_set(&entries);

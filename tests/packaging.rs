@@ -1,6 +1,6 @@
-//! The packages a lab host installs (`make deb`, `make rpm`; README,
-//! "Install"), built by `packaging/build` from this tree, and installed on
-//! this machine for real:
+//! The packages a lab host installs (`make deb`, `make rpm`;
+//! docs/install.md), built by `packaging/build` from this tree, and
+//! installed on this machine for real:
 //!
 //! - the shipped config sets every documented key to its default, each with
 //!   its meaning; `--version` names the commit; a man page per command;
@@ -74,7 +74,7 @@ use std::time::Instant;
 
 use clap::CommandFactory;
 use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::project::{hook_binary, repo};
+use common::project::{documents, hook_binary, repo};
 use common::simhost::{require_root, SimHost};
 use oci_nvidia_hook::cli::Cli;
 use oci_nvidia_hook::config::Config;
@@ -117,14 +117,13 @@ fn require_tool(tool: &str, package: &str) {
 
 // ---- the shipped files, without installing ----
 
-/// The config keys README's Configuration table documents, dotted
+/// The config keys docs/configuration.md's table documents, dotted
 /// (`driver.root`).
 fn documented_keys() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let section = readme
-        .split("\n## Configuration\n")
-        .nth(1)
-        .expect("README has a Configuration section");
+    let doc = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
+    let section = doc
+        .strip_prefix("# Configuration\n")
+        .expect("docs/configuration.md starts with its Configuration heading");
     let section = section.split("\n## ").next().unwrap();
     section
         .lines()
@@ -134,7 +133,7 @@ fn documented_keys() -> BTreeSet<String> {
         .collect()
 }
 
-/// The conffile sets every key README documents, each to the built-in
+/// The conffile sets every key docs/configuration.md documents, each to the built-in
 /// default (so installing it changes nothing), and each is preceded by a
 /// comment that gives its default.
 #[test]
@@ -159,8 +158,14 @@ fn shipped_config_sets_every_documented_key_to_its_default() {
         }
     }
     let documented = documented_keys();
-    assert!(documented.len() >= 10, "README's key table: {documented:?}");
-    assert_eq!(keys, documented, "the shipped keys against README's table");
+    assert!(
+        documented.len() >= 10,
+        "docs/configuration.md's key table: {documented:?}"
+    );
+    assert_eq!(
+        keys, documented,
+        "the shipped keys against docs/configuration.md's table"
+    );
 
     let lines: Vec<&str> = text.lines().collect();
     for (i, line) in lines.iter().enumerate() {
@@ -176,6 +181,37 @@ fn shipped_config_sets_every_documented_key_to_its_default() {
         assert!(
             !comment.is_empty() && comment.iter().any(|l| l.contains("Default:")),
             "{line:?} has no comment giving its meaning and default"
+        );
+    }
+}
+
+/// The package ships the README and every document it links to (docs/),
+/// under /usr/share/doc/oci-nvidia-hook with the same layout, so the links
+/// of the installed copy resolve.
+#[test]
+fn every_document_is_shipped() {
+    let list = std::fs::read_to_string(repo().join("packaging/files")).unwrap();
+    let shipped: BTreeSet<(String, String)> = list
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            match cols[..] {
+                ["oci-nvidia-hook", "all", _, "file", dest, source] => {
+                    Some((dest.to_string(), source.to_string()))
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    let documents = documents();
+    assert!(documents.len() > 10, "the documents: {documents:?}");
+    for document in documents {
+        let document = document.display().to_string();
+        let dest = format!("/usr/share/doc/oci-nvidia-hook/{document}");
+        assert!(
+            shipped.contains(&(dest.clone(), document.clone())),
+            "packaging/files does not ship {document} as {dest}"
         );
     }
 }
@@ -409,7 +445,12 @@ fn rpms_list_the_listed_files_with_their_modes() {
         if package == "oci-nvidia-hook" {
             assert_eq!(
                 dirs,
-                ["/etc/oci-nvidia-hook", "/usr/share/doc/oci-nvidia-hook"]
+                [
+                    "/etc/oci-nvidia-hook",
+                    "/usr/share/doc/oci-nvidia-hook",
+                    "/usr/share/doc/oci-nvidia-hook/docs",
+                    "/usr/share/doc/oci-nvidia-hook/docs/benchmarks",
+                ]
             );
         } else {
             assert!(dirs.is_empty(), "{dirs:?}");

@@ -2,12 +2,12 @@
 //! hook with some GPUs and capabilities starts here with the same ones, and
 //! one NVIDIA refuses is refused here. Each row is a container's request
 //! (environment, device mounts, privilege, host config) and NVIDIA's outcome,
-//! with the NVIDIA source it comes from (`docs/nvidia-parity-notes.md` has
+//! with the NVIDIA source it comes from (`docs/differences-from-nvidia.md` has
 //! the keys: IMG is `internal/config/image/cuda_image.go`, COM libnvidia-
 //! container's `src/cli/common.c`, DSL its `dsl.c`, and so on). Rows where we
-//! deliberately differ carry our outcome and the reason; README's
-//! "Differences from NVIDIA" table lists them, and none refuses an image that
-//! NVIDIA starts.
+//! deliberately differ carry our outcome and the reason; the "Differences
+//! on purpose" table of docs/differences-from-nvidia.md lists them, and none
+//! refuses an image that NVIDIA starts.
 //!
 //! Every row runs through the one planner (`planner::plan_for`) against a
 //! simulated host's real files: no runtime. `tests/parity_runtime.rs` runs a

@@ -1,6 +1,6 @@
 //! Parity with NVIDIA's toolkit through a real runtime: a sample of the cases
-//! of docs/nvidia-parity-notes.md, each row citing the NVIDIA source that
-//! decides its outcome (keys and line numbers as in the notes' "Sources
+//! of docs/differences-from-nvidia.md, each row citing the NVIDIA source that
+//! decides its outcome (keys and line numbers as in its "Sources
 //! read" table), run through runc on cgroup v1 with the hook as its
 //! prestart hook, on simulated hosts: the default 535 host, one running the
 //! 470 branch (`integration/simhost --driver 470`), a MIG host answered by
@@ -100,7 +100,7 @@ enum Expect {
 struct Case {
     /// Names the bundle and the container; unique in this binary.
     name: &'static str,
-    /// NVIDIA's source for the outcome, as docs/nvidia-parity-notes.md cites it.
+    /// NVIDIA's source for the outcome, as docs/differences-from-nvidia.md cites it.
     source: &'static str,
     /// The container's environment.
     env: Vec<(&'static str, String)>,

@@ -334,7 +334,7 @@ pub(super) fn systemd(processes: &Table, hook_wired: bool, out: &mut Vec<Check>)
          the hook's, and running containers lose their GPUs (\"Failed to initialize NVML: \
          Unknown Error\")",
         "use CDI, which puts the devices in the spec: `oci-nvidia-hook cdi generate`, then \
-         `podman run --device nvidia.com/gpu=all` (README, CDI)",
+         `podman run --device nvidia.com/gpu=all` (docs/cdi.md)",
     ));
 }
 
@@ -371,7 +371,7 @@ pub(super) fn wired(wiring: &Wiring, out: &mut Vec<Check>) {
             "wired",
             "no engine reaches oci-nvidia-hook: no hooks.d file, no Docker hook or runtime, \
              no CDI spec of ours",
-            "install the hooks.d file (README, Installing the hook), or `make install` and \
+            "install the hooks.d file (docs/hook.md), or `make install` and \
              restart dockerd, or `oci-nvidia-hook cdi generate`",
         ));
     } else {

@@ -167,7 +167,7 @@ fn config(loaded: &Loaded<'_>, out: &mut Vec<Check>) {
             "config",
             crate::oneline::error(&e),
             format!(
-                "fix {} (README, Configuration): the hook refuses every container until then",
+                "fix {} (docs/configuration.md): the hook refuses every container until then",
                 shown.display()
             ),
         )),
@@ -447,7 +447,7 @@ fn others(ours: &[PathBuf], nvidia: &[PathBuf], out: &mut Vec<Check>) {
                 "Podman and CRI-O run NVIDIA's hook ({}), not oci-nvidia-hook",
                 list(nvidia)
             ),
-            "replace it with hooks.d/oci-nvidia-hook.json (README, Installing the hook), \
+            "replace it with hooks.d/oci-nvidia-hook.json (docs/hook.md), \
              if this host is to use oci-nvidia-hook",
         ));
     }

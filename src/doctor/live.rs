@@ -249,7 +249,7 @@ fn nodes(seen: &Seen, out: &mut Vec<Check>) {
                 denied.join(", ")
             ),
             "a `systemctl daemon-reload` or another program rewrote the device rules: \
-             use CDI, whose devices are in the spec (README, CDI)",
+             use CDI, whose devices are in the spec (docs/cdi.md)",
         ));
     } else if !has_ctl {
         out.push(Check::fail(

@@ -18,7 +18,7 @@ pub const CONTAINER_SCRIPT: &str = "/checker; /usr/bin/nvidia-smi; echo smi_exit
 pub const NVIDIA_MAJOR: u32 = 195;
 
 /// The environment the hook runs with: set explicitly, as the project's
-/// hooks.d file and README do, so that the runtime's own never reaches it.
+/// hooks.d file and docs/hook.md do, so that the runtime's own never reaches it.
 const HOOK_ENV: [&str; 1] = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"];
 
 /// What varies between test containers.

@@ -8,7 +8,7 @@
 //! k8s-device-plugin @36c7562d (cuda_image.go) and its test
 //! `cuda_image_test.go` @1081cece (cuda_image_test.go),
 //! `cmd/nvidia-container-runtime-hook/main.go` @09b56d08 (main.go). See
-//! docs/nvidia-parity-notes.md section 4.
+//! docs/differences-from-nvidia.md, section 4 of "What NVIDIA's toolkit does".
 
 mod environment;
 mod evaluation;
