@@ -6,28 +6,17 @@
 //! spec where it is, and agrees with the schema; bad input is one line on
 //! stderr and leaves no file behind.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cdi_schema;
-    pub mod cli;
-    pub mod json;
-    pub mod mig;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 
-use common::cdi_schema::{schema_dir, schema_errors};
-use common::cli::hook;
-use common::json::s;
-use common::project::hook_binary;
-use common::refusal::failure;
-use common::simhost::SimHost;
+use harness::cdi_schema::{schema_dir, schema_errors};
+use harness::cli::hook;
+use harness::json::s;
+use harness::project::hook_binary;
+use harness::refusal::failure;
+use harness::simhost::SimHost;
 use oci_nvidia_hook::cdi::spec::{required_version, Spec, VERSIONS};
 
 /// The highest cdiVersion Podman 4.3.1 (Debian 12's) accepts.

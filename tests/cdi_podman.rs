@@ -17,51 +17,22 @@
 //! Run as root: `make test`, or
 //! `cargo test --features _test_as_root --test cdi_podman -- --nocapture`.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-// This suite builds its own Podman command line (CDI device names, a
-// private spec directory) from the harness's pieces: the Scenario runner,
-// the config.json writer and runc's command lines are other suites'.
-mod runtime_support {
-    #[allow(dead_code)]
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod expected;
-    pub mod host_state;
-    pub mod injected;
-    #[allow(dead_code)]
-    pub mod oci_config;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    #[allow(dead_code)]
-    pub mod runtimes;
-}
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::project::hook_binary;
-use common::simhost::SimHost;
-use runtime_support::bundle::{copy_template, work_root, write_hook_config, write_hooks_dir};
-use runtime_support::cleanup::{remove_tree_safely, Cleanup};
-use runtime_support::expected::{gpus, node_specs, NodeSpec};
-use runtime_support::host_state::{listing_diff, tree_listing};
-use runtime_support::injected::{assert_injected, Expected};
-use runtime_support::oci_config::{path_str, CONTAINER_SCRIPT};
-use runtime_support::process::run_bounded;
-use runtime_support::run::{serial, Run, RunFiles, RUN_LIMIT};
-use runtime_support::runtimes::{podman_run_args, Runtime};
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::project::hook_binary;
+use harness::runtime::bundle::{copy_template, work_root, write_hook_config, write_hooks_dir};
+use harness::runtime::cleanup::{remove_tree_safely, Cleanup};
+use harness::runtime::expected::{gpus, node_specs, NodeSpec};
+use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT};
+use harness::runtime::process::run_bounded;
+use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
+use harness::runtime::runtimes::{podman_run_args, Runtime};
+use harness::simhost::SimHost;
 
 /// Where Podman 4.3 reads transient specs; covered by a tmpfs in the run's namespace.
 const SPEC_DIR: &str = "/run/cdi";

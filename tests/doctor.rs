@@ -5,15 +5,6 @@
 //! and when doctor is interrupted). Every check reads the real files the
 //! tests make; nothing of the product is mocked.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cli;
-    pub mod host_root;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -22,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::host_root::{checks_with, HostRoot, HOOKS_D};
-use common::project::hook_binary;
-use common::simhost::SimHost;
+use harness::host_root::{checks_with, HostRoot, HOOKS_D};
+use harness::project::hook_binary;
+use harness::simhost::SimHost;
 
 /// A 2-GPU synthetic host whose loader finds the running driver first.
 fn gpu_host(name: &str) -> SimHost {

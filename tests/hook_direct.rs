@@ -3,23 +3,14 @@
 //! namespace, where the rootfs can carry a `/proc/driver/nvidia` directory
 //! to mask (no runtime lets a container's procfs show one without a driver).
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod mig;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-mod direct_support;
-
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use common::project::hook_binary;
-use common::refusal::failure;
-use common::simhost::SimHost;
-use direct_support::{bundle, hook_with_stdin, state, Namespaced};
+use harness::direct::{bundle, hook_with_stdin, state, Namespaced};
+use harness::project::hook_binary;
+use harness::refusal::failure;
+use harness::simhost::SimHost;
 
 /// Starts a stand-in container, runs the hook on `bundle` for it and expects
 /// success; returns the container to look inside.

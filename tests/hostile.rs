@@ -6,14 +6,6 @@
 //! mounts live), that the canary is untouched and that every mount the hook
 //! added has its mount point inside the rootfs.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-mod direct_support;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
@@ -22,9 +14,9 @@ use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::mounts::{assert_mounts_unchanged, host_mounts, mount_table};
-use common::simhost::SimHost;
-use direct_support::{bundle, hook_with_stdin, state, Namespaced};
+use harness::direct::{bundle, hook_with_stdin, state, Namespaced};
+use harness::mounts::{assert_mounts_unchanged, host_mounts, mount_table};
+use harness::simhost::SimHost;
 
 /// What a directory tree holds: path (relative to `dir`) → kind, size,
 /// mtime, contents hash. Relative, so that one tree seen through two

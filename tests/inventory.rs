@@ -1,19 +1,10 @@
 //! `info` against simulated GPU hosts: the inventory must match exactly what
 //! the fixture builder made, in both flavours.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cli;
-    pub mod json;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-
 use std::collections::BTreeMap;
 
-use common::json::s;
-use common::simhost::SimHost;
+use harness::json::s;
+use harness::simhost::SimHost;
 use oci_nvidia_hook::driver::catalog;
 use serde_json::Value;
 

@@ -2,19 +2,12 @@
 //! `ldconfig -c` writes, `ldconfig -p` and `LdCache::parse` must list the
 //! same entries in the same order.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod ldconfig;
-    pub mod project;
-    pub mod simhost;
-}
-
-use common::simhost::SimHost;
+use harness::simhost::SimHost;
 use oci_nvidia_hook::ldcache::{self, Format, LdCache};
 
 /// `ldconfig -p -C FILE` as (soname, arch tag, path), in file order.
 fn ldconfig_print(cache: &std::path::Path) -> Vec<(String, String, String)> {
-    common::ldconfig::ldconfig_print(cache)
+    harness::ldconfig::ldconfig_print(cache)
         .into_iter()
         .map(|e| (e.soname, e.tag, e.path))
         .collect()
@@ -62,7 +55,7 @@ fn parser_agrees_with_ldconfig_for_every_format() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn parser_reads_this_machines_own_cache() {
-    common::simhost::require_root();
+    harness::simhost::require_root();
     let path = std::path::Path::new("/etc/ld.so.cache");
     let cache = LdCache::parse(&std::fs::read(path).unwrap()).unwrap();
     let ours: Vec<(String, String)> = cache

@@ -1,22 +1,12 @@
 //! `list` against simulated GPU hosts: what a container would receive.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cli;
-    pub mod json;
-    pub mod mig;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-
 use std::path::Path;
 
-use common::cli::hook;
-use common::json::s;
-use common::project::hook_binary;
-use common::refusal::failure;
-use common::simhost::SimHost;
+use harness::cli::hook;
+use harness::json::s;
+use harness::project::hook_binary;
+use harness::refusal::failure;
+use harness::simhost::SimHost;
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]

@@ -25,29 +25,6 @@
 //! `cargo test --features _test_as_root --test load -- --nocapture`
 //! (`--nocapture` shows the timings).
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod container;
-    pub mod expected;
-    pub mod host_state;
-    pub mod oci_config;
-    pub mod prepared;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -58,19 +35,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::project::hook_binary;
-use common::simhost::SimHost;
-use runtime_support::bundle::{work_root, BundleExtras, Hook, Scenario};
-use runtime_support::cleanup::cgroup_dirs;
-use runtime_support::container::run;
-use runtime_support::expected::{cuda_version, driver_version, gpus, node_specs, Gpu, LIB_DIR};
-use runtime_support::host_state::{listing_diff, tree_listing};
-use runtime_support::oci_config::{path_str, NVIDIA_MAJOR};
-use runtime_support::prepared::{prepare, Prepared};
-use runtime_support::process::{run_bounded, Finished};
-use runtime_support::run::{serial, Run, Serial};
-use runtime_support::runtimes::{require_tool, Runtime};
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::project::hook_binary;
+use harness::runtime::bundle::{work_root, BundleExtras, Hook, Scenario};
+use harness::runtime::cleanup::cgroup_dirs;
+use harness::runtime::container::run;
+use harness::runtime::expected::{cuda_version, driver_version, gpus, node_specs, Gpu, LIB_DIR};
+use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::oci_config::{path_str, NVIDIA_MAJOR};
+use harness::runtime::prepared::{prepare, Prepared};
+use harness::runtime::process::{run_bounded, Finished};
+use harness::runtime::run::{serial, Run, Serial};
+use harness::runtime::runtimes::{require_tool, Runtime};
+use harness::simhost::SimHost;
 
 /// GPUs on the simulated host, and containers started at once.
 const GPUS: u32 = 24;

@@ -15,32 +15,6 @@
 //!
 //! Run as root: `cargo test --features _test_as_root --test nvidia_cli`.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mig;
-    pub mod mounts;
-    pub mod nvidia_cli;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod expected;
-    pub mod host_state;
-    pub mod injected;
-    pub mod oci_config;
-    pub mod prepared;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -50,20 +24,20 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use common::json::s;
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::nvidia_cli::{cli_link, etc_layer, nvidia_cli, nvidia_cli_stdout, over_etc};
-use common::refusal::failure;
-use common::simhost::SimHost;
-use runtime_support::bundle::{template_rootfs, write_hook_config, BundleExtras, Hook, Scenario};
-use runtime_support::expected::{gpus, node_specs, Gpu, LIB_DIR};
-use runtime_support::host_state::{listing_diff, tree_listing};
-use runtime_support::injected::{assert_injected, Expected};
-use runtime_support::oci_config::{path_str, NVIDIA_MAJOR};
-use runtime_support::prepared::{prepare, Prepared};
-use runtime_support::process::run_bounded;
-use runtime_support::run::{serial, Run, Serial, RUN_LIMIT};
-use runtime_support::runtimes::Runtime;
+use harness::json::s;
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::nvidia_cli::{cli_link, etc_layer, nvidia_cli, nvidia_cli_stdout, over_etc};
+use harness::refusal::failure;
+use harness::runtime::bundle::{template_rootfs, write_hook_config, BundleExtras, Hook, Scenario};
+use harness::runtime::expected::{gpus, node_specs, Gpu, LIB_DIR};
+use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::oci_config::{path_str, NVIDIA_MAJOR};
+use harness::runtime::prepared::{prepare, Prepared};
+use harness::runtime::process::run_bounded;
+use harness::runtime::run::{serial, Run, Serial, RUN_LIMIT};
+use harness::runtime::runtimes::Runtime;
+use harness::simhost::SimHost;
 
 fn real_host() -> SimHost {
     SimHost::shared("real", 4, "new")

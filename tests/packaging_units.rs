@@ -14,23 +14,15 @@
 //! `/usr/lib/systemd/systemd`, `unshare`, `nsenter` and `ldconfig`. Each
 //! check fails loudly when one is missing.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cli;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cli::hook;
-use common::project::{hook_binary, repo};
-use common::simhost::{require_root, SimHost};
+use harness::cli::hook;
+use harness::project::{hook_binary, repo};
+use harness::simhost::{require_root, SimHost};
 
 /// The service that regenerates the spec.
 const SERVICE: &str = "oci-nvidia-hook-cdi.service";

@@ -13,18 +13,11 @@
 //! simulated host's real files: no runtime. `tests/parity_runtime.rs` runs a
 //! sample of them through runc.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod mig;
-    pub mod project;
-    pub mod simhost;
-}
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use common::simhost::SimHost;
+use harness::simhost::SimHost;
 use oci_nvidia_hook::bundle::Container;
 use oci_nvidia_hook::config::Config;
 use oci_nvidia_hook::image::ImageLayout;
@@ -396,7 +389,7 @@ fn matches(seen: &str, want: &str) -> bool {
 
 /// Runs every row of `table`; reports all mismatches at once.
 fn check(table: &[Case]) {
-    common::simhost::require_root();
+    harness::simhost::require_root();
     let hosts = Hosts {
         plain: SimHost::shared("synthetic", 4, "new"),
         mig: SimHost::shared_mig(4),
@@ -509,7 +502,7 @@ fn compat_used(sim: &SimHost, image: &Path) -> bool {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn compat_libraries_are_used_only_from_a_newer_branch() {
-    common::simhost::require_root();
+    harness::simhost::require_root();
     let sim = SimHost::shared("synthetic", 4, "new");
     // Host 535.261.03. NVIDIA keeps a compat library only when its major is
     // greater than the host's (CM:78-83): the host's own branch is ignored

@@ -14,38 +14,16 @@
 //! Run as root: `make test`, or
 //! `cargo test --features _test_as_root --test parity_runtime`.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod compat;
-    pub mod drivers;
-    pub mod ldconfig;
-    pub mod mig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod container;
-    pub mod oci_config;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
-use common::compat::add_compat_libcuda;
+use harness::compat::add_compat_libcuda;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::simhost::SimHost;
-use runtime_support::bundle::{Hook, Scenario};
-use runtime_support::container::run;
-use runtime_support::oci_config::NVIDIA_MAJOR;
-use runtime_support::run::{serial, Run};
-use runtime_support::runtimes::Runtime;
+use harness::runtime::bundle::{Hook, Scenario};
+use harness::runtime::container::run;
+use harness::runtime::oci_config::NVIDIA_MAJOR;
+use harness::runtime::run::{serial, Run};
+use harness::runtime::runtimes::Runtime;
+use harness::simhost::SimHost;
 use serde_json::Value;
 
 /// Which GPUs a started container must have, by NVML index.

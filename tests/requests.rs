@@ -2,38 +2,15 @@
 //! on the MIG-flavoured simulated host with its mock NVML, NVIDIA_REQUIRE_*
 //! refusals and passes, and CUDA forward-compatibility libraries.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cli;
-    pub mod compat;
-    pub mod ldconfig;
-    pub mod mig;
-    pub mod mounts;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod container;
-    pub mod oci_config;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
-use common::compat::add_compat_libcuda;
+use harness::compat::add_compat_libcuda;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::simhost::SimHost;
-use runtime_support::bundle::{Hook, Scenario};
-use runtime_support::container::run;
-use runtime_support::run::{serial, Run};
-use runtime_support::runtimes::Runtime;
+use harness::runtime::bundle::{Hook, Scenario};
+use harness::runtime::container::run;
+use harness::runtime::run::{serial, Run};
+use harness::runtime::runtimes::Runtime;
+use harness::simhost::SimHost;
 use serde_json::Value;
 
 /// Runs a container through the hook, then checks that `list --bundle`
@@ -95,9 +72,9 @@ fn assert_list_agrees(run: &Run) {
     std::fs::write(&config, base).unwrap();
     let bundle = run.bundle.to_str().expect("UTF-8 bundle path");
     let args = ["list", "--json", "--bundle", bundle];
-    let out = common::cli::hook(&config, &args);
+    let out = harness::cli::hook(&config, &args);
     if !run.succeeded() {
-        let listed = common::refusal::failure(out, &args);
+        let listed = harness::refusal::failure(out, &args);
         let reason = listed
             .split_once("error: ")
             .map_or(listed.as_str(), |(_, r)| r)

@@ -35,50 +35,27 @@
 //! Needs runc, crun, podman, unshare, umount, mount, setpriv and the user
 //! `nobody`; any missing one fails the test, naming it.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod expected;
-    pub mod injected;
-    pub mod oci_config;
-    pub mod prepared;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::json::s;
-use common::project::hook_binary;
-use common::simhost::SimHost;
-use runtime_support::bundle::{
+use harness::json::s;
+use harness::project::hook_binary;
+use harness::runtime::bundle::{
     copy_template, template_rootfs, write_hook_config, write_hooks_dir, BundleExtras, Hook,
     Scenario,
 };
-use runtime_support::cleanup::assert_no_mounts_under;
-use runtime_support::expected::{gpus, node_specs, Gpu, NodeSpec};
-use runtime_support::injected::{assert_injected, Expected};
-use runtime_support::oci_config::CONTAINER_SCRIPT;
-use runtime_support::prepared::prepare;
-use runtime_support::process::run_bounded;
-use runtime_support::run::{serial, Run, RunFiles, Serial, RUN_LIMIT};
-use runtime_support::runtimes::{podman_run_args, require_tool, Runtime};
+use harness::runtime::cleanup::assert_no_mounts_under;
+use harness::runtime::expected::{gpus, node_specs, Gpu, NodeSpec};
+use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::oci_config::CONTAINER_SCRIPT;
+use harness::runtime::prepared::prepare;
+use harness::runtime::process::run_bounded;
+use harness::runtime::run::{serial, Run, RunFiles, Serial, RUN_LIMIT};
+use harness::runtime::runtimes::{podman_run_args, require_tool, Runtime};
+use harness::simhost::SimHost;
 use serde_json::{json, Value};
 
 /// The host uid and gid of the container's root in the root-run user

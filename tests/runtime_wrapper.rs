@@ -5,19 +5,13 @@
 //! receives can be compared; Docker and Podman run the wrapper in front of
 //! real runc in tests/docker.rs and tests/cdi_podman.rs.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod project;
-    pub mod simhost;
-}
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use common::project::hook_binary;
-use common::simhost::SimHost;
+use harness::project::hook_binary;
+use harness::simhost::SimHost;
 
 /// A bundle, a config pointing at the simulated host with a recording
 /// runtime, and where that runtime writes its argv.

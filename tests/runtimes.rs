@@ -13,41 +13,18 @@
 //! the simulated host (a few seconds once NVIDIA's packages are cached) and
 //! the template rootfs (about a second).
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod container;
-    pub mod expected;
-    pub mod host_state;
-    pub mod injected;
-    pub mod oci_config;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::simhost::SimHost;
-use runtime_support::bundle::{template_rootfs, Hook, Scenario};
-use runtime_support::container::run;
-use runtime_support::expected::{gpus, node_specs, Gpu, LIB_DIR};
-use runtime_support::host_state::{listing_diff, tree_listing};
-use runtime_support::injected::{assert_injected, Expected};
-use runtime_support::run::{serial, Run, Serial};
-use runtime_support::runtimes::Runtime;
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::runtime::bundle::{template_rootfs, Hook, Scenario};
+use harness::runtime::container::run;
+use harness::runtime::expected::{gpus, node_specs, Gpu, LIB_DIR};
+use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::run::{serial, Run, Serial};
+use harness::runtime::runtimes::Runtime;
+use harness::simhost::SimHost;
 
 const ALL_RUNTIMES: [Runtime; 5] = [
     Runtime::RuncV1,
@@ -504,7 +481,7 @@ fn harness_kills_a_hung_run() {
     // The background sleep holds the pipes too: the kill must reach it.
     cmd.args(["-c", "echo started; sleep 30 & sleep 30"]);
     let finished =
-        runtime_support::process::run_bounded(cmd, std::time::Duration::from_millis(500));
+        harness::runtime::process::run_bounded(cmd, std::time::Duration::from_millis(500));
     assert!(finished.timed_out);
     assert!(finished.status.is_none());
     assert_eq!(finished.stdout, "started\n");
@@ -535,7 +512,7 @@ checker done
 NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.
 smi_exit=9
 ";
-    let report = runtime_support::report::CheckerReport::parse(stdout, "");
+    let report = harness::runtime::report::CheckerReport::parse(stdout, "");
     assert!(report.complete);
     let gpu_nodes = report.gpu_nodes();
     assert_eq!(gpu_nodes.keys().copied().collect::<Vec<_>>(), [2, 3]);

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::common::project::{hook_binary, repo};
 use crate::docs;
+use harness::project::{hook_binary, repo};
 
 /// The version Cargo.toml gives the packages.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

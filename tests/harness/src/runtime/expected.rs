@@ -3,8 +3,8 @@
 //! the versions libcuda must answer with, and where the template image
 //! takes the libraries. Reads `host.json` only; judges nothing.
 
-use crate::common::json::s;
-use crate::common::simhost::SimHost;
+use crate::json::s;
+use crate::simhost::SimHost;
 
 use super::oci_config::NVIDIA_MAJOR;
 
@@ -19,12 +19,8 @@ pub struct Gpu {
     /// Its device minor: `/dev/nvidia<minor>`.
     pub minor: u32,
     /// `GPU-<uuid>`.
-    // Read by the suites that select GPUs by UUID or bus id (runtimes.rs);
-    // load.rs and rootless.rs select them by index.
-    #[allow(dead_code)]
     pub uuid: String,
     /// Its PCI bus id.
-    #[allow(dead_code)]
     pub bus: String,
 }
 

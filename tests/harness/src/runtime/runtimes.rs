@@ -10,9 +10,6 @@ use std::process::Command;
 use super::oci_config::path_str;
 
 /// A runtime, set up the way it works on these machines (TESTBED.md).
-// Each suite runs the runtimes it is about (requests.rs only runc v1,
-// faults.rs only runc v2); the list of runtimes is the harness's.
-#[allow(dead_code)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runtime {
     /// runc on the host's hybrid hierarchy: the v1 devices controller.

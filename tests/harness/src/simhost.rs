@@ -21,14 +21,8 @@ pub struct SimHost {
     /// The fixture's top directory.
     pub dir: PathBuf,
     /// Its `config.toml`, pointing the hook at it.
-    // Read by every suite that runs the hook; ldcache_ldconfig.rs reads
-    // only the fixture's files.
-    #[allow(dead_code)]
     pub config: PathBuf,
     /// What the builder says it made.
-    // Read by every suite that asks what the host has; faults.rs and
-    // ldcache_ldconfig.rs do not ask.
-    #[allow(dead_code)]
     pub host: Value,
 }
 
@@ -47,9 +41,7 @@ fn fixture_root() -> PathBuf {
         .expect("test binary name")
         .to_string_lossy()
         .into_owned();
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("simhosts")
-        .join(name)
+    crate::project::target_tmpdir().join("simhosts").join(name)
 }
 
 impl SimHost {
@@ -138,8 +130,6 @@ impl SimHost {
     }
 
     /// A path inside the fixture.
-    // hostile.rs compares the whole fixture (`dir`) and names no path in it.
-    #[allow(dead_code)]
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)
     }

@@ -8,7 +8,7 @@
 
 use super::expected::{cuda_version, driver_version, NodeSpec, LIB_DIR};
 use super::run::Run;
-use crate::common::simhost::SimHost;
+use crate::simhost::SimHost;
 
 /// nvidia-smi's message when it found libnvidia-ml but no kernel driver:
 /// proof that the injected binary and library work together.
