@@ -21,20 +21,20 @@ use harness::mounts::{assert_mounts_unchanged, host_mounts};
 use harness::runtime::bundle::{template_rootfs, work_root, write_hook_config};
 use harness::runtime::cleanup::cgroup_dirs;
 use harness::runtime::daemons::{DaemonSetup, Daemons};
-use harness::runtime::expected::{gpus, node_specs, uvm_major, Gpu};
+use harness::runtime::expected::node_specs;
 use harness::runtime::host_state::{listing_diff, tree_listing};
 use harness::runtime::injected::{assert_injected, Expected};
 use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT, NVIDIA_MAJOR};
 use harness::runtime::process::Finished;
 use harness::runtime::run::{serial, Run, RunFiles};
 use harness::runtime::runtimes::Runtime;
-use harness::simhost::SimHost;
+use harness::simhost::{Fixture, GpuFacts, SimHost};
 
 /// The image every container runs: the template rootfs, imported.
 const IMAGE: &str = "onh-gpu:test";
 
 fn host() -> SimHost {
-    SimHost::shared("real", 4, "new")
+    SimHost::shared(Fixture::real(4))
 }
 
 /// The daemons for one test, with our binary on their PATH as NVIDIA's
@@ -221,8 +221,10 @@ fn etc_listing() -> std::collections::BTreeMap<PathBuf, String> {
     tree_listing(Path::new("/etc"))
 }
 
-fn gpu(host: &SimHost, index: u32) -> Gpu {
-    gpus(host)
+fn gpu(host: &SimHost, index: u32) -> GpuFacts {
+    host.facts
+        .gpus
+        .clone()
         .into_iter()
         .find(|g| g.index == index)
         .unwrap_or_else(|| panic!("no GPU {index}"))
@@ -290,7 +292,7 @@ fn docker_gpus_forms() {
     let run = docker.run("utility", &["--gpus", "all,capabilities=utility"], &[]);
     run.assert_completed();
     let ctx = run.describe();
-    let uvm = uvm_major(&host);
+    let uvm = host.facts.uvm_major;
     assert!(
         run.report
             .nodes

@@ -15,11 +15,14 @@ use serde_json::Value;
 
 use harness::host_root::{checks_with, HostRoot, HOOKS_D};
 use harness::project::hook_binary;
-use harness::simhost::SimHost;
+use harness::simhost::{Fixture, SimHost};
 
 /// A 2-GPU synthetic host whose loader finds the running driver first.
+const GPU_HOST: Fixture = Fixture::synthetic(2).stale_last();
+
+/// A [`GPU_HOST`] of its own, named `name`.
 fn gpu_host(name: &str) -> SimHost {
-    SimHost::fresh_with(name, "synthetic", 2, "new", &["--stale-last"])
+    SimHost::fresh(name, GPU_HOST)
 }
 
 /// A healthy host root `name` on a GPU host of its own, for a test that
@@ -31,7 +34,7 @@ fn host(name: &str) -> HostRoot {
 /// A healthy host root `name` on the GPU host the tests that leave it as
 /// it is share.
 fn shared_host(name: &str) -> HostRoot {
-    HostRoot::healthy(SimHost::shared_named("shared-stale-last", gpu_host), name)
+    HostRoot::healthy(SimHost::shared(GPU_HOST), name)
 }
 
 /// The one failing check of `report`, as (layer, name, found, remedy);
@@ -130,7 +133,7 @@ fn missing_nvidia_uvm_node_fails_naming_nvidia_modprobe() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn node_with_the_wrong_major_fails_naming_both_numbers() {
     let host = host("wrong-major");
-    let minor = host.sim.host["gpus"][0]["minor"].as_u64().unwrap();
+    let minor = host.sim.facts.gpus[0].minor;
     let node = host.sim.path(&format!("devroot/dev/nvidia{minor}"));
     fs::remove_file(&node).unwrap();
     let status = Command::new("mknod")
@@ -159,10 +162,7 @@ fn node_with_the_wrong_major_fails_naming_both_numbers() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn missing_libcuda_fails_naming_the_driver_to_install() {
     let host = host("no-libcuda");
-    let libcuda = host.sim.host["libraries"]["libcuda.so.1"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let libcuda = host.sim.facts.libraries["libcuda.so.1"].clone();
     fs::remove_file(&libcuda).unwrap();
     let (report, code) = host.report(&[]);
     assert_eq!(code, 1);
@@ -182,7 +182,7 @@ fn missing_libcuda_fails_naming_the_driver_to_install() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn stale_470_nvml_first_in_the_cache_fails_the_loader_check() {
     // simhost's default: the 470 driver's libraries listed first.
-    let host = HostRoot::healthy(SimHost::shared("synthetic", 2, "new"), "stale-first");
+    let host = HostRoot::healthy(SimHost::shared(Fixture::synthetic(2)), "stale-first");
     let (report, code) = host.report(&[]);
     assert_eq!(code, 1);
     let (layer, name, found, remedy) = the_failure(&report);
@@ -541,8 +541,8 @@ fn run_sees_the_gpus_and_leaves_nothing(name: &str, v2: bool) {
     );
     assert_eq!(get("device nodes").1, "ok", "{checks:#?}");
     let mut nodes = vec!["nvidiactl ENXIO".to_string(), "nvidia-uvm ENXIO".into()];
-    for gpu in host.sim.host["gpus"].as_array().unwrap() {
-        nodes.push(format!("nvidia{} ENXIO", gpu["minor"]));
+    for gpu in &host.sim.facts.gpus {
+        nodes.push(format!("nvidia{} ENXIO", gpu.minor));
     }
     for node in &nodes {
         holds(&get("device nodes").2, &[node]);
@@ -714,10 +714,7 @@ fn host_smi_runs_the_hosts_nvidia_smi_and_fails_with_its_message() {
     holds(&smi[0].2, &["nvidia-smi ran"]);
     // The synthetic host's nvidia-smi is the real file behind its
     // alternatives link; an ELF that fails stands in for a broken one.
-    let real = host.sim.host["binaries"]["nvidia-smi"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let real = host.sim.facts.binaries["nvidia-smi"].clone();
     fs::remove_file(&real).unwrap();
     fs::copy("/bin/false", &real).unwrap();
     let (report, code) = host.report(&["--host-smi"]);

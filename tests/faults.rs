@@ -14,7 +14,7 @@ use harness::runtime::prepared::prepare;
 use harness::runtime::process::run_bounded;
 use harness::runtime::run::{serial, RUN_LIMIT};
 use harness::runtime::runtimes::Runtime;
-use harness::simhost::SimHost;
+use harness::simhost::{Fixture, SimHost};
 use serde_json::Value;
 
 /// A wrapper that runs a program with `bpf(2)` failing with EPERM (seccomp),
@@ -64,7 +64,7 @@ fn build_wrapper(dir: &Path) -> String {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn refused_bpf_calls_stop_the_container_with_a_clear_error() {
     let serial = serial();
-    let host = SimHost::shared("synthetic", 2, "new");
+    let host = SimHost::shared(Fixture::synthetic(2));
     let prepared = prepare(
         &serial,
         &Scenario {

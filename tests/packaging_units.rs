@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use harness::cli::hook;
 use harness::project::{hook_binary, repo};
-use harness::simhost::{require_root, SimHost};
+use harness::simhost::{require_root, Fixture, SimHost};
 
 /// The service that regenerates the spec.
 const SERVICE: &str = "oci-nvidia-hook-cdi.service";
@@ -275,7 +275,7 @@ fn the_udev_rule_and_the_units_name_each_other() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn exec_start_writes_the_spec_runtimes_read_from_the_simulated_host() {
-    let sim = SimHost::shared("synthetic", 8, "new");
+    let sim = SimHost::shared(Fixture::synthetic(8));
     let argv = exec_start(&shipped(SERVICE));
     assert_eq!(argv[0], PACKAGED_BINARY);
     let at = argv
@@ -499,7 +499,7 @@ fn systemd_skips_the_service_without_a_driver_and_runs_it_when_ldconfig_rewrites
         std::process::id()
     )));
     fs::create_dir_all(&out_dir.0).unwrap();
-    let sim = SimHost::fresh_at(&out_dir.0.join("host"), "synthetic", 8, "new", &[]);
+    let sim = SimHost::fresh_at(&out_dir.0.join("host"), Fixture::synthetic(8));
     let binary = out_dir.0.join("oci-nvidia-hook");
     fs::copy(hook_binary(), &binary).unwrap();
     let dir = tempfile::tempdir_in(&out_dir.0).unwrap();

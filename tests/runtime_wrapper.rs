@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use harness::project::hook_binary;
-use harness::simhost::SimHost;
+use harness::simhost::{Fixture, SimHost};
 
 /// A bundle, a config pointing at the simulated host with a recording
 /// runtime, and where that runtime writes its argv.
@@ -86,7 +86,7 @@ impl Setup {
 }
 
 fn sim() -> SimHost {
-    SimHost::shared("synthetic", 2, "new")
+    SimHost::shared(Fixture::synthetic(2))
 }
 
 fn strings(args: &[&str]) -> Vec<String> {
@@ -124,7 +124,7 @@ fn a_gpu_spec_is_edited_once_and_the_runtime_gets_the_arguments_unchanged() {
 
     let edited = setup.spec();
     let spec: serde_json::Value = serde_json::from_slice(&edited).unwrap();
-    let minor = sim.host["gpus"][1]["minor"].as_u64().unwrap();
+    let minor = sim.facts.gpus[1].minor;
     assert!(
         spec["linux"]["devices"]
             .to_string()

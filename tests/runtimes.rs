@@ -19,12 +19,12 @@ use std::path::Path;
 use harness::mounts::{assert_mounts_unchanged, host_mounts};
 use harness::runtime::bundle::{template_rootfs, Hook, Scenario};
 use harness::runtime::container::run;
-use harness::runtime::expected::{gpus, node_specs, Gpu, LIB_DIR};
+use harness::runtime::expected::{node_specs, LIB_DIR};
 use harness::runtime::host_state::{listing_diff, tree_listing};
 use harness::runtime::injected::{assert_injected, Expected};
 use harness::runtime::run::{serial, Run, Serial};
 use harness::runtime::runtimes::Runtime;
-use harness::simhost::SimHost;
+use harness::simhost::{Fixture, GpuFacts, SimHost};
 
 const ALL_RUNTIMES: [Runtime; 5] = [
     Runtime::RuncV1,
@@ -35,7 +35,7 @@ const ALL_RUNTIMES: [Runtime; 5] = [
 ];
 
 fn host() -> SimHost {
-    SimHost::shared("real", 4, "new")
+    SimHost::shared(Fixture::real(4))
 }
 
 /// One container run of `scenario` with `runtime`.
@@ -100,7 +100,7 @@ fn assert_decoys_denied(run: &Run, decoy_minors: &[u32]) {
 /// nodes, for compute), the device cgroup allowed them and denies every
 /// other GPU's node it has, and the driver's libraries and nvidia-smi work
 /// through the image's own loader.
-fn assert_gpus_injected(run: &Run, host: &SimHost, selected: &[&Gpu]) {
+fn assert_gpus_injected(run: &Run, host: &SimHost, selected: &[&GpuFacts]) {
     let minors: Vec<u32> = selected.iter().map(|g| g.minor).collect();
     let nodes = node_specs(host, &minors);
     assert_injected(
@@ -208,7 +208,7 @@ fn without_hook(runtime: Runtime) {
 fn gpu_by_index(runtime: Runtime) {
     let serial = serial();
     let host = host();
-    let gpus = gpus(&host);
+    let gpus = host.facts.gpus.clone();
     let gpu = gpus.iter().find(|g| g.index == 1).expect("GPU index 1");
     assert_ne!(
         gpu.minor, 1,
@@ -263,7 +263,7 @@ fn visible_devices_void(runtime: Runtime) {
 fn all_gpus(runtime: Runtime) {
     let serial = serial();
     let host = host();
-    let gpus = gpus(&host);
+    let gpus = host.facts.gpus.clone();
     let run = run_container(
         &serial,
         &host,
@@ -272,7 +272,7 @@ fn all_gpus(runtime: Runtime) {
         &[("NVIDIA_VISIBLE_DEVICES", "all")],
         Hook::Prestart,
     );
-    let all: Vec<&Gpu> = gpus.iter().collect();
+    let all: Vec<&GpuFacts> = gpus.iter().collect();
     assert_eq!(all.len(), 4);
     assert_gpus_injected(&run, &host, &all);
 }
@@ -319,7 +319,7 @@ per_runtime!(all_gpus: runc_v1 => RuncV1, runc_v2 => RuncV2);
 fn uuid_and_bus_id_runc_v1() {
     let serial = serial();
     let host = host();
-    let gpus = gpus(&host);
+    let gpus = host.facts.gpus.clone();
     let (by_uuid, by_bus) = (&gpus[2], &gpus[3]);
     let list = format!("{},{}", by_uuid.uuid, by_bus.bus);
     let run = run_container(
@@ -368,7 +368,7 @@ per_runtime!(unknown_device: runc_v1 => RuncV1, crun_v1 => CrunV1, podman => Pod
 fn restart_on_same_rootfs(runtime: Runtime) {
     let serial = serial();
     let host = host();
-    let gpus = gpus(&host);
+    let gpus = host.facts.gpus.clone();
     let gpu = gpus.iter().find(|g| g.index == 1).expect("GPU index 1");
     let mut runs = Vec::new();
     for attempt in 0..2 {

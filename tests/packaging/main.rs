@@ -48,13 +48,13 @@ use harness::project::{hook_binary, repo};
 use harness::runtime::bundle::{copy_template, template_rootfs, work_root, write_hook_config};
 use harness::runtime::cleanup::{remove_tree_safely, Cleanup};
 use harness::runtime::daemons::{DaemonSetup, Daemons};
-use harness::runtime::expected::{gpus, node_specs};
+use harness::runtime::expected::node_specs;
 use harness::runtime::injected::{assert_injected, Expected as Injected};
 use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT};
 use harness::runtime::process::run_bounded;
 use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
 use harness::runtime::runtimes::{podman_run_args, Runtime};
-use harness::simhost::{require_root, SimHost};
+use harness::simhost::{require_root, Fixture, SimHost};
 use oci_nvidia_hook::cli::Cli;
 use oci_nvidia_hook::config::Config;
 
@@ -69,7 +69,7 @@ const ENABLED_LINKS: [&str; 2] = [
 ];
 
 fn sim() -> SimHost {
-    SimHost::shared("real", 4, "new")
+    SimHost::shared(Fixture::real(4))
 }
 
 /// Panics naming the Debian package when `tool` is not on PATH.
@@ -675,7 +675,7 @@ fn docker_with_packaged_link(host: &SimHost, log: &Path) -> Run {
 
 /// Every GPU of the host injected, through the real 535 libraries.
 fn assert_all_gpus(run: &Run, host: &SimHost) {
-    let minors: Vec<u32> = gpus(host).iter().map(|g| g.minor).collect();
+    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
     assert_injected(
         run,
         host,
