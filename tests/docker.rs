@@ -1,6 +1,6 @@
 //! Docker's `--gpus` and containerd's `ctr run --gpus`, with stock runc and
 //! no NVIDIA package: real dockerd 20.10 and containerd 1.6 (Debian's
-//! docker.io), started and stopped by the tests (runtime_support/daemons.rs),
+//! docker.io), started and stopped by the tests (harness::runtime::daemons),
 //! find this binary under NVIDIA's names on their PATH:
 //! `nvidia-container-runtime-hook prestart` for Docker, and
 //! `nvidia-container-cli … configure --pid=… ROOTFS` through `containerd

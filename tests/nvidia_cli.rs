@@ -11,7 +11,7 @@
 //!
 //! NVIDIA's CLI has no config option, so the tests put the simulated host's
 //! config at the default path with an overlay on `/etc` in a private mount
-//! namespace (tests/common/nvidia_cli.rs); the host's `/etc` is untouched.
+//! namespace (harness::nvidia_cli); the host's `/etc` is untouched.
 //!
 //! Run as root: `cargo test --features _test_as_root --test nvidia_cli`.
 

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use harness::cli::hook;
 use harness::project::{hook_binary, repo};
+use harness::runtime::runtimes::find_tool;
 use harness::simhost::{require_root, Fixture, SimHost};
 
 /// The service that regenerates the spec.
@@ -49,13 +50,9 @@ fn shipped(unit: &str) -> String {
 
 /// The path of `tool` on PATH; panics naming the package when it is missing.
 fn require_tool(tool: &str, package: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(tool))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!("{tool} is missing: this check needs it (Debian package {package})")
-        })
+    find_tool(tool).unwrap_or_else(|| {
+        panic!("{tool} is missing: this check needs it (Debian package {package})")
+    })
 }
 
 /// The values of `key` in `[section]` of a unit file, in order.
