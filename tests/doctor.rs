@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use harness::host_root::{checks_with, HostRoot, HOOKS_D};
+use harness::host_root::{checks_with, Check, HostRoot, HOOKS_D};
 use harness::project::hook_binary;
 use harness::simhost::{Fixture, SimHost};
 
@@ -42,7 +42,13 @@ fn shared_host(name: &str) -> HostRoot {
 fn the_failure(report: &Value) -> (String, String, String, String) {
     let failed = checks_with(report, "fail");
     assert_eq!(failed.len(), 1, "one failing check expected: {failed:#?}");
-    failed.into_iter().next().unwrap()
+    let Check {
+        layer,
+        name,
+        found,
+        remedy,
+    } = failed.into_iter().next().unwrap();
+    (layer, name, found, remedy)
 }
 
 /// Asserts `text` holds every one of `needles`.
@@ -175,7 +181,10 @@ fn missing_libcuda_fails_naming_the_driver_to_install() {
     holds(&remedy, &["535.261.03", "ldconfig"]);
     // Its CUDA version cannot be asked; that is a consequence, not a second fault.
     let warned = checks_with(&report, "warn");
-    assert!(warned.iter().any(|w| w.1 == "CUDA version"), "{warned:?}");
+    assert!(
+        warned.iter().any(|w| w.name == "CUDA version"),
+        "{warned:?}"
+    );
 }
 
 #[test]
@@ -209,9 +218,14 @@ fn hooks_d_file_pointing_at_a_missing_binary_fails() {
     let (report, code) = host.report(&[]);
     assert_eq!(code, 1);
     let failed = checks_with(&report, "fail");
-    let hooks: Vec<_> = failed.iter().filter(|f| f.1 == "hooks.d").collect();
+    let hooks: Vec<_> = failed.iter().filter(|f| f.name == "hooks.d").collect();
     assert_eq!(hooks.len(), 1, "{failed:#?}");
-    let (layer, _, found, remedy) = hooks[0];
+    let Check {
+        layer,
+        found,
+        remedy,
+        ..
+    } = hooks[0];
     assert_eq!(layer, "wiring");
     holds(
         found,
@@ -220,7 +234,9 @@ fn hooks_d_file_pointing_at_a_missing_binary_fails() {
     holds(remedy, &["make install"]);
     // Nothing else reaches the hook now: that follows from the same fault.
     assert!(
-        failed.iter().all(|f| f.1 == "hooks.d" || f.1 == "wired"),
+        failed
+            .iter()
+            .all(|f| f.name == "hooks.d" || f.name == "wired"),
         "{failed:#?}"
     );
 }
@@ -361,13 +377,13 @@ fn cuda_12_6_image_on_the_535_host_names_the_driver_it_needs() {
     );
     // The ceiling: a newer minor, which minor version compatibility runs.
     let warned = checks_with(&report, "warn");
-    let ceiling: Vec<_> = warned.iter().filter(|w| w.1 == "CUDA ceiling").collect();
+    let ceiling: Vec<_> = warned.iter().filter(|w| w.name == "CUDA ceiling").collect();
     assert_eq!(ceiling.len(), 1, "{warned:#?}");
     holds(
-        &ceiling[0].2,
+        &ceiling[0].found,
         &["12.6", "cuda_cudart 12.6.77", "535.261.03", "CUDA 12.2"],
     );
-    holds(&ceiling[0].3, &["560.28.03", "forward compatibility"]);
+    holds(&ceiling[0].remedy, &["560.28.03", "forward compatibility"]);
 }
 
 #[test]
@@ -427,9 +443,9 @@ fn a_broken_config_is_a_finding_and_the_rest_still_runs() {
     assert_eq!(out.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let failed = checks_with(&report, "fail");
-    let config: Vec<_> = failed.iter().filter(|f| f.1 == "config").collect();
+    let config: Vec<_> = failed.iter().filter(|f| f.name == "config").collect();
     assert_eq!(config.len(), 1, "{failed:#?}");
-    holds(&config[0].2, &["bad.toml", "no-such-key"]);
+    holds(&config[0].found, &["bad.toml", "no-such-key"]);
     // The wiring layer still ran.
     assert!(report["checks"]
         .as_array()
@@ -665,7 +681,12 @@ fn systemd_with_a_hook_warns_about_daemon_reload_and_names_cdi() {
     assert_eq!(code, 0, "a warning is not a failure: {report:#}");
     let warned = checks_with(&report, "warn");
     assert_eq!(warned.len(), 1, "{warned:#?}");
-    let (layer, name, found, remedy) = &warned[0];
+    let Check {
+        layer,
+        name,
+        found,
+        remedy,
+    } = &warned[0];
     assert_eq!((layer.as_str(), name.as_str()), ("wiring", "systemd"));
     holds(found, &["daemon-reload", "Failed to initialize NVML"]);
     holds(remedy, &["cdi generate", "nvidia.com/gpu=all"]);
@@ -686,9 +707,9 @@ fn containerd_without_enable_cdi_warns_when_specs_exist() {
     host.cdi_spec("var/run/cdi/nvidia.yaml");
     let (report, _) = host.report(&[]);
     let warned = checks_with(&report, "warn");
-    let containerd: Vec<_> = warned.iter().filter(|w| w.1 == "containerd").collect();
+    let containerd: Vec<_> = warned.iter().filter(|w| w.name == "containerd").collect();
     assert_eq!(containerd.len(), 1, "{warned:#?}");
-    holds(&containerd[0].3, &["enable_cdi = true"]);
+    holds(&containerd[0].remedy, &["enable_cdi = true"]);
     // Set, it passes.
     fs::write(
         &config,
@@ -708,10 +729,10 @@ fn host_smi_runs_the_hosts_nvidia_smi_and_fails_with_its_message() {
     assert_eq!(code, 0, "{report:#}");
     let smi: Vec<_> = checks_with(&report, "ok")
         .into_iter()
-        .filter(|c| c.1 == "nvidia-smi -L")
+        .filter(|c| c.name == "nvidia-smi -L")
         .collect();
     assert_eq!(smi.len(), 1, "{report:#}");
-    holds(&smi[0].2, &["nvidia-smi ran"]);
+    holds(&smi[0].found, &["nvidia-smi ran"]);
     // The synthetic host's nvidia-smi is the real file behind its
     // alternatives link; an ELF that fails stands in for a broken one.
     let real = host.sim.facts.binaries["nvidia-smi"].clone();

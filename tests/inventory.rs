@@ -3,18 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use harness::json::s;
+use harness::info::Info;
 use harness::simhost::{CacheFormat, Fixture, SimHost};
 use oci_nvidia_hook::driver::catalog;
-use serde_json::Value;
 
-fn libraries_by_soname(info: &Value, arch: &str) -> BTreeMap<String, String> {
-    info["libraries"]
-        .as_array()
-        .expect("libraries array")
+fn libraries_by_soname(info: &Info, arch: &str) -> BTreeMap<String, String> {
+    info.libraries
         .iter()
-        .filter(|l| l["arch"] == arch)
-        .map(|l| (s(l, "/soname").to_string(), s(l, "/path").to_string()))
+        .filter(|l| l.arch == arch)
+        .map(|l| (l.soname.clone(), l.path.clone()))
         .collect()
 }
 
@@ -28,35 +25,34 @@ fn expected_libraries(libraries: &BTreeMap<String, String>) -> BTreeMap<String, 
 }
 
 fn check_inventory(sim: &SimHost) {
-    let info = sim.json(&["info", "--json"]);
+    let info = sim.info();
     let host = &sim.facts;
-    assert_eq!(info["driver_version"], host.driver_version);
-    assert_eq!(info["cuda_driver_version"], host.cuda_version);
-    assert_eq!(info["cuda_version"], "12.2");
+    assert_eq!(info.driver_version, host.driver_version);
+    assert_eq!(info.cuda_driver_version, Some(host.cuda_version));
+    assert_eq!(info.cuda_version.as_deref(), Some("12.2"));
 
     // GPUs: index is PCI bus order, and each keeps its own minor, UUID and model.
-    let gpus = info["gpus"].as_array().unwrap();
+    let gpus = &info.gpus;
     let want = &host.gpus;
     assert_eq!(gpus.len(), want.len());
     for (got, want) in gpus.iter().zip(want) {
-        assert_eq!(got["index"], want.index, "GPU field index");
-        assert_eq!(got["minor"], want.minor, "GPU field minor");
-        assert_eq!(got["bus"], want.bus, "GPU field bus");
-        assert_eq!(got["uuid"], want.uuid, "GPU field uuid");
-        assert_eq!(got["model"], want.model, "GPU field model");
+        assert_eq!(got.index, want.index, "GPU field index");
+        assert_eq!(got.minor, want.minor, "GPU field minor");
+        assert_eq!(got.bus, want.bus, "GPU field bus");
+        assert_eq!(got.uuid, want.uuid, "GPU field uuid");
+        assert_eq!(got.model, want.model, "GPU field model");
     }
 
     // Every node checked and fine, with NVIDIA's majors.
-    for node in info["nodes"].as_array().unwrap() {
-        assert_eq!(node["state"]["state"], "ok", "{node}");
+    for node in &info.nodes {
+        assert_eq!(node.state.state, "ok", "{node:?}");
     }
-    let uvm = info["nodes"]
-        .as_array()
-        .unwrap()
+    let uvm = info
+        .nodes
         .iter()
-        .find(|n| n["path"] == "/dev/nvidia-uvm")
+        .find(|n| n.path == "/dev/nvidia-uvm")
         .unwrap();
-    assert_eq!(uvm["major"], host.uvm_major);
+    assert_eq!(uvm.major, host.uvm_major);
 
     // Exactly the running driver's libraries, never the stale ones listed first.
     assert_eq!(
@@ -67,27 +63,17 @@ fn check_inventory(sim: &SimHost) {
         libraries_by_soname(&info, "i386"),
         expected_libraries(&host.libraries32)
     );
-    let text = info.to_string();
+    let text = &info.text;
     for stale in &host.stale_libraries {
         assert!(!text.contains(stale.as_str()), "stale {stale} used");
     }
 
     // Binaries found through their /etc/alternatives chains, as real files.
-    let binaries: Vec<&str> = info["binaries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| s(b, "/path"))
-        .collect();
+    let binaries: Vec<&str> = info.binaries.iter().map(|b| b.path.as_str()).collect();
     for (name, path) in &host.binaries {
         assert!(binaries.contains(&path.as_str()), "{name}: {binaries:?}");
     }
-    let firmware: Vec<&str> = info["firmware"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| s(f, "/path"))
-        .collect();
+    let firmware: Vec<&str> = info.firmware.iter().map(|f| f.path.as_str()).collect();
     let want_fw: Vec<&str> = host.firmware.iter().map(String::as_str).collect();
     assert_eq!(firmware, want_fw);
 }
@@ -113,25 +99,15 @@ fn every_cache_format_gives_the_same_inventory() {
 fn sixteen_gpus_are_indexed_in_bus_order() {
     let sim = SimHost::shared(Fixture::synthetic(16));
     check_inventory(&sim);
-    let info = sim.json(&["info", "--json"]);
-    let buses: Vec<&str> = info["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| s(g, "/bus"))
-        .collect();
+    let info = sim.info();
+    let buses: Vec<&str> = info.gpus.iter().map(|g| g.bus.as_str()).collect();
     let mut sorted = buses.clone();
     sorted.sort();
     assert_eq!(buses, sorted);
-    let minors: Vec<u64> = info["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["minor"].as_u64().unwrap())
-        .collect();
+    let minors: Vec<u32> = info.gpus.iter().map(|g| g.minor).collect();
     assert_ne!(
         minors,
-        (0..16).collect::<Vec<u64>>(),
+        (0..16).collect::<Vec<u32>>(),
         "fixture must not make minors equal indices"
     );
 }
@@ -142,14 +118,13 @@ fn real_nvidia_535_host_inventory_matches_fixture() {
     let sim = SimHost::shared(Fixture::real(4));
     check_inventory(&sim);
     // The CUDA version came from NVIDIA's own libcuda.so.535.261.03.
-    let info = sim.json(&["info", "--json"]);
-    let libcuda = info["libraries"]
-        .as_array()
-        .unwrap()
+    let info = sim.info();
+    let libcuda = info
+        .libraries
         .iter()
-        .find(|l| l["soname"] == "libcuda.so.1" && l["arch"] == "x86_64")
+        .find(|l| l.soname == "libcuda.so.1" && l.arch == "x86_64")
         .unwrap();
-    assert!(s(libcuda, "/path").ends_with("/libcuda.so.535.261.03"));
+    assert!(libcuda.path.ends_with("/libcuda.so.535.261.03"));
 }
 
 #[test]

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod compat;
 pub mod direct;
 pub mod host_root;
+pub mod info;
 pub mod json;
 pub mod ldconfig;
 pub mod mounts;
