@@ -416,7 +416,7 @@ fn rootless_user() -> (u32, u32) {
 
 /// Where Podman's bundles live: apart from tests/runtimes.rs's.
 fn podman_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
+    harness::project::target_tmpdir()
         .join("rootless")
         .join(name)
 }

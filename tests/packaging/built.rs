@@ -5,7 +5,7 @@
 //! "previous build", the same tree at a lower version, to upgrade from.
 //! Writes only under the target directory.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -78,7 +78,7 @@ pub fn previous() -> &'static Built {
 
 /// Where this binary keeps its packages and docs.
 pub fn work_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("packaging")
+    harness::project::target_tmpdir().join("packaging")
 }
 
 fn build(name: &str, version: Option<&str>, formats: &[&str]) -> Built {
