@@ -89,7 +89,7 @@ fuzz:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --locked --all-targets --features _test_as_root -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets --features _test_as_root -- -D warnings
 
 # The binary, its hooks.d file, and the links under NVIDIA's names that
 # Docker's --gpus (nvidia-container-runtime-hook, looked up on dockerd's

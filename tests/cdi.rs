@@ -6,28 +6,17 @@
 //! spec where it is, and agrees with the schema; bad input is one line on
 //! stderr and leaves no file behind.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cdi_schema;
-    pub mod cli;
-    pub mod json;
-    pub mod mig;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 
-use common::cdi_schema::{schema_dir, schema_errors};
-use common::cli::hook;
-use common::json::s;
-use common::project::hook_binary;
-use common::refusal::failure;
-use common::simhost::SimHost;
+use harness::cdi_schema::{schema_dir, schema_errors};
+use harness::cli::hook;
+use harness::json::s;
+use harness::project::hook_binary;
+use harness::refusal::failure;
+use harness::simhost::{Driver, Fixture, GpuFacts, SimHost};
 use oci_nvidia_hook::cdi::spec::{required_version, Spec, VERSIONS};
 
 /// The highest cdiVersion Podman 4.3.1 (Debian 12's) accepts.
@@ -137,14 +126,12 @@ fn device<'a>(spec: &'a Value, name: &str) -> &'a Value {
 
 /// The 535 real-flavour 4-GPU host, shared by this suite.
 fn real() -> SimHost {
-    SimHost::shared("real", 4, "new")
+    SimHost::shared(Fixture::real(4))
 }
 
 /// A host whose running driver is 470.256.02.
 fn host_470() -> SimHost {
-    SimHost::shared_named("shared-470", |name| {
-        SimHost::fresh_with(name, "synthetic", 2, "new", &["--driver", "470"])
-    })
+    SimHost::shared(Fixture::synthetic(2).driver(Driver::R470))
 }
 
 /// A config whose procfs has no NVIDIA driver.
@@ -174,7 +161,10 @@ fn listing(dir: &Path) -> Vec<String> {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn generated_specs_validate_against_the_cdi_schema_in_yaml_and_json() {
     let out = tempfile::tempdir().unwrap();
-    for (sim, host) in [(real(), "real"), (SimHost::shared_mig(2), "mig")] {
+    for (sim, host) in [
+        (real(), "real"),
+        (SimHost::shared(Fixture::synthetic(2).mig()), "mig"),
+    ] {
         for format in ["yaml", "json"] {
             let file = generate_to(
                 &sim,
@@ -236,15 +226,15 @@ fn generated_specs_validate_against_the_cdi_schema_in_yaml_and_json() {
 fn every_gpu_is_named_by_index_and_uuid_with_its_own_node() {
     let sim = real();
     let spec = parse(&sim.stdout(&["cdi", "generate", "--output", "-"]));
-    let dev = format!("{}/dev", s(&sim.host, "/dev_root"));
-    let mut gpus: Vec<&Value> = items(&sim.host, "/gpus").iter().collect();
-    gpus.sort_by_key(|g| g["index"].as_u64());
+    let dev = format!("{}/dev", sim.facts.dev_root);
+    let mut gpus: Vec<&GpuFacts> = sim.facts.gpus.iter().collect();
+    gpus.sort_by_key(|g| g.index);
     assert_eq!(gpus.len(), 4);
 
     let mut expected: Vec<String> = Vec::new();
     for gpu in &gpus {
-        expected.push(gpu["index"].to_string());
-        expected.push(s(gpu, "/uuid").to_string());
+        expected.push(gpu.index.to_string());
+        expected.push(gpu.uuid.clone());
     }
     expected.push("all".into());
     assert_names_listed(&sim, &spec, &expected);
@@ -259,9 +249,9 @@ fn every_gpu_is_named_by_index_and_uuid_with_its_own_node() {
     };
     let mut all = Vec::new();
     for gpu in &gpus {
-        let minor = gpu["minor"].as_u64().unwrap();
+        let minor = u64::from(gpu.minor);
         all.push(node(minor));
-        for name in [gpu["index"].to_string(), s(gpu, "/uuid").to_string()] {
+        for name in [gpu.index.to_string(), gpu.uuid.clone()] {
             assert_eq!(nodes_of(device(&spec, &name)), [node(minor)], "{name}");
         }
     }
@@ -271,7 +261,7 @@ fn every_gpu_is_named_by_index_and_uuid_with_its_own_node() {
     assert_eq!(got_all, all);
 
     // Every container of the spec gets the control nodes.
-    let uvm = sim.host["uvm_major"].as_u64().unwrap();
+    let uvm = u64::from(sim.facts.uvm_major);
     let common = nodes_of(&json!({"containerEdits": spec["containerEdits"]}));
     let control = |name: &str, major: u64, minor: u64| {
         (
@@ -295,36 +285,35 @@ fn every_gpu_is_named_by_index_and_uuid_with_its_own_node() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn mig_devices_are_named_by_position_and_uuid_with_their_caps_nodes() {
-    let sim = SimHost::shared_mig(2);
+    let sim = SimHost::shared(Fixture::synthetic(2).mig());
     let spec = parse(&sim.stdout(&["cdi", "generate", "--output", "-"]));
-    let dev = format!("{}/dev", s(&sim.host, "/dev_root"));
-    let caps = sim.host["caps_major"].as_u64().unwrap();
-    let migs = items(&sim.host, "/mig");
+    let dev = format!("{}/dev", sim.facts.dev_root);
+    let caps = u64::from(sim.facts.caps_major);
+    let migs = &sim.facts.mig;
     assert_eq!(migs.len(), 4, "the MIG host has four MIG devices");
 
     let mut expected: Vec<String> = Vec::new();
-    let mut gpus: Vec<&Value> = items(&sim.host, "/gpus").iter().collect();
-    gpus.sort_by_key(|g| g["index"].as_u64());
+    let mut gpus: Vec<&GpuFacts> = sim.facts.gpus.iter().collect();
+    gpus.sort_by_key(|g| g.index);
     for gpu in &gpus {
-        expected.push(gpu["index"].to_string());
-        expected.push(s(gpu, "/uuid").to_string());
+        expected.push(gpu.index.to_string());
+        expected.push(gpu.uuid.clone());
     }
     for mig in migs {
-        expected.push(format!("{}:{}", mig["gpu"], mig["mig_index"]));
-        expected.push(s(mig, "/uuid").to_string());
+        expected.push(format!("{}:{}", mig.gpu, mig.mig_index));
+        expected.push(mig.uuid.clone());
     }
     expected.push("all".into());
     assert_names_listed(&sim, &spec, &expected);
 
     for mig in migs {
-        let parent = mig["gpu_minor"].as_u64().unwrap();
-        let cap = |which: &str| {
-            let minor = mig[format!("{which}_access_minor")].as_u64().unwrap();
+        let parent = u64::from(mig.gpu_minor);
+        let cap = |minor: u32, node: &str| {
             (
                 format!("/dev/nvidia-caps/nvidia-cap{minor}"),
-                s(mig, &format!("/{which}_access_node")).to_string(),
+                node.to_string(),
                 caps,
-                minor,
+                u64::from(minor),
             )
         };
         let want = vec![
@@ -334,11 +323,11 @@ fn mig_devices_are_named_by_position_and_uuid_with_their_caps_nodes() {
                 195,
                 parent,
             ),
-            cap("gi"),
-            cap("ci"),
+            cap(mig.gi_access_minor, &mig.gi_access_node),
+            cap(mig.ci_access_minor, &mig.ci_access_node),
         ];
-        let position = format!("{}:{}", mig["gpu"], mig["mig_index"]);
-        for name in [position.as_str(), s(mig, "/uuid")] {
+        let position = format!("{}:{}", mig.gpu, mig.mig_index);
+        for name in [position.as_str(), &mig.uuid] {
             assert_eq!(nodes_of(device(&spec, name)), want, "{name}");
         }
     }
@@ -349,7 +338,7 @@ fn mig_devices_are_named_by_position_and_uuid_with_their_caps_nodes() {
 fn validate_calls_a_spec_made_for_another_driver_stale() {
     let sim = real();
     let dir = tempfile::tempdir().unwrap();
-    let running = s(&sim.host, "/driver_version");
+    let running = sim.facts.driver_version.as_str();
 
     // The recorded version edited, as if the driver had been upgraded since.
     let file = generate_to(&sim, dir.path(), "nvidia.yaml", &[]);
@@ -370,7 +359,7 @@ fn validate_calls_a_spec_made_for_another_driver_stale() {
     let old_file = generate_to(&old, dir.path(), "nvidia-470.json", &[]);
     assert_eq!(
         problems(&sim.config, &old_file),
-        [format!("containerEdits.hooks[0]: stale: made for driver {}, the host runs {running}: run oci-nvidia-hook cdi generate", s(&old.host, "/driver_version"))]
+        [format!("containerEdits.hooks[0]: stale: made for driver {}, the host runs {running}: run oci-nvidia-hook cdi generate", old.facts.driver_version.as_str())]
     );
 
     // Without a driver the check cannot run: one problem saying so.

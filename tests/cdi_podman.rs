@@ -17,51 +17,22 @@
 //! Run as root: `make test`, or
 //! `cargo test --features _test_as_root --test cdi_podman -- --nocapture`.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-// This suite builds its own Podman command line (CDI device names, a
-// private spec directory) from the harness's pieces: the Scenario runner,
-// the config.json writer and runc's command lines are other suites'.
-mod runtime_support {
-    #[allow(dead_code)]
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod expected;
-    pub mod host_state;
-    pub mod injected;
-    #[allow(dead_code)]
-    pub mod oci_config;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    #[allow(dead_code)]
-    pub mod runtimes;
-}
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::project::hook_binary;
-use common::simhost::SimHost;
-use runtime_support::bundle::{copy_template, work_root, write_hook_config, write_hooks_dir};
-use runtime_support::cleanup::{remove_tree_safely, Cleanup};
-use runtime_support::expected::{gpus, node_specs, NodeSpec};
-use runtime_support::host_state::{listing_diff, tree_listing};
-use runtime_support::injected::{assert_injected, Expected};
-use runtime_support::oci_config::{path_str, CONTAINER_SCRIPT};
-use runtime_support::process::run_bounded;
-use runtime_support::run::{serial, Run, RunFiles, RUN_LIMIT};
-use runtime_support::runtimes::{podman_run_args, Runtime};
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::project::hook_binary;
+use harness::runtime::bundle::{copy_template, work_root, write_hook_config, write_hooks_dir};
+use harness::runtime::cleanup::{remove_tree_safely, Cleanup};
+use harness::runtime::expected::{node_specs, NodeSpec};
+use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT};
+use harness::runtime::process::run_bounded;
+use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
+use harness::runtime::runtimes::{podman_run_args, Runtime};
+use harness::simhost::{Fixture, Flavour, SimHost};
 
 /// Where Podman 4.3 reads transient specs; covered by a tmpfs in the run's namespace.
 const SPEC_DIR: &str = "/run/cdi";
@@ -261,7 +232,7 @@ fn run_cdi(case: &CdiRun) -> Run {
 }
 
 fn host() -> SimHost {
-    SimHost::shared("real", 4, "new")
+    SimHost::shared(Fixture::real(4))
 }
 
 /// The container got exactly the GPUs of `minors` (plus the control and
@@ -277,7 +248,7 @@ fn assert_cdi_gpus(run: &Run, host: &SimHost, minors: &[u32], extra_nodes: &[Nod
         host,
         &Expected {
             nodes: &nodes,
-            real_libraries: host.host["flavour"] == "real",
+            real_libraries: host.facts.flavour == Flavour::Real,
         },
     );
     let seen: Vec<u32> = run.report.gpu_nodes().keys().copied().collect();
@@ -293,7 +264,9 @@ fn assert_cdi_gpus(run: &Run, host: &SimHost, minors: &[u32], extra_nodes: &[Nod
 }
 
 fn minor_of_index(host: &SimHost, index: u32) -> u32 {
-    gpus(host)
+    host.facts
+        .gpus
+        .clone()
         .into_iter()
         .find(|g| g.index == index)
         .unwrap_or_else(|| panic!("no GPU {index}"))
@@ -319,7 +292,7 @@ fn podman_takes_a_gpu_by_index() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn podman_takes_a_gpu_by_uuid() {
     let host = host();
-    let gpu = gpus(&host).into_iter().find(|g| g.index == 2).unwrap();
+    let gpu = host.facts.gpus.iter().find(|g| g.index == 2).unwrap();
     let run = run_cdi(&CdiRun {
         name: "uuid",
         host: &host,
@@ -343,7 +316,7 @@ fn podman_takes_all_gpus() {
         hooks: HooksDir::Empty,
         wrapper: false,
     });
-    let minors: Vec<u32> = gpus(&host).iter().map(|g| g.minor).collect();
+    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
     assert_cdi_gpus(&run, &host, &minors, &[]);
 }
 
@@ -351,7 +324,7 @@ fn podman_takes_all_gpus() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn podman_takes_two_devices_named_two_ways() {
     let host = host();
-    let third = gpus(&host).into_iter().find(|g| g.index == 3).unwrap();
+    let third = host.facts.gpus.iter().find(|g| g.index == 3).unwrap();
     let run = run_cdi(&CdiRun {
         name: "two",
         host: &host,
@@ -369,15 +342,14 @@ fn podman_takes_two_devices_named_two_ways() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn podman_takes_a_mig_device() {
-    let host = SimHost::shared_mig(2);
-    let mig = &host.host["mig"][0];
-    let uuid = mig["uuid"].as_str().expect("MIG uuid");
-    let parent = mig["gpu"].as_u64().unwrap() as u32;
-    let caps_major = host.host["caps_major"].as_u64().unwrap() as u32;
-    let caps: Vec<NodeSpec> = ["gi_access_minor", "ci_access_minor"]
-        .iter()
-        .map(|key| {
-            let minor = mig[*key].as_u64().unwrap() as u32;
+    let host = SimHost::shared(Fixture::synthetic(2).mig());
+    let mig = &host.facts.mig[0];
+    let uuid = mig.uuid.as_str();
+    let parent = mig.gpu;
+    let caps_major = host.facts.caps_major;
+    let caps: Vec<NodeSpec> = [mig.gi_access_minor, mig.ci_access_minor]
+        .into_iter()
+        .map(|minor| {
             (
                 format!("/dev/nvidia-caps/nvidia-cap{minor}"),
                 (caps_major, minor),
@@ -394,7 +366,7 @@ fn podman_takes_a_mig_device() {
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, parent)], &caps);
     let log = run.hook_log.as_deref().unwrap_or_default();
-    let (gi, ci) = (mig["gi"].as_u64().unwrap(), mig["ci"].as_u64().unwrap());
+    let (gi, ci) = (u64::from(mig.gi), u64::from(mig.ci));
     assert!(
         log.contains(&format!("mig/gi{gi}/access"))
             && log.contains(&format!("mig/gi{gi}/ci{ci}/access")),

@@ -1,6 +1,6 @@
 //! Docker's `--gpus` and containerd's `ctr run --gpus`, with stock runc and
 //! no NVIDIA package: real dockerd 20.10 and containerd 1.6 (Debian's
-//! docker.io), started and stopped by the tests (runtime_support/daemons.rs),
+//! docker.io), started and stopped by the tests (harness::runtime::daemons),
 //! find this binary under NVIDIA's names on their PATH:
 //! `nvidia-container-runtime-hook prestart` for Docker, and
 //! `nvidia-container-cli … configure --pid=… ROOTFS` through `containerd
@@ -13,59 +13,28 @@
 //! Run as root: `make test`, or
 //! `cargo test --features _test_as_root --test docker -- --nocapture`.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-// This suite runs containers through the daemons, from the harness's
-// pieces: the Scenario runner, config.json writer and runc command lines
-// are other suites'.
-mod runtime_support {
-    #[allow(dead_code)]
-    pub mod bundle;
-    // The daemons remove their own containers; the drop guard is for runs
-    // a test starts with a runtime directly.
-    #[allow(dead_code)]
-    pub mod cleanup;
-    pub mod daemons;
-    pub mod expected;
-    pub mod host_state;
-    pub mod injected;
-    #[allow(dead_code)]
-    pub mod oci_config;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    #[allow(dead_code)]
-    pub mod runtimes;
-}
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::simhost::SimHost;
-use runtime_support::bundle::{template_rootfs, work_root, write_hook_config};
-use runtime_support::cleanup::cgroup_dirs;
-use runtime_support::daemons::{DaemonSetup, Daemons};
-use runtime_support::expected::{gpus, node_specs, uvm_major, Gpu};
-use runtime_support::host_state::{listing_diff, tree_listing};
-use runtime_support::injected::{assert_injected, Expected};
-use runtime_support::oci_config::{path_str, CONTAINER_SCRIPT, NVIDIA_MAJOR};
-use runtime_support::process::Finished;
-use runtime_support::run::{serial, Run, RunFiles};
-use runtime_support::runtimes::Runtime;
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::runtime::bundle::{template_rootfs, work_root, write_hook_config};
+use harness::runtime::cleanup::cgroup_dirs;
+use harness::runtime::daemons::{DaemonSetup, Daemons};
+use harness::runtime::expected::node_specs;
+use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT, NVIDIA_MAJOR};
+use harness::runtime::process::Finished;
+use harness::runtime::run::{serial, Run, RunFiles};
+use harness::runtime::runtimes::Runtime;
+use harness::simhost::{Fixture, GpuFacts, SimHost};
 
 /// The image every container runs: the template rootfs, imported.
 const IMAGE: &str = "onh-gpu:test";
 
 fn host() -> SimHost {
-    SimHost::shared("real", 4, "new")
+    SimHost::shared(Fixture::real(4))
 }
 
 /// The daemons for one test, with our binary on their PATH as NVIDIA's
@@ -252,8 +221,10 @@ fn etc_listing() -> std::collections::BTreeMap<PathBuf, String> {
     tree_listing(Path::new("/etc"))
 }
 
-fn gpu(host: &SimHost, index: u32) -> Gpu {
-    gpus(host)
+fn gpu(host: &SimHost, index: u32) -> GpuFacts {
+    host.facts
+        .gpus
+        .clone()
         .into_iter()
         .find(|g| g.index == index)
         .unwrap_or_else(|| panic!("no GPU {index}"))
@@ -321,7 +292,7 @@ fn docker_gpus_forms() {
     let run = docker.run("utility", &["--gpus", "all,capabilities=utility"], &[]);
     run.assert_completed();
     let ctx = run.describe();
-    let uvm = uvm_major(&host);
+    let uvm = host.facts.uvm_major;
     assert!(
         run.report
             .nodes

@@ -5,15 +5,6 @@
 //! and when doctor is interrupted). Every check reads the real files the
 //! tests make; nothing of the product is mocked.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cli;
-    pub mod host_root;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -22,13 +13,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::host_root::{checks_with, HostRoot, HOOKS_D};
-use common::project::hook_binary;
-use common::simhost::SimHost;
+use harness::host_root::{checks_with, Check, HostRoot, HOOKS_D};
+use harness::project::hook_binary;
+use harness::simhost::{Fixture, SimHost};
 
 /// A 2-GPU synthetic host whose loader finds the running driver first.
+const GPU_HOST: Fixture = Fixture::synthetic(2).stale_last();
+
+/// A [`GPU_HOST`] of its own, named `name`.
 fn gpu_host(name: &str) -> SimHost {
-    SimHost::fresh_with(name, "synthetic", 2, "new", &["--stale-last"])
+    SimHost::fresh(name, GPU_HOST)
 }
 
 /// A healthy host root `name` on a GPU host of its own, for a test that
@@ -40,7 +34,7 @@ fn host(name: &str) -> HostRoot {
 /// A healthy host root `name` on the GPU host the tests that leave it as
 /// it is share.
 fn shared_host(name: &str) -> HostRoot {
-    HostRoot::healthy(SimHost::shared_named("shared-stale-last", gpu_host), name)
+    HostRoot::healthy(SimHost::shared(GPU_HOST), name)
 }
 
 /// The one failing check of `report`, as (layer, name, found, remedy);
@@ -48,7 +42,13 @@ fn shared_host(name: &str) -> HostRoot {
 fn the_failure(report: &Value) -> (String, String, String, String) {
     let failed = checks_with(report, "fail");
     assert_eq!(failed.len(), 1, "one failing check expected: {failed:#?}");
-    failed.into_iter().next().unwrap()
+    let Check {
+        layer,
+        name,
+        found,
+        remedy,
+    } = failed.into_iter().next().unwrap();
+    (layer, name, found, remedy)
 }
 
 /// Asserts `text` holds every one of `needles`.
@@ -139,7 +139,7 @@ fn missing_nvidia_uvm_node_fails_naming_nvidia_modprobe() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn node_with_the_wrong_major_fails_naming_both_numbers() {
     let host = host("wrong-major");
-    let minor = host.sim.host["gpus"][0]["minor"].as_u64().unwrap();
+    let minor = host.sim.facts.gpus[0].minor;
     let node = host.sim.path(&format!("devroot/dev/nvidia{minor}"));
     fs::remove_file(&node).unwrap();
     let status = Command::new("mknod")
@@ -168,10 +168,7 @@ fn node_with_the_wrong_major_fails_naming_both_numbers() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn missing_libcuda_fails_naming_the_driver_to_install() {
     let host = host("no-libcuda");
-    let libcuda = host.sim.host["libraries"]["libcuda.so.1"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let libcuda = host.sim.facts.libraries["libcuda.so.1"].clone();
     fs::remove_file(&libcuda).unwrap();
     let (report, code) = host.report(&[]);
     assert_eq!(code, 1);
@@ -184,14 +181,17 @@ fn missing_libcuda_fails_naming_the_driver_to_install() {
     holds(&remedy, &["535.261.03", "ldconfig"]);
     // Its CUDA version cannot be asked; that is a consequence, not a second fault.
     let warned = checks_with(&report, "warn");
-    assert!(warned.iter().any(|w| w.1 == "CUDA version"), "{warned:?}");
+    assert!(
+        warned.iter().any(|w| w.name == "CUDA version"),
+        "{warned:?}"
+    );
 }
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn stale_470_nvml_first_in_the_cache_fails_the_loader_check() {
     // simhost's default: the 470 driver's libraries listed first.
-    let host = HostRoot::healthy(SimHost::shared("synthetic", 2, "new"), "stale-first");
+    let host = HostRoot::healthy(SimHost::shared(Fixture::synthetic(2)), "stale-first");
     let (report, code) = host.report(&[]);
     assert_eq!(code, 1);
     let (layer, name, found, remedy) = the_failure(&report);
@@ -218,9 +218,14 @@ fn hooks_d_file_pointing_at_a_missing_binary_fails() {
     let (report, code) = host.report(&[]);
     assert_eq!(code, 1);
     let failed = checks_with(&report, "fail");
-    let hooks: Vec<_> = failed.iter().filter(|f| f.1 == "hooks.d").collect();
+    let hooks: Vec<_> = failed.iter().filter(|f| f.name == "hooks.d").collect();
     assert_eq!(hooks.len(), 1, "{failed:#?}");
-    let (layer, _, found, remedy) = hooks[0];
+    let Check {
+        layer,
+        found,
+        remedy,
+        ..
+    } = hooks[0];
     assert_eq!(layer, "wiring");
     holds(
         found,
@@ -229,7 +234,9 @@ fn hooks_d_file_pointing_at_a_missing_binary_fails() {
     holds(remedy, &["make install"]);
     // Nothing else reaches the hook now: that follows from the same fault.
     assert!(
-        failed.iter().all(|f| f.1 == "hooks.d" || f.1 == "wired"),
+        failed
+            .iter()
+            .all(|f| f.name == "hooks.d" || f.name == "wired"),
         "{failed:#?}"
     );
 }
@@ -370,13 +377,13 @@ fn cuda_12_6_image_on_the_535_host_names_the_driver_it_needs() {
     );
     // The ceiling: a newer minor, which minor version compatibility runs.
     let warned = checks_with(&report, "warn");
-    let ceiling: Vec<_> = warned.iter().filter(|w| w.1 == "CUDA ceiling").collect();
+    let ceiling: Vec<_> = warned.iter().filter(|w| w.name == "CUDA ceiling").collect();
     assert_eq!(ceiling.len(), 1, "{warned:#?}");
     holds(
-        &ceiling[0].2,
+        &ceiling[0].found,
         &["12.6", "cuda_cudart 12.6.77", "535.261.03", "CUDA 12.2"],
     );
-    holds(&ceiling[0].3, &["560.28.03", "forward compatibility"]);
+    holds(&ceiling[0].remedy, &["560.28.03", "forward compatibility"]);
 }
 
 #[test]
@@ -436,9 +443,9 @@ fn a_broken_config_is_a_finding_and_the_rest_still_runs() {
     assert_eq!(out.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let failed = checks_with(&report, "fail");
-    let config: Vec<_> = failed.iter().filter(|f| f.1 == "config").collect();
+    let config: Vec<_> = failed.iter().filter(|f| f.name == "config").collect();
     assert_eq!(config.len(), 1, "{failed:#?}");
-    holds(&config[0].2, &["bad.toml", "no-such-key"]);
+    holds(&config[0].found, &["bad.toml", "no-such-key"]);
     // The wiring layer still ran.
     assert!(report["checks"]
         .as_array()
@@ -550,8 +557,8 @@ fn run_sees_the_gpus_and_leaves_nothing(name: &str, v2: bool) {
     );
     assert_eq!(get("device nodes").1, "ok", "{checks:#?}");
     let mut nodes = vec!["nvidiactl ENXIO".to_string(), "nvidia-uvm ENXIO".into()];
-    for gpu in host.sim.host["gpus"].as_array().unwrap() {
-        nodes.push(format!("nvidia{} ENXIO", gpu["minor"]));
+    for gpu in &host.sim.facts.gpus {
+        nodes.push(format!("nvidia{} ENXIO", gpu.minor));
     }
     for node in &nodes {
         holds(&get("device nodes").2, &[node]);
@@ -674,7 +681,12 @@ fn systemd_with_a_hook_warns_about_daemon_reload_and_names_cdi() {
     assert_eq!(code, 0, "a warning is not a failure: {report:#}");
     let warned = checks_with(&report, "warn");
     assert_eq!(warned.len(), 1, "{warned:#?}");
-    let (layer, name, found, remedy) = &warned[0];
+    let Check {
+        layer,
+        name,
+        found,
+        remedy,
+    } = &warned[0];
     assert_eq!((layer.as_str(), name.as_str()), ("wiring", "systemd"));
     holds(found, &["daemon-reload", "Failed to initialize NVML"]);
     holds(remedy, &["cdi generate", "nvidia.com/gpu=all"]);
@@ -695,9 +707,9 @@ fn containerd_without_enable_cdi_warns_when_specs_exist() {
     host.cdi_spec("var/run/cdi/nvidia.yaml");
     let (report, _) = host.report(&[]);
     let warned = checks_with(&report, "warn");
-    let containerd: Vec<_> = warned.iter().filter(|w| w.1 == "containerd").collect();
+    let containerd: Vec<_> = warned.iter().filter(|w| w.name == "containerd").collect();
     assert_eq!(containerd.len(), 1, "{warned:#?}");
-    holds(&containerd[0].3, &["enable_cdi = true"]);
+    holds(&containerd[0].remedy, &["enable_cdi = true"]);
     // Set, it passes.
     fs::write(
         &config,
@@ -717,16 +729,13 @@ fn host_smi_runs_the_hosts_nvidia_smi_and_fails_with_its_message() {
     assert_eq!(code, 0, "{report:#}");
     let smi: Vec<_> = checks_with(&report, "ok")
         .into_iter()
-        .filter(|c| c.1 == "nvidia-smi -L")
+        .filter(|c| c.name == "nvidia-smi -L")
         .collect();
     assert_eq!(smi.len(), 1, "{report:#}");
-    holds(&smi[0].2, &["nvidia-smi ran"]);
+    holds(&smi[0].found, &["nvidia-smi ran"]);
     // The synthetic host's nvidia-smi is the real file behind its
     // alternatives link; an ELF that fails stands in for a broken one.
-    let real = host.sim.host["binaries"]["nvidia-smi"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let real = host.sim.facts.binaries["nvidia-smi"].clone();
     fs::remove_file(&real).unwrap();
     fs::copy("/bin/false", &real).unwrap();
     let (report, code) = host.report(&["--host-smi"]);

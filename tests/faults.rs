@@ -2,39 +2,19 @@
 //! outcome must be a clear error and a container that does not start,
 //! never a half-configured one that runs anyway.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod ldconfig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod host_state;
-    pub mod oci_config;
-    pub mod prepared;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::simhost::SimHost;
-use runtime_support::bundle::{BundleExtras, Hook, Scenario};
-use runtime_support::host_state::{listing_diff, tree_listing};
-use runtime_support::prepared::prepare;
-use runtime_support::process::run_bounded;
-use runtime_support::run::{serial, RUN_LIMIT};
-use runtime_support::runtimes::Runtime;
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::runtime::bundle::{BundleExtras, Hook, Scenario};
+use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::prepared::prepare;
+use harness::runtime::process::run_bounded;
+use harness::runtime::run::{serial, RUN_LIMIT};
+use harness::runtime::runtimes::Runtime;
+use harness::simhost::{Fixture, SimHost};
 use serde_json::Value;
 
 /// A wrapper that runs a program with `bpf(2)` failing with EPERM (seccomp),
@@ -84,7 +64,7 @@ fn build_wrapper(dir: &Path) -> String {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn refused_bpf_calls_stop_the_container_with_a_clear_error() {
     let serial = serial();
-    let host = SimHost::shared("synthetic", 2, "new");
+    let host = SimHost::shared(Fixture::synthetic(2));
     let prepared = prepare(
         &serial,
         &Scenario {

@@ -3,23 +3,14 @@
 //! namespace, where the rootfs can carry a `/proc/driver/nvidia` directory
 //! to mask (no runtime lets a container's procfs show one without a driver).
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod mig;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-mod direct_support;
-
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use common::project::hook_binary;
-use common::refusal::failure;
-use common::simhost::SimHost;
-use direct_support::{bundle, hook_with_stdin, state, Namespaced};
+use harness::direct::{bundle, hook_with_stdin, state, Namespaced};
+use harness::project::hook_binary;
+use harness::refusal::failure;
+use harness::simhost::{Fixture, SimHost};
 
 /// Starts a stand-in container, runs the hook on `bundle` for it and expects
 /// success; returns the container to look inside.
@@ -54,7 +45,7 @@ fn exec_in(container: &Namespaced, cmd: &str) -> String {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn masks_proc_driver_nvidia_with_only_the_selected_gpu() {
-    let sim = SimHost::shared("synthetic", 2, "new");
+    let sim = SimHost::shared(Fixture::synthetic(2));
     let dir = tempfile::tempdir().unwrap();
     let bundle = bundle(
         dir.path(),
@@ -67,8 +58,8 @@ fn masks_proc_driver_nvidia_with_only_the_selected_gpu() {
 
     let masked = bundle.join("rootfs/proc/driver/nvidia");
     let m = masked.display();
-    let bus = sim.host["gpus"][1]["bus"].as_str().unwrap();
-    let other = sim.host["gpus"][0]["bus"].as_str().unwrap();
+    let bus = sim.facts.gpus[1].bus.as_str();
+    let other = sim.facts.gpus[0].bus.as_str();
     let seen = exec_in(&container, &format!(
         "grep ' {m} ' /proc/self/mountinfo; cat {m}/params; echo; ls {m}/gpus; cat {m}/gpus/{bus}/information; \
          touch {m}/x 2>&1; echo x > {m}/gpus/{bus}/information 2>&1"
@@ -99,38 +90,35 @@ fn masks_proc_driver_nvidia_with_only_the_selected_gpu() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn mig_device_gets_its_access_files_in_the_masked_proc() {
-    let sim = SimHost::shared_mig(2);
-    let mig = &sim.host["mig"][1];
+    let sim = SimHost::shared(Fixture::synthetic(2).mig());
+    let mig = &sim.facts.mig[1];
     let dir = tempfile::tempdir().unwrap();
     let bundle = bundle(
         dir.path(),
-        &[&format!(
-            "NVIDIA_VISIBLE_DEVICES={}",
-            mig["uuid"].as_str().unwrap()
-        )],
+        &[&format!("NVIDIA_VISIBLE_DEVICES={}", mig.uuid)],
     );
     let container = inject(&sim.config, &bundle);
     let masked = bundle.join("rootfs/proc/driver/nvidia");
-    let gi = format!("capabilities/gpu{}/mig/gi{}", mig["gpu_minor"], mig["gi"]);
+    let gi = format!("capabilities/gpu{}/mig/gi{}", mig.gpu_minor, mig.gi);
     let seen = exec_in(
         &container,
         &format!(
             "cd {}; find capabilities -type f | sort; cat {gi}/access {gi}/ci{}/access",
             masked.display(),
-            mig["ci"]
+            mig.ci
         ),
     );
-    let expected_files = format!("{gi}/access\n{gi}/ci{}/access\n", mig["ci"]);
+    let expected_files = format!("{gi}/access\n{gi}/ci{}/access\n", mig.ci);
     assert!(
         seen.starts_with(&expected_files),
         "only this MIG device's files: {seen}"
     );
     assert!(
-        seen.contains(&format!("DeviceFileMinor: {}", mig["gi_access_minor"])),
+        seen.contains(&format!("DeviceFileMinor: {}", mig.gi_access_minor)),
         "{seen}"
     );
     assert!(
-        seen.contains(&format!("DeviceFileMinor: {}", mig["ci_access_minor"])),
+        seen.contains(&format!("DeviceFileMinor: {}", mig.ci_access_minor)),
         "{seen}"
     );
 }
@@ -138,22 +126,22 @@ fn mig_device_gets_its_access_files_in_the_masked_proc() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn bind_mounts_are_read_only_and_exactly_the_host_files() {
-    let sim = SimHost::shared("synthetic", 2, "new");
+    let sim = SimHost::shared(Fixture::synthetic(2));
     let dir = tempfile::tempdir().unwrap();
     let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
     let container = inject(&sim.config, &bundle);
     let lib = bundle.join("rootfs/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03");
-    let host_lib = sim.host["libraries"]["libcuda.so.1"].as_str().unwrap();
+    let host_lib = sim.facts.libraries["libcuda.so.1"].as_str();
     let seen = exec_in(&container, &format!(
         "cmp {} {host_lib} && echo same; echo x >> {} 2>&1; stat -c '%t:%T %a' {}/rootfs/dev/nvidia{}",
         lib.display(),
         lib.display(),
         bundle.display(),
-        sim.host["gpus"][0]["minor"]
+        sim.facts.gpus[0].minor
     ));
     assert!(seen.contains("same"), "{seen}");
     assert!(seen.contains("Read-only file system"), "{seen}");
-    let minor = sim.host["gpus"][0]["minor"].as_u64().unwrap();
+    let minor = sim.facts.gpus[0].minor;
     assert!(
         seen.contains(&format!("c3:{minor:x} 666")),
         "node 195:{minor}, mode 666: {seen}"
@@ -165,7 +153,7 @@ fn bind_mounts_are_read_only_and_exactly_the_host_files() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn bad_input_is_one_clear_line_and_no_panic() {
-    let sim = SimHost::shared("synthetic", 2, "new");
+    let sim = SimHost::shared(Fixture::synthetic(2));
     let dir = tempfile::tempdir().unwrap();
     let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
     let container = Namespaced::start();
@@ -225,7 +213,7 @@ fn bad_input_is_one_clear_line_and_no_panic() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn missing_driver_is_an_error_and_leaves_the_container_untouched() {
-    let sim = SimHost::fresh("no-driver", "synthetic", 1, "new");
+    let sim = SimHost::fresh("no-driver", Fixture::synthetic(1));
     fs::remove_file(sim.path("proc/driver/nvidia/version")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=all"]);
@@ -244,7 +232,7 @@ fn missing_driver_is_an_error_and_leaves_the_container_untouched() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn not_a_gpu_container_is_left_alone() {
-    let sim = SimHost::shared("synthetic", 2, "new");
+    let sim = SimHost::shared(Fixture::synthetic(2));
     let dir = tempfile::tempdir().unwrap();
     let container = Namespaced::start();
     // Whatever its other NVIDIA_* variables say, even unprivileged (this
@@ -446,7 +434,7 @@ impl Drop for Orphan {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn an_orphan_of_pid_1_is_not_the_container_being_created() {
-    let sim = SimHost::shared("synthetic", 2, "new");
+    let sim = SimHost::shared(Fixture::synthetic(2));
     let dir = tempfile::tempdir().unwrap();
     let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
     let orphan = Orphan::start();
@@ -495,7 +483,7 @@ fn hook_through(wrapper: &[&str], config: &Path, state: &[u8]) -> std::process::
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn a_forking_wrapper_between_the_runtime_and_the_hook_is_accepted() {
-    let sim = SimHost::shared("synthetic", 2, "new");
+    let sim = SimHost::shared(Fixture::synthetic(2));
     let dir = tempfile::tempdir().unwrap();
     let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
     let container = Namespaced::start();
@@ -523,7 +511,7 @@ fn a_forking_wrapper_between_the_runtime_and_the_hook_is_accepted() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn unwritable_device_cgroup_is_a_clear_error() {
-    let sim = SimHost::shared("synthetic", 2, "new");
+    let sim = SimHost::shared(Fixture::synthetic(2));
     let dir = tempfile::tempdir().unwrap();
     let bundle = bundle(dir.path(), &["NVIDIA_VISIBLE_DEVICES=0"]);
     let container = Namespaced::start();
@@ -560,7 +548,7 @@ fn unwritable_device_cgroup_is_a_clear_error() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn a_second_run_for_the_same_container_stacks_nothing() {
-    let sim = SimHost::shared("synthetic", 2, "new");
+    let sim = SimHost::shared(Fixture::synthetic(2));
     let dir = tempfile::tempdir().unwrap();
     let bundle = bundle(
         dir.path(),

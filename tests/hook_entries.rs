@@ -6,24 +6,15 @@
 //! environment it did not choose, and the runtime passes its own when `env`
 //! is absent. Reads files and builds JSON only; needs no root.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod project;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod oci_config;
-}
-
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use common::project::{documents, hook_binary, repo};
+use harness::project::{documents, hook_binary, repo};
+use harness::runtime::oci_config::{config_json, hooks_d_file, ContainerConfig};
 use oci_nvidia_hook::cdi::spec::{ContainerEdits, Spec, KIND};
 use oci_nvidia_hook::cdi::{Callback, Format, HOOK_STAGE};
 use oci_nvidia_hook::image::ImageLayout;
-use runtime_support::oci_config::{config_json, hooks_d_file, ContainerConfig};
 
 /// A hook entry found in a document, with where it was found.
 struct Entry {

@@ -6,14 +6,6 @@
 //! mounts live), that the canary is untouched and that every mount the hook
 //! added has its mount point inside the rootfs.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-mod direct_support;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
@@ -22,9 +14,9 @@ use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::mounts::{assert_mounts_unchanged, host_mounts, mount_table};
-use common::simhost::SimHost;
-use direct_support::{bundle, hook_with_stdin, state, Namespaced};
+use harness::direct::{bundle, hook_with_stdin, state, Namespaced};
+use harness::mounts::{assert_mounts_unchanged, host_mounts, mount_table};
+use harness::simhost::{Fixture, SimHost};
 
 /// What a directory tree holds: path (relative to `dir`) → kind, size,
 /// mtime, contents hash. Relative, so that one tree seen through two
@@ -99,7 +91,7 @@ impl Case {
     /// there (no runtime ran): the hook's own work is what is tested.
     fn cdi(sim: &SimHost) -> Case {
         let mut case = Case::new();
-        let gpu0 = &sim.host["gpus"][0];
+        let gpu0 = &sim.facts.gpus[0];
         let config = case.bundle.join("config.json");
         let mut spec: serde_json::Value =
             serde_json::from_slice(&fs::read(&config).unwrap()).unwrap();
@@ -109,14 +101,14 @@ impl Case {
             .push("NVIDIA_VISIBLE_DEVICES=void".into());
         spec["linux"]["devices"] = serde_json::json!([
             {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
-            {"path": format!("/dev/nvidia{}", gpu0["minor"]), "type": "c", "major": 195, "minor": gpu0["minor"]},
+            {"path": format!("/dev/nvidia{}", gpu0.minor), "type": "c", "major": 195, "minor": gpu0.minor},
         ]);
         fs::write(&config, serde_json::to_vec(&spec).unwrap()).unwrap();
         case.args = [
             "cdi-hook",
             "createRuntime",
             "--driver-version",
-            sim.host["driver_version"].as_str().unwrap(),
+            sim.facts.driver_version.as_str(),
             "--capabilities",
             "utility,compute",
             "--layout",
@@ -255,7 +247,7 @@ fn multiset_minus(a: &[String], b: &[String]) -> Vec<String> {
 fn sim() -> (SimHost, std::sync::MutexGuard<'static, ()>) {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    (SimHost::shared("synthetic", 2, "new"), guard)
+    (SimHost::shared(Fixture::synthetic(2)), guard)
 }
 
 /// `rel` in a fresh image, linked out of the rootfs to the canary: with an
@@ -443,7 +435,7 @@ fn cdi_hook_replaces_planted_links_and_masks_proc_with_the_granted_gpu() {
     let (masks, others): (Vec<&String>, Vec<&String>) =
         added.iter().partition(|m| m.starts_with(&proc));
     assert!(others.is_empty(), "cdi-hook mounted {others:#?}");
-    let bus = sim.host["gpus"][0]["bus"].as_str().unwrap().to_lowercase();
+    let bus = sim.facts.gpus[0].bus.as_str().to_lowercase();
     let gpus: Vec<&&String> = masks.iter().filter(|m| m.contains("/gpus/")).collect();
     assert_eq!(gpus.len(), 1, "one GPU shown in the mask: {masks:#?}");
     assert!(gpus[0].contains(&bus), "GPU 0 ({bus}) shown: {masks:#?}");
@@ -593,7 +585,7 @@ fn compat_directory_linked_to_the_host_is_never_used() {
     let (sim, _serial) = sim();
     let case = Case::new();
     // A real ELF shared object in the canary, named as a newer compat libcuda.
-    let host_lib = sim.host["libraries"]["libcuda.so.1"].as_str().unwrap();
+    let host_lib = sim.facts.libraries["libcuda.so.1"].as_str();
     fs::copy(host_lib, case.canary().join("libcuda.so.550.54.15")).unwrap();
     case.link("usr/local/cuda/compat", case.canary());
     let out = case.run(&sim);

@@ -1,131 +1,95 @@
 //! `info` against simulated GPU hosts: the inventory must match exactly what
 //! the fixture builder made, in both flavours.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cli;
-    pub mod json;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-
 use std::collections::BTreeMap;
 
-use common::json::s;
-use common::simhost::SimHost;
+use harness::info::Info;
+use harness::simhost::{CacheFormat, Fixture, SimHost};
 use oci_nvidia_hook::driver::catalog;
-use serde_json::Value;
 
-fn libraries_by_soname(info: &Value, arch: &str) -> BTreeMap<String, String> {
-    info["libraries"]
-        .as_array()
-        .expect("libraries array")
+fn libraries_by_soname(info: &Info, arch: &str) -> BTreeMap<String, String> {
+    info.libraries
         .iter()
-        .filter(|l| l["arch"] == arch)
-        .map(|l| (s(l, "/soname").to_string(), s(l, "/path").to_string()))
+        .filter(|l| l.arch == arch)
+        .map(|l| (l.soname.clone(), l.path.clone()))
         .collect()
 }
 
 /// The fixture's libraries that NVIDIA's lists name (a real driver ships a few more).
-fn expected_libraries(host: &Value, key: &str) -> BTreeMap<String, String> {
-    host[key]
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .filter(|(soname, _)| catalog::library_for(soname).is_some())
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-                .collect()
-        })
-        .unwrap_or_default()
+fn expected_libraries(libraries: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    libraries
+        .iter()
+        .filter(|(soname, _)| catalog::library_for(soname).is_some())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 fn check_inventory(sim: &SimHost) {
-    let info = sim.json(&["info", "--json"]);
-    let host = &sim.host;
-    assert_eq!(info["driver_version"], host["driver_version"]);
-    assert_eq!(info["cuda_driver_version"], host["cuda_version"]);
-    assert_eq!(info["cuda_version"], "12.2");
+    let info = sim.info();
+    let host = &sim.facts;
+    assert_eq!(info.driver_version, host.driver_version);
+    assert_eq!(info.cuda_driver_version, Some(host.cuda_version));
+    assert_eq!(info.cuda_version.as_deref(), Some("12.2"));
 
     // GPUs: index is PCI bus order, and each keeps its own minor, UUID and model.
-    let gpus = info["gpus"].as_array().unwrap();
-    let want = host["gpus"].as_array().unwrap();
+    let gpus = &info.gpus;
+    let want = &host.gpus;
     assert_eq!(gpus.len(), want.len());
     for (got, want) in gpus.iter().zip(want) {
-        for key in ["index", "minor", "bus", "uuid", "model"] {
-            assert_eq!(got[key], want[key], "GPU field {key}");
-        }
+        assert_eq!(got.index, want.index, "GPU field index");
+        assert_eq!(got.minor, want.minor, "GPU field minor");
+        assert_eq!(got.bus, want.bus, "GPU field bus");
+        assert_eq!(got.uuid, want.uuid, "GPU field uuid");
+        assert_eq!(got.model, want.model, "GPU field model");
     }
 
     // Every node checked and fine, with NVIDIA's majors.
-    for node in info["nodes"].as_array().unwrap() {
-        assert_eq!(node["state"]["state"], "ok", "{node}");
+    for node in &info.nodes {
+        assert_eq!(node.state.state, "ok", "{node:?}");
     }
-    let uvm = info["nodes"]
-        .as_array()
-        .unwrap()
+    let uvm = info
+        .nodes
         .iter()
-        .find(|n| n["path"] == "/dev/nvidia-uvm")
+        .find(|n| n.path == "/dev/nvidia-uvm")
         .unwrap();
-    assert_eq!(uvm["major"], host["uvm_major"]);
+    assert_eq!(uvm.major, host.uvm_major);
 
     // Exactly the running driver's libraries, never the stale ones listed first.
     assert_eq!(
         libraries_by_soname(&info, "x86_64"),
-        expected_libraries(host, "libraries")
+        expected_libraries(&host.libraries)
     );
     assert_eq!(
         libraries_by_soname(&info, "i386"),
-        expected_libraries(host, "libraries32")
+        expected_libraries(&host.libraries32)
     );
-    let text = info.to_string();
-    for stale in host["stale_libraries"].as_array().unwrap() {
-        assert!(
-            !text.contains(stale.as_str().unwrap()),
-            "stale {stale} used"
-        );
+    let text = &info.text;
+    for stale in &host.stale_libraries {
+        assert!(!text.contains(stale.as_str()), "stale {stale} used");
     }
 
     // Binaries found through their /etc/alternatives chains, as real files.
-    let binaries: Vec<&str> = info["binaries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| s(b, "/path"))
-        .collect();
-    for (name, path) in host["binaries"].as_object().unwrap() {
-        assert!(
-            binaries.contains(&path.as_str().unwrap()),
-            "{name}: {binaries:?}"
-        );
+    let binaries: Vec<&str> = info.binaries.iter().map(|b| b.path.as_str()).collect();
+    for (name, path) in &host.binaries {
+        assert!(binaries.contains(&path.as_str()), "{name}: {binaries:?}");
     }
-    let firmware: Vec<&str> = info["firmware"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| s(f, "/path"))
-        .collect();
-    let want_fw: Vec<&str> = host["firmware"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f.as_str().unwrap())
-        .collect();
+    let firmware: Vec<&str> = info.firmware.iter().map(|f| f.path.as_str()).collect();
+    let want_fw: Vec<&str> = host.firmware.iter().map(String::as_str).collect();
     assert_eq!(firmware, want_fw);
 }
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn synthetic_host_inventory_matches_fixture() {
-    check_inventory(&SimHost::shared("synthetic", 4, "new"));
+    check_inventory(&SimHost::shared(Fixture::synthetic(4)));
 }
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn every_cache_format_gives_the_same_inventory() {
-    for format in ["old", "compat", "new"] {
-        let sim = SimHost::shared("synthetic", 1, format);
-        assert_eq!(sim.host["cache_format"], format);
+    for format in [CacheFormat::Old, CacheFormat::Compat, CacheFormat::New] {
+        let sim = SimHost::shared(Fixture::synthetic(1).cache_format(format));
+        assert_eq!(sim.facts.cache_format, format);
         check_inventory(&sim);
     }
 }
@@ -133,27 +97,17 @@ fn every_cache_format_gives_the_same_inventory() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn sixteen_gpus_are_indexed_in_bus_order() {
-    let sim = SimHost::shared("synthetic", 16, "new");
+    let sim = SimHost::shared(Fixture::synthetic(16));
     check_inventory(&sim);
-    let info = sim.json(&["info", "--json"]);
-    let buses: Vec<&str> = info["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| s(g, "/bus"))
-        .collect();
+    let info = sim.info();
+    let buses: Vec<&str> = info.gpus.iter().map(|g| g.bus.as_str()).collect();
     let mut sorted = buses.clone();
     sorted.sort();
     assert_eq!(buses, sorted);
-    let minors: Vec<u64> = info["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["minor"].as_u64().unwrap())
-        .collect();
+    let minors: Vec<u32> = info.gpus.iter().map(|g| g.minor).collect();
     assert_ne!(
         minors,
-        (0..16).collect::<Vec<u64>>(),
+        (0..16).collect::<Vec<u32>>(),
         "fixture must not make minors equal indices"
     );
 }
@@ -161,29 +115,28 @@ fn sixteen_gpus_are_indexed_in_bus_order() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn real_nvidia_535_host_inventory_matches_fixture() {
-    let sim = SimHost::shared("real", 4, "new");
+    let sim = SimHost::shared(Fixture::real(4));
     check_inventory(&sim);
     // The CUDA version came from NVIDIA's own libcuda.so.535.261.03.
-    let info = sim.json(&["info", "--json"]);
-    let libcuda = info["libraries"]
-        .as_array()
-        .unwrap()
+    let info = sim.info();
+    let libcuda = info
+        .libraries
         .iter()
-        .find(|l| l["soname"] == "libcuda.so.1" && l["arch"] == "x86_64")
+        .find(|l| l.soname == "libcuda.so.1" && l.arch == "x86_64")
         .unwrap();
-    assert!(s(libcuda, "/path").ends_with("/libcuda.so.535.261.03"));
+    assert!(libcuda.path.ends_with("/libcuda.so.535.261.03"));
 }
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn info_text_names_version_gpus_nodes_and_libraries() {
-    let sim = SimHost::shared("synthetic", 4, "new");
+    let sim = SimHost::shared(Fixture::synthetic(4));
     let text = sim.stdout(&["info"]);
     assert!(text.contains("Driver version: 535.261.03"), "{text}");
     assert!(text.contains("CUDA version:   12.2"), "{text}");
-    for gpu in sim.host["gpus"].as_array().unwrap() {
-        assert!(text.contains(s(gpu, "/uuid")), "{text}");
-        assert!(text.contains(s(gpu, "/bus")), "{text}");
+    for gpu in &sim.facts.gpus {
+        assert!(text.contains(&gpu.uuid), "{text}");
+        assert!(text.contains(&gpu.bus), "{text}");
     }
     assert!(text.contains("nvidiactl"), "{text}");
     assert!(text.contains("libnvidia-ml.so.535.261.03"), "{text}");
@@ -194,7 +147,7 @@ fn info_text_names_version_gpus_nodes_and_libraries() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn driver_not_loaded_is_one_clear_line_naming_the_file() {
-    let sim = SimHost::fresh("not-loaded", "synthetic", 1, "new");
+    let sim = SimHost::fresh("not-loaded", Fixture::synthetic(1));
     let version = sim.path("proc/driver/nvidia/version");
     std::fs::remove_file(&version).unwrap();
     for args in [&["info"][..], &["list"][..]] {
@@ -207,8 +160,8 @@ fn driver_not_loaded_is_one_clear_line_naming_the_file() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn unknown_proc_format_is_refused_naming_the_file() {
-    let sim = SimHost::fresh("bad-proc", "synthetic", 2, "new");
-    let bus = s(&sim.host, "/gpus/0/bus").to_string();
+    let sim = SimHost::fresh("bad-proc", Fixture::synthetic(2));
+    let bus = sim.facts.gpus[0].bus.clone();
     let info = sim.path(&format!("proc/driver/nvidia/gpus/{bus}/information"));
     std::fs::write(&info, "Model: something\nthis is not the driver's format\n").unwrap();
     let err = sim.failure(&["list"]);
@@ -221,7 +174,7 @@ fn unknown_proc_format_is_refused_naming_the_file() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn corrupt_driver_cache_is_an_error_with_its_offset() {
-    let sim = SimHost::fresh("bad-cache", "synthetic", 1, "new");
+    let sim = SimHost::fresh("bad-cache", Fixture::synthetic(1));
     let cache = sim.path("driver/etc/ld.so.cache");
     let data = std::fs::read(&cache).unwrap();
     std::fs::write(&cache, &data[..100]).unwrap();
@@ -235,8 +188,8 @@ fn corrupt_driver_cache_is_an_error_with_its_offset() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn wrong_node_is_reported_by_info_and_refused_by_list() {
-    let sim = SimHost::fresh("wrong-node", "synthetic", 2, "new");
-    let minor = sim.host["gpus"][0]["minor"].as_u64().unwrap();
+    let sim = SimHost::fresh("wrong-node", Fixture::synthetic(2));
+    let minor = sim.facts.gpus[0].minor;
     let node = sim.path(&format!("devroot/dev/nvidia{minor}"));
     std::fs::remove_file(&node).unwrap();
     // 1:3 is /dev/null's number: a node an attacker might swap in.
@@ -264,8 +217,8 @@ fn wrong_node_is_reported_by_info_and_refused_by_list() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn missing_core_library_fails_only_its_capability() {
-    let sim = SimHost::fresh("no-libcuda", "synthetic", 1, "new");
-    let libcuda = s(&sim.host, "/libraries/libcuda.so.1").to_string();
+    let sim = SimHost::fresh("no-libcuda", Fixture::synthetic(1));
+    let libcuda = sim.facts.libraries["libcuda.so.1"].clone();
     std::fs::remove_file(&libcuda).unwrap();
     let err = sim.failure(&["list", "--capabilities", "compute"]);
     assert!(
@@ -288,7 +241,7 @@ fn the_hooks_snapshot_is_the_live_inventory_until_the_driver_root_changes() {
     use oci_nvidia_hook::driver::{snapshot, Inventory};
     use oci_nvidia_hook::request::Capabilities;
 
-    let sim = SimHost::fresh("snapshot", "synthetic", 2, "new");
+    let sim = SimHost::fresh("snapshot", Fixture::synthetic(2));
     let config = Config::load(Some(&sim.config)).unwrap().driver;
     let dir = config
         .snapshot_dir
@@ -318,7 +271,7 @@ fn the_hooks_snapshot_is_the_live_inventory_until_the_driver_root_changes() {
     );
 
     // A library taken away shows at once.
-    std::fs::remove_file(s(&sim.host, "/libraries/libnvidia-ml.so.1")).unwrap();
+    std::fs::remove_file(&sim.facts.libraries["libnvidia-ml.so.1"]).unwrap();
     let live = json(Inventory::discover(&config, &scope).unwrap());
     let after = json(Inventory::discover_with_snapshot(&config, &scope).unwrap());
     assert_eq!(after, live);

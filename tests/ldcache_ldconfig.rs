@@ -2,19 +2,12 @@
 //! `ldconfig -c` writes, `ldconfig -p` and `LdCache::parse` must list the
 //! same entries in the same order.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod ldconfig;
-    pub mod project;
-    pub mod simhost;
-}
-
-use common::simhost::SimHost;
+use harness::simhost::{CacheFormat, Fixture, SimHost};
 use oci_nvidia_hook::ldcache::{self, Format, LdCache};
 
 /// `ldconfig -p -C FILE` as (soname, arch tag, path), in file order.
 fn ldconfig_print(cache: &std::path::Path) -> Vec<(String, String, String)> {
-    common::ldconfig::ldconfig_print(cache)
+    harness::ldconfig::ldconfig_print(cache)
         .into_iter()
         .map(|e| (e.soname, e.tag, e.path))
         .collect()
@@ -37,14 +30,14 @@ fn tag(flags: i32) -> &'static str {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn parser_agrees_with_ldconfig_for_every_format() {
     for (format, expected) in [
-        ("new", Format::New),
-        ("old", Format::Old),
-        ("compat", Format::Compat),
+        (CacheFormat::New, Format::New),
+        (CacheFormat::Old, Format::Old),
+        (CacheFormat::Compat, Format::Compat),
     ] {
-        let sim = SimHost::shared("synthetic", 1, format);
+        let sim = SimHost::shared(Fixture::synthetic(1).cache_format(format));
         let path = sim.path("driver/etc/ld.so.cache");
         let cache = LdCache::parse(&std::fs::read(&path).unwrap()).unwrap();
-        assert_eq!(cache.format, expected, "{format}");
+        assert_eq!(cache.format, expected, "{format:?}");
         let ours: Vec<(String, String, String)> = cache
             .entries
             .iter()
@@ -53,16 +46,16 @@ fn parser_agrees_with_ldconfig_for_every_format() {
         let theirs = ldconfig_print(&path);
         assert!(
             theirs.len() > 20,
-            "{format}: fixture cache too small: {theirs:?}"
+            "{format:?}: fixture cache too small: {theirs:?}"
         );
-        assert_eq!(ours, theirs, "{format}");
+        assert_eq!(ours, theirs, "{format:?}");
     }
 }
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn parser_reads_this_machines_own_cache() {
-    common::simhost::require_root();
+    harness::simhost::require_root();
     let path = std::path::Path::new("/etc/ld.so.cache");
     let cache = LdCache::parse(&std::fs::read(path).unwrap()).unwrap();
     let ours: Vec<(String, String)> = cache
@@ -80,7 +73,7 @@ fn parser_reads_this_machines_own_cache() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn writer_sorts_like_ldconfig_and_glibc_reads_it() {
-    let sim = SimHost::shared("synthetic", 1, "new");
+    let sim = SimHost::shared(Fixture::synthetic(1));
     let written_by_ldconfig =
         LdCache::parse(&std::fs::read(sim.path("driver/etc/ld.so.cache")).unwrap()).unwrap();
     let mut ours = written_by_ldconfig.clone();

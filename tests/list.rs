@@ -1,27 +1,17 @@
 //! `list` against simulated GPU hosts: what a container would receive.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cli;
-    pub mod json;
-    pub mod mig;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-
 use std::path::Path;
 
-use common::cli::hook;
-use common::json::s;
-use common::project::hook_binary;
-use common::refusal::failure;
-use common::simhost::SimHost;
+use harness::cli::hook;
+use harness::json::s;
+use harness::project::hook_binary;
+use harness::refusal::failure;
+use harness::simhost::{Fixture, SimHost};
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn default_list_is_devices_then_binaries_libraries_firmware() {
-    let sim = SimHost::shared("synthetic", 4, "new");
+    let sim = SimHost::shared(Fixture::synthetic(4));
     let out = sim.stdout(&["list"]);
     let lines: Vec<&str> = out.lines().collect();
     let dev = sim.path("devroot/dev").display().to_string();
@@ -30,8 +20,8 @@ fn default_list_is_devices_then_binaries_libraries_firmware() {
         format!("{dev}/nvidia-uvm"),
         format!("{dev}/nvidia-uvm-tools"),
     ];
-    for gpu in sim.host["gpus"].as_array().unwrap() {
-        expected_devices.push(format!("{dev}/nvidia{}", gpu["minor"]));
+    for gpu in &sim.facts.gpus {
+        expected_devices.push(format!("{dev}/nvidia{}", gpu.minor));
     }
     assert_eq!(lines[..expected_devices.len()], expected_devices[..]);
 
@@ -64,13 +54,16 @@ fn default_list_is_devices_then_binaries_libraries_firmware() {
         );
     }
     // Default capabilities are utility and compute: nvidia-smi and libcuda, no video or graphics.
-    assert!(out.contains(s(&sim.host, "/binaries/nvidia-smi")), "{out}");
     assert!(
-        out.contains(s(&sim.host, "/libraries/libcuda.so.1")),
+        out.contains(sim.facts.binaries["nvidia-smi"].as_str()),
         "{out}"
     );
     assert!(
-        out.contains(s(&sim.host, "/libraries/libnvidia-ml.so.1")),
+        out.contains(sim.facts.libraries["libcuda.so.1"].as_str()),
+        "{out}"
+    );
+    assert!(
+        out.contains(sim.facts.libraries["libnvidia-ml.so.1"].as_str()),
         "{out}"
     );
     assert!(!out.contains("libnvcuvid"), "{out}");
@@ -81,16 +74,16 @@ fn default_list_is_devices_then_binaries_libraries_firmware() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn device_by_index_uuid_and_bus_picks_the_right_node() {
-    let sim = SimHost::shared("synthetic", 4, "new");
-    for gpu in sim.host["gpus"].as_array().unwrap() {
+    let sim = SimHost::shared(Fixture::synthetic(4));
+    for gpu in &sim.facts.gpus {
         let node = sim
-            .path(&format!("devroot/dev/nvidia{}", gpu["minor"]))
+            .path(&format!("devroot/dev/nvidia{}", gpu.minor))
             .display()
             .to_string();
         for id in [
-            gpu["index"].to_string(),
-            s(gpu, "/uuid").to_string(),
-            s(gpu, "/bus")[5..].to_string(),
+            gpu.index.to_string(),
+            gpu.uuid.clone(),
+            gpu.bus[5..].to_string(),
         ] {
             let out = sim.stdout(&["list", "--device", &id, "--capabilities", "utility"]);
             let gpu_nodes: Vec<&str> = out
@@ -109,7 +102,7 @@ fn device_by_index_uuid_and_bus_picks_the_right_node() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn json_gives_destinations_options_and_cgroup_rules() {
-    let sim = SimHost::shared("synthetic", 4, "new");
+    let sim = SimHost::shared(Fixture::synthetic(4));
     let plan = sim.json(&[
         "list",
         "--device",
@@ -118,7 +111,7 @@ fn json_gives_destinations_options_and_cgroup_rules() {
         "compute,utility,compat32",
         "--json",
     ]);
-    let minor = sim.host["gpus"][1]["minor"].as_u64().unwrap();
+    let minor = sim.facts.gpus[1].minor;
     let devices: Vec<&str> = plan["devices"]
         .as_array()
         .unwrap()
@@ -148,7 +141,7 @@ fn json_gives_destinations_options_and_cgroup_rules() {
             )
         })
         .collect();
-    let uvm = &sim.host["uvm_major"];
+    let uvm = &sim.facts.uvm_major;
     assert_eq!(
         rules,
         [
@@ -167,16 +160,16 @@ fn json_gives_destinations_options_and_cgroup_rules() {
             .unwrap_or_else(|| panic!("no mount at {dest}"))
     };
     let libcuda = find("/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03");
-    assert_eq!(libcuda["source"], sim.host["libraries"]["libcuda.so.1"]);
+    assert_eq!(libcuda["source"], sim.facts.libraries["libcuda.so.1"]);
     assert_eq!(
         libcuda["options"],
         serde_json::json!(["ro", "nosuid", "nodev"])
     );
     let libcuda32 = find("/usr/lib/i386-linux-gnu/libcuda.so.535.261.03");
-    assert_eq!(libcuda32["source"], sim.host["libraries32"]["libcuda.so.1"]);
+    assert_eq!(libcuda32["source"], sim.facts.libraries32["libcuda.so.1"]);
     assert_eq!(
         find("/usr/bin/nvidia-smi")["source"],
-        sim.host["binaries"]["nvidia-smi"]
+        sim.facts.binaries["nvidia-smi"]
     );
     let socket = find("/run/nvidia-persistenced/socket");
     assert_eq!(
@@ -198,7 +191,7 @@ fn json_gives_destinations_options_and_cgroup_rules() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn rpm_layout_puts_libraries_in_lib64() {
-    let sim = SimHost::shared("synthetic", 4, "new");
+    let sim = SimHost::shared(Fixture::synthetic(4));
     let plan = sim.json(&["list", "--layout", "rpm", "--json"]);
     assert!(plan["mounts"]
         .as_array()
@@ -210,7 +203,7 @@ fn rpm_layout_puts_libraries_in_lib64() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn none_gives_driver_files_without_gpu_nodes() {
-    let sim = SimHost::shared("synthetic", 4, "new");
+    let sim = SimHost::shared(Fixture::synthetic(4));
     let out = sim.stdout(&["list", "--device", "none"]);
     assert!(
         !out.lines().any(|l| l
@@ -231,7 +224,7 @@ fn none_gives_driver_files_without_gpu_nodes() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn every_capability_is_listable_on_the_real_host() {
-    let sim = SimHost::shared("real", 4, "new");
+    let sim = SimHost::shared(Fixture::real(4));
     let out = sim.stdout(&["list", "--capabilities", "all"]);
     for name in [
         "libnvidia-ml.so.535",
@@ -248,10 +241,10 @@ fn every_capability_is_listable_on_the_real_host() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn bad_requests_are_one_line_errors() {
-    let sim = SimHost::shared("synthetic", 4, "new");
+    let sim = SimHost::shared(Fixture::synthetic(4));
     let err = sim.failure(&["list", "--device", "9"]);
     assert!(
-        err.contains("unknown device \"9\"") && err.contains(s(&sim.host, "/gpus/0/uuid")),
+        err.contains("unknown device \"9\"") && err.contains(sim.facts.gpus[0].uuid.as_str()),
         "{err}"
     );
     let err = sim.failure(&["list", "--device", "junk!"]);
@@ -307,7 +300,7 @@ fn log_file_receives_the_error_too() {
 fn a_reader_that_went_away_is_not_a_failure() {
     // `list | head`: the hook's output pipe has no reader. That ends the
     // listing quietly, with success, not with an error or a fatal SIGPIPE.
-    let sim = SimHost::shared("synthetic", 4, "new");
+    let sim = SimHost::shared(Fixture::synthetic(4));
     let (read, write) = nix::unistd::pipe().unwrap();
     drop(read);
     let out = std::process::Command::new(hook_binary())
@@ -327,9 +320,9 @@ fn a_reader_that_went_away_is_not_a_failure() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn a_mig_device_lists_with_compute_alone_as_the_hook_takes_it() {
     // NVML is a utility library: list once failed here for want of it.
-    let sim = SimHost::shared_mig(4);
-    let mig = &sim.host["mig"][0];
-    let position = format!("{}:{}", mig["gpu"], mig["mig_index"]);
+    let sim = SimHost::shared(Fixture::synthetic(4).mig());
+    let mig = &sim.facts.mig[0];
+    let position = format!("{}:{}", mig.gpu, mig.mig_index);
     let plan = sim.json(&[
         "list",
         "--device",
@@ -344,11 +337,11 @@ fn a_mig_device_lists_with_compute_alone_as_the_hook_takes_it() {
         .iter()
         .map(|d| d["path"].as_str().unwrap())
         .collect();
-    for minor in ["gi_access_minor", "ci_access_minor"] {
-        let cap = format!("/dev/nvidia-caps/nvidia-cap{}", mig[minor]);
+    for minor in [mig.gi_access_minor, mig.ci_access_minor] {
+        let cap = format!("/dev/nvidia-caps/nvidia-cap{minor}");
         assert!(devices.contains(&cap.as_str()), "{cap} in {devices:?}");
     }
-    assert_eq!(s(&plan, "/selected/0/mig"), s(mig, "/uuid"));
+    assert_eq!(s(&plan, "/selected/0/mig"), mig.uuid);
     // Utility was looked for, not given.
     assert!(
         !plan["mounts"]
@@ -363,7 +356,7 @@ fn a_mig_device_lists_with_compute_alone_as_the_hook_takes_it() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn unsupported_capabilities_are_not_listed() {
-    let sim = SimHost::shared("synthetic", 4, "new");
+    let sim = SimHost::shared(Fixture::synthetic(4));
     let config = sim.path("utility-only.toml");
     let base = std::fs::read_to_string(&sim.config).unwrap();
     std::fs::write(

@@ -25,29 +25,6 @@
 //! `cargo test --features _test_as_root --test load -- --nocapture`
 //! (`--nocapture` shows the timings).
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod container;
-    pub mod expected;
-    pub mod host_state;
-    pub mod oci_config;
-    pub mod prepared;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -58,19 +35,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::project::hook_binary;
-use common::simhost::SimHost;
-use runtime_support::bundle::{work_root, BundleExtras, Hook, Scenario};
-use runtime_support::cleanup::cgroup_dirs;
-use runtime_support::container::run;
-use runtime_support::expected::{cuda_version, driver_version, gpus, node_specs, Gpu, LIB_DIR};
-use runtime_support::host_state::{listing_diff, tree_listing};
-use runtime_support::oci_config::{path_str, NVIDIA_MAJOR};
-use runtime_support::prepared::{prepare, Prepared};
-use runtime_support::process::{run_bounded, Finished};
-use runtime_support::run::{serial, Run, Serial};
-use runtime_support::runtimes::{require_tool, Runtime};
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::project::hook_binary;
+use harness::runtime::bundle::{work_root, BundleExtras, Hook, Scenario};
+use harness::runtime::cleanup::cgroup_dirs;
+use harness::runtime::container::run;
+use harness::runtime::expected::{node_specs, LIB_DIR};
+use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::oci_config::{path_str, NVIDIA_MAJOR};
+use harness::runtime::prepared::{prepare, Prepared};
+use harness::runtime::process::{run_bounded, Finished};
+use harness::runtime::run::{serial, Run, Serial};
+use harness::runtime::runtimes::{require_tool, Runtime};
+use harness::simhost::{Fixture, GpuFacts, SimHost};
 
 /// GPUs on the simulated host, and containers started at once.
 const GPUS: u32 = 24;
@@ -89,7 +66,7 @@ const BPF_SETTLE: Duration = Duration::from_secs(10);
 const PROG_NAME: &str = "oci_nvidia_dev";
 
 fn host() -> SimHost {
-    SimHost::shared("synthetic", GPUS, "new")
+    SimHost::shared(Fixture::synthetic(GPUS))
 }
 
 // ================================================================ 24 at once
@@ -141,7 +118,7 @@ struct Fleet {
 }
 
 /// Makes the scratch directories and the bundles of the 24 containers.
-fn prepare_fleet(serial: &Serial, runtime: Runtime, host: &SimHost, gpus: &[Gpu]) -> Fleet {
+fn prepare_fleet(serial: &Serial, runtime: Runtime, host: &SimHost, gpus: &[GpuFacts]) -> Fleet {
     let v2 = runtime == Runtime::RuncV2;
     let scratch = work_root().join(format!("load-{}", runtime.name()));
     let sync = scratch.join("sync");
@@ -312,7 +289,7 @@ fn concurrent(runtime: Runtime) {
         require_tool("bpftool");
     }
     let host = host();
-    let gpus = gpus(&host);
+    let gpus = host.facts.gpus.clone();
     assert_eq!(gpus.len(), GPUS as usize, "host.json GPUs");
     let mounts_before = host_mounts();
     let bpf_before = bpf_snapshot();
@@ -409,7 +386,7 @@ fn cgroup_view(p: &Prepared, v2: bool) -> Result<CgroupView, String> {
 /// programs' ids.
 fn assert_own_device_cgroups(
     views: &[Result<CgroupView, String>],
-    gpus: &[Gpu],
+    gpus: &[GpuFacts],
     prepared: &[Prepared],
     v2: bool,
 ) -> BTreeSet<u64> {
@@ -459,8 +436,8 @@ type NodeFacts<'a> = (char, Option<(u32, u32)>, Option<&'a str>);
 /// denied (EPERM).
 fn expected_nodes(
     host: &SimHost,
-    own: &Gpu,
-    all: &[Gpu],
+    own: &GpuFacts,
+    all: &[GpuFacts],
     decoys: bool,
 ) -> BTreeMap<String, NodeFacts<'static>> {
     let mut expected: BTreeMap<String, NodeFacts> = node_specs(host, &[own.minor])
@@ -481,7 +458,7 @@ fn expected_nodes(
 /// The container saw its own GPU node and the control nodes, all allowed,
 /// no other GPU (or, on v2, only decoys, all denied), and the driver's
 /// libcuda through the image's rewritten cache.
-fn assert_own_gpu(run: &Run, host: &SimHost, own: &Gpu, all: &[Gpu], decoys: bool) {
+fn assert_own_gpu(run: &Run, host: &SimHost, own: &GpuFacts, all: &[GpuFacts], decoys: bool) {
     let ctx = run.describe();
     assert!(run.succeeded(), "the container failed:{ctx}");
     let report = &run.report;
@@ -520,10 +497,10 @@ fn assert_own_gpu(run: &Run, host: &SimHost, own: &Gpu, all: &[Gpu], decoys: boo
     // The stale 470 libcuda (listed first in the host's cache) answers 11040.
     assert_eq!(
         cuda.field("version"),
-        Some(cuda_version(host).to_string().as_str()),
+        Some(host.facts.cuda_version.to_string().as_str()),
         "cuDriverGetVersion:{ctx}"
     );
-    let version = driver_version(host);
+    let version = host.facts.driver_version.clone();
     let cache = run
         .ld_cache
         .as_ref()
@@ -857,7 +834,7 @@ fn assert_restarted_image_works(
         "the checker run failed:{}",
         last.describe()
     );
-    let gpus = gpus(host);
+    let gpus = host.facts.gpus.clone();
     let nodes = last.report.gpu_nodes();
     for gpu in &gpus {
         let node = nodes.get(&gpu.minor).unwrap_or_else(|| {
@@ -872,7 +849,7 @@ fn assert_restarted_image_works(
     assert_eq!(nodes.len(), gpus.len(), "{}", last.describe());
     let cuda = last.report.cuda.as_ref().expect("a cuda line");
     assert!(
-        cuda.loaded && cuda.field("version") == Some(cuda_version(host).to_string().as_str()),
+        cuda.loaded && cuda.field("version") == Some(host.facts.cuda_version.to_string().as_str()),
         "libcuda after {starts} restarts: {cuda:?}{}",
         last.describe()
     );

@@ -11,37 +11,11 @@
 //!
 //! NVIDIA's CLI has no config option, so the tests put the simulated host's
 //! config at the default path with an overlay on `/etc` in a private mount
-//! namespace (tests/common/nvidia_cli.rs); the host's `/etc` is untouched.
+//! namespace (harness::nvidia_cli); the host's `/etc` is untouched.
 //!
 //! Run as root: `cargo test --features _test_as_root --test nvidia_cli`.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mig;
-    pub mod mounts;
-    pub mod nvidia_cli;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod expected;
-    pub mod host_state;
-    pub mod injected;
-    pub mod oci_config;
-    pub mod prepared;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -50,23 +24,22 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use common::json::s;
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::nvidia_cli::{cli_link, etc_layer, nvidia_cli, nvidia_cli_stdout, over_etc};
-use common::refusal::failure;
-use common::simhost::SimHost;
-use runtime_support::bundle::{template_rootfs, write_hook_config, BundleExtras, Hook, Scenario};
-use runtime_support::expected::{gpus, node_specs, Gpu, LIB_DIR};
-use runtime_support::host_state::{listing_diff, tree_listing};
-use runtime_support::injected::{assert_injected, Expected};
-use runtime_support::oci_config::{path_str, NVIDIA_MAJOR};
-use runtime_support::prepared::{prepare, Prepared};
-use runtime_support::process::run_bounded;
-use runtime_support::run::{serial, Run, Serial, RUN_LIMIT};
-use runtime_support::runtimes::Runtime;
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::nvidia_cli::{cli_link, etc_layer, nvidia_cli, nvidia_cli_stdout, over_etc};
+use harness::refusal::failure;
+use harness::runtime::bundle::{template_rootfs, write_hook_config, BundleExtras, Hook, Scenario};
+use harness::runtime::expected::{node_specs, LIB_DIR};
+use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::oci_config::{path_str, NVIDIA_MAJOR};
+use harness::runtime::prepared::{prepare, Prepared};
+use harness::runtime::process::run_bounded;
+use harness::runtime::run::{serial, Run, Serial, RUN_LIMIT};
+use harness::runtime::runtimes::Runtime;
+use harness::simhost::{Fixture, GpuFacts, SimHost};
 
 fn real_host() -> SimHost {
-    SimHost::shared("real", 4, "new")
+    SimHost::shared(Fixture::real(4))
 }
 
 // ------------------------------------------------------------------ info
@@ -85,7 +58,7 @@ const GPU_LABELS: [&str; 7] = [
 /// The CUDA version as NVIDIA prints NVML's number (driver.c: `%u.%u` of
 /// `v / 1000` and `v % 100 / 10`).
 fn cuda_text(host: &SimHost) -> String {
-    let v = host.host["cuda_version"].as_u64().expect("cuda_version");
+    let v = host.facts.cuda_version;
     format!("{}.{}", v / 1000, v % 100 / 10)
 }
 
@@ -102,20 +75,19 @@ fn nvidia_bus(bus: &str) -> String {
 /// Each GPU's seven values in NVIDIA's order, from `host.json`, with the
 /// brand and architecture `facts` gives for its index.
 fn expected_rows(host: &SimHost, facts: impl Fn(usize) -> (String, String)) -> Vec<Vec<String>> {
-    host.host["gpus"]
-        .as_array()
-        .unwrap()
+    host.facts
+        .gpus
         .iter()
         .enumerate()
         .map(|(i, g)| {
             let (brand, arch) = facts(i);
             vec![
-                g["index"].to_string(),
-                g["minor"].to_string(),
-                s(g, "/model").to_string(),
+                g.index.to_string(),
+                g.minor.to_string(),
+                g.model.clone(),
                 brand,
-                s(g, "/uuid").to_string(),
-                nvidia_bus(s(g, "/bus")),
+                g.uuid.clone(),
+                nvidia_bus(&g.bus),
                 arch,
             ]
         })
@@ -128,7 +100,7 @@ fn assert_info_text(out: &str, host: &SimHost, rows: &[Vec<String>]) {
     let mut expected = vec![
         (
             "NVRM version:".to_string(),
-            s(&host.host, "/driver_version").to_string(),
+            host.facts.driver_version.clone(),
         ),
         ("CUDA version:".to_string(), cuda_text(host)),
     ];
@@ -158,7 +130,7 @@ fn assert_info_csv(out: &str, host: &SimHost, rows: &[Vec<String>]) {
     assert_eq!(lines[0], "NVRM version,CUDA version", "{out}");
     assert_eq!(
         lines[1],
-        format!("{},{}", s(&host.host, "/driver_version"), cuda_text(host))
+        format!("{},{}", host.facts.driver_version, cuda_text(host))
     );
     assert_eq!(lines[2], "");
     assert_eq!(lines[3], GPU_LABELS.join(","));
@@ -194,7 +166,7 @@ fn info_on_the_real_535_host_is_nvidias_layout_with_unknown_nvml_facts() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn info_on_a_host_whose_nvml_answers_names_brand_and_architecture_as_nvidia_does() {
-    let host = SimHost::fresh_with("nvml-brands", "synthetic", 2, "new", &["--mig"]);
+    let host = SimHost::fresh("nvml-brands", Fixture::synthetic(2).mig());
     // GPU 1 a Tesla-branded Ampere board; GPU 0 stays an H100, whose NVML
     // brand (NVIDIA) NVIDIA's CLI has no name for.
     let conf = find_file(&host.path("driver"), "nvml-mock.conf");
@@ -311,46 +283,37 @@ fn nvidia_lists(path: &str) -> bool {
 
 /// What `host.json` says each section holds on `host`, as NVIDIA lists it.
 fn sections(host: &SimHost) -> Vec<(Section, BTreeSet<String>)> {
-    let values = |key: &str| -> BTreeSet<String> {
-        match &host.host[key] {
-            Value::Object(map) => map
-                .values()
-                .map(|v| v.as_str().unwrap().to_string())
-                .collect(),
-            Value::Array(list) => list
-                .iter()
-                .map(|v| v.as_str().unwrap().to_string())
-                .collect(),
-            other => panic!("{key}: {other}"),
-        }
+    let facts = &host.facts;
+    let values = |paths: &BTreeMap<String, String>| -> BTreeSet<String> {
+        paths.values().cloned().collect()
     };
-    let mut ipcs = values("sockets");
-    ipcs.insert(s(&host.host, "/mps_pipe_dir").to_string());
+    let mut ipcs: BTreeSet<String> = facts.sockets.iter().cloned().collect();
+    ipcs.insert(facts.mps_pipe_dir.clone());
     vec![
-        (Section::Devices, device_paths(host, &gpus(host))),
-        (Section::Binaries, values("binaries")),
+        (Section::Devices, device_paths(host, &host.facts.gpus)),
+        (Section::Binaries, values(&facts.binaries)),
         (
             Section::Libraries,
-            values("libraries")
+            values(&facts.libraries)
                 .into_iter()
                 .filter(|p| nvidia_lists(p))
                 .collect(),
         ),
         (
             Section::Libraries32,
-            values("libraries32")
+            values(&facts.libraries32)
                 .into_iter()
                 .filter(|p| nvidia_lists(p))
                 .collect(),
         ),
         (Section::Ipcs, ipcs),
-        (Section::Firmwares, values("firmware")),
+        (Section::Firmwares, facts.firmware.iter().cloned().collect()),
     ]
 }
 
 /// The host paths of the driver's control nodes and of `selected`'s nodes.
-fn device_paths(host: &SimHost, selected: &[Gpu]) -> BTreeSet<String> {
-    let dev = format!("{}/dev", s(&host.host, "/dev_root"));
+fn device_paths(host: &SimHost, selected: &[GpuFacts]) -> BTreeSet<String> {
+    let dev = format!("{}/dev", host.facts.dev_root);
     let mut paths: BTreeSet<String> = [
         "nvidiactl",
         "nvidia-uvm",
@@ -413,7 +376,7 @@ fn list_without_options_is_every_component_in_nvidias_order() {
     let out = nvidia_cli_stdout(&host.config, &["list"]);
     assert_listing(&out, &host, &sections(&host));
     // Control nodes first, then the GPUs in index order.
-    let dev = format!("{}/dev", s(&host.host, "/dev_root"));
+    let dev = format!("{}/dev", host.facts.dev_root);
     let lines: Vec<&str> = out.lines().collect();
     let mut nodes = vec![
         format!("{dev}/nvidiactl"),
@@ -421,7 +384,7 @@ fn list_without_options_is_every_component_in_nvidias_order() {
         format!("{dev}/nvidia-uvm-tools"),
         format!("{dev}/nvidia-modeset"),
     ];
-    let mut in_order = gpus(&host);
+    let mut in_order = host.facts.gpus.clone();
     in_order.sort_by_key(|g| g.index);
     nodes.extend(in_order.iter().map(|g| format!("{dev}/nvidia{}", g.minor)));
     assert_eq!(lines[..nodes.len()], nodes[..], "{out}");
@@ -431,7 +394,7 @@ fn list_without_options_is_every_component_in_nvidias_order() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn list_options_name_the_sections_and_devices_listed() {
     let host = real_host();
-    let all = gpus(&host);
+    let all = host.facts.gpus.clone();
     let gpu = &all[2];
     let uuid = gpu.uuid.clone();
     let out = nvidia_cli_stdout(&host.config, &["list", &format!("--device={uuid}")]);
@@ -473,27 +436,27 @@ fn list_options_name_the_sections_and_devices_listed() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn list_of_a_mig_device_adds_its_capability_nodes_and_access_files() {
-    let host = SimHost::shared_mig(2);
-    let mig = host.host["mig"]
-        .as_array()
-        .unwrap()
+    let host = SimHost::shared(Fixture::synthetic(2).mig());
+    let mig = host
+        .facts
+        .mig
         .iter()
-        .find(|m| m["gpu"] == 0 && m["mig_index"] == 1)
+        .find(|m| m.gpu == 0 && m.mig_index == 1)
         .expect("MIG device 0:1")
         .clone();
-    let gpu = &gpus(&host)[0];
+    let gpu = &host.facts.gpus[0];
     let out = nvidia_cli_stdout(&host.config, &["list", "--device=0:1"]);
-    let dev = format!("{}/dev", s(&host.host, "/dev_root"));
+    let dev = format!("{}/dev", host.facts.dev_root);
     let expected: Vec<String> = vec![
         format!("{dev}/nvidiactl"),
         format!("{dev}/nvidia-uvm"),
         format!("{dev}/nvidia-uvm-tools"),
         format!("{dev}/nvidia-modeset"),
         format!("{dev}/nvidia{}", gpu.minor),
-        s(&mig, "/gi_access_node").to_string(),
-        s(&mig, "/ci_access_node").to_string(),
-        s(&mig, "/gi_access_path").to_string(),
-        s(&mig, "/ci_access_path").to_string(),
+        mig.gi_access_node.clone(),
+        mig.ci_access_node.clone(),
+        mig.gi_access_path.clone(),
+        mig.ci_access_path.clone(),
     ];
     assert_eq!(out.lines().collect::<Vec<_>>(), expected, "{out}");
 }
@@ -708,7 +671,7 @@ fn nvidias_legacy_hook_command_line_configures_a_runc_container() {
         },
     );
     let run = run_prepared(&prepared);
-    let minors: Vec<u32> = gpus(&host).iter().map(|g| g.minor).collect();
+    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
     assert_injected(
         &run,
         &host,
@@ -733,7 +696,7 @@ fn nvidias_legacy_hook_command_line_configures_a_runc_container() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn containerds_command_line_configures_a_runc_container_from_argv_alone() {
     let host = real_host();
-    let all = gpus(&host);
+    let all = host.facts.gpus.clone();
     let selected = [all[1].minor, all[3].minor];
     let others = [all[0].minor, all[2].minor];
     // The environment says something else; the command line decides.
@@ -777,7 +740,7 @@ fn containerds_command_line_configures_a_runc_container_from_argv_alone() {
     );
     assert_denied(&run, &others);
     let ctx = run.describe();
-    let version = s(&host.host, "/driver_version");
+    let version = host.facts.driver_version.as_str();
     assert!(
         run.report
             .files
@@ -847,7 +810,7 @@ fn an_unmet_require_option_refuses_the_container_on_one_line() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn no_devbind_and_no_cgroups_leave_their_step_to_the_runtime() {
     let host = real_host();
-    let gpu = gpus(&host)[1].clone();
+    let gpu = host.facts.gpus[1].clone();
     let node = format!("/dev/nvidia{}", gpu.minor);
     let serial = serial();
 

@@ -14,23 +14,16 @@
 //! `/usr/lib/systemd/systemd`, `unshare`, `nsenter` and `ldconfig`. Each
 //! check fails loudly when one is missing.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cli;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cli::hook;
-use common::project::{hook_binary, repo};
-use common::simhost::{require_root, SimHost};
+use harness::cli::hook;
+use harness::project::{hook_binary, repo};
+use harness::runtime::runtimes::find_tool;
+use harness::simhost::{require_root, Fixture, SimHost};
 
 /// The service that regenerates the spec.
 const SERVICE: &str = "oci-nvidia-hook-cdi.service";
@@ -57,13 +50,9 @@ fn shipped(unit: &str) -> String {
 
 /// The path of `tool` on PATH; panics naming the package when it is missing.
 fn require_tool(tool: &str, package: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(tool))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!("{tool} is missing: this check needs it (Debian package {package})")
-        })
+    find_tool(tool).unwrap_or_else(|| {
+        panic!("{tool} is missing: this check needs it (Debian package {package})")
+    })
 }
 
 /// The values of `key` in `[section]` of a unit file, in order.
@@ -283,7 +272,7 @@ fn the_udev_rule_and_the_units_name_each_other() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn exec_start_writes_the_spec_runtimes_read_from_the_simulated_host() {
-    let sim = SimHost::shared("synthetic", 8, "new");
+    let sim = SimHost::shared(Fixture::synthetic(8));
     let argv = exec_start(&shipped(SERVICE));
     assert_eq!(argv[0], PACKAGED_BINARY);
     let at = argv
@@ -507,7 +496,7 @@ fn systemd_skips_the_service_without_a_driver_and_runs_it_when_ldconfig_rewrites
         std::process::id()
     )));
     fs::create_dir_all(&out_dir.0).unwrap();
-    let sim = SimHost::fresh_at(&out_dir.0.join("host"), "synthetic", 8, "new", &[]);
+    let sim = SimHost::fresh_at(&out_dir.0.join("host"), Fixture::synthetic(8));
     let binary = out_dir.0.join("oci-nvidia-hook");
     fs::copy(hook_binary(), &binary).unwrap();
     let dir = tempfile::tempdir_in(&out_dir.0).unwrap();

@@ -13,18 +13,11 @@
 //! simulated host's real files: no runtime. `tests/parity_runtime.rs` runs a
 //! sample of them through runc.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod mig;
-    pub mod project;
-    pub mod simhost;
-}
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use common::simhost::SimHost;
+use harness::simhost::{Fixture, SimHost};
 use oci_nvidia_hook::bundle::Container;
 use oci_nvidia_hook::config::Config;
 use oci_nvidia_hook::image::ImageLayout;
@@ -239,14 +232,9 @@ impl Hosts {
 /// `{busN-fn1}`, `{busN-short}`, `{migN}`, `{migN-lower}`.
 fn expand(text: &str, sim: &SimHost) -> String {
     let mut out = text.to_string();
-    for (n, gpu) in sim.host["gpus"]
-        .as_array()
-        .expect("gpus")
-        .iter()
-        .enumerate()
-    {
-        let uuid = gpu["uuid"].as_str().expect("uuid");
-        let bus = gpu["bus"].as_str().expect("bus");
+    for (n, gpu) in sim.facts.gpus.iter().enumerate() {
+        let uuid = gpu.uuid.as_str();
+        let bus = gpu.bus.as_str();
         out = out
             .replace(&format!("{{uuid{n}-lower}}"), &uuid.to_lowercase())
             .replace(&format!("{{uuid{n}}}"), uuid)
@@ -257,8 +245,8 @@ fn expand(text: &str, sim: &SimHost) -> String {
             .replace(&format!("{{bus{n}-short}}"), &bus[5..])
             .replace(&format!("{{bus{n}}}"), bus);
     }
-    for (n, mig) in sim.host["mig"].as_array().into_iter().flatten().enumerate() {
-        let uuid = mig["uuid"].as_str().expect("MIG uuid");
+    for (n, mig) in sim.facts.mig.iter().enumerate() {
+        let uuid = mig.uuid.as_str();
         out = out
             .replace(&format!("{{mig{n}-lower}}"), &uuid.to_lowercase())
             .replace(&format!("{{mig{n}}}"), uuid);
@@ -302,12 +290,11 @@ fn outcome_of(case: &Case, hosts: &Hosts) -> String {
         return "not a GPU container".into();
     }
     let index_of_minor = |minor: &str| {
-        sim.host["gpus"]
-            .as_array()
-            .expect("gpus")
+        sim.facts
+            .gpus
             .iter()
-            .find(|g| g["minor"].as_u64().map(|m| m.to_string()).as_deref() == Some(minor))
-            .map(|g| g["index"].to_string())
+            .find(|g| g.minor.to_string() == minor)
+            .map(|g| g.index.to_string())
     };
     let nodes: BTreeSet<String> = planned
         .plan
@@ -321,16 +308,16 @@ fn outcome_of(case: &Case, hosts: &Hosts) -> String {
         .filter(|rest| rest.bytes().all(|b| b.is_ascii_digit()))
         .filter_map(index_of_minor)
         .collect();
-    let migs: BTreeSet<String> = sim.host["mig"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let migs: BTreeSet<String> = sim
+        .facts
+        .mig
+        .iter()
         .filter(|m| {
-            ["gi_access_minor", "ci_access_minor"]
+            [m.gi_access_minor, m.ci_access_minor]
                 .iter()
-                .all(|k| nodes.contains(&format!("/dev/nvidia-caps/nvidia-cap{}", m[*k])))
+                .all(|minor| nodes.contains(&format!("/dev/nvidia-caps/nvidia-cap{minor}")))
         })
-        .map(|m| format!("{}:{}", m["gpu"], m["mig_index"]))
+        .map(|m| format!("{}:{}", m.gpu, m.mig_index))
         .collect();
     format!(
         "gpus [{}] migs [{}] caps [{}]",
@@ -346,17 +333,13 @@ fn expected(outcome: Outcome, sim: &SimHost) -> String {
         Outcome::NotGpu => "not a GPU container".into(),
         Outcome::Refused(text) => format!("refused: …{text}…"),
         Outcome::Gets { gpus, migs, caps } => {
-            let all_gpus: Vec<String> = sim.host["gpus"]
-                .as_array()
-                .expect("gpus")
+            let all_gpus: Vec<String> =
+                sim.facts.gpus.iter().map(|g| g.index.to_string()).collect();
+            let all_migs: Vec<String> = sim
+                .facts
+                .mig
                 .iter()
-                .map(|g| g["index"].to_string())
-                .collect();
-            let all_migs: Vec<String> = sim.host["mig"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|m| format!("{}:{}", m["gpu"], m["mig_index"]))
+                .map(|m| format!("{}:{}", m.gpu, m.mig_index))
                 .collect();
             let gpus = if gpus == "all" {
                 all_gpus.join(",")
@@ -396,10 +379,10 @@ fn matches(seen: &str, want: &str) -> bool {
 
 /// Runs every row of `table`; reports all mismatches at once.
 fn check(table: &[Case]) {
-    common::simhost::require_root();
+    harness::simhost::require_root();
     let hosts = Hosts {
-        plain: SimHost::shared("synthetic", 4, "new"),
-        mig: SimHost::shared_mig(4),
+        plain: SimHost::shared(Fixture::synthetic(4)),
+        mig: SimHost::shared(Fixture::synthetic(4).mig()),
     };
     let mut wrong = Vec::new();
     for case in table {
@@ -509,8 +492,8 @@ fn compat_used(sim: &SimHost, image: &Path) -> bool {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn compat_libraries_are_used_only_from_a_newer_branch() {
-    common::simhost::require_root();
-    let sim = SimHost::shared("synthetic", 4, "new");
+    harness::simhost::require_root();
+    let sim = SimHost::shared(Fixture::synthetic(4));
     // Host 535.261.03. NVIDIA keeps a compat library only when its major is
     // greater than the host's (CM:78-83): the host's own branch is ignored
     // even when newer (CM:79-82), an older one too (CM:75-83).

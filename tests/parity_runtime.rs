@@ -14,39 +14,16 @@
 //! Run as root: `make test`, or
 //! `cargo test --features _test_as_root --test parity_runtime`.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod compat;
-    pub mod drivers;
-    pub mod ldconfig;
-    pub mod mig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod container;
-    pub mod oci_config;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
-use common::compat::add_compat_libcuda;
+use harness::compat::add_compat_libcuda;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::simhost::SimHost;
-use runtime_support::bundle::{Hook, Scenario};
-use runtime_support::container::run;
-use runtime_support::oci_config::NVIDIA_MAJOR;
-use runtime_support::run::{serial, Run};
-use runtime_support::runtimes::Runtime;
-use serde_json::Value;
+use harness::runtime::bundle::{Hook, Scenario};
+use harness::runtime::container::run;
+use harness::runtime::oci_config::NVIDIA_MAJOR;
+use harness::runtime::run::{serial, Run};
+use harness::runtime::runtimes::Runtime;
+use harness::simhost::{Driver, Fixture, GpuFacts, SimHost};
 
 /// Which GPUs a started container must have, by NVML index.
 #[derive(Debug, Clone, Copy)]
@@ -139,12 +116,6 @@ impl Case {
 /// A device node as the container saw it: path, numbers, what opening it gave.
 type NodeFact = (String, Option<(u32, u32)>, String);
 
-fn u32_at(value: &Value, key: &str) -> u32 {
-    value[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("host.json: no {key} in {value}")) as u32
-}
-
 /// The `/dev/nvidia*` device nodes the container has.
 fn seen_nodes(run: &Run) -> BTreeSet<NodeFact> {
     run.report
@@ -162,7 +133,7 @@ fn expected_nodes(
     caps: Caps,
     mig: Option<usize>,
 ) -> BTreeSet<NodeFact> {
-    let uvm = u32_at(&host.host, "uvm_major");
+    let uvm = host.facts.uvm_major;
     let mut nodes = vec![
         ("/dev/nvidiactl".to_string(), (NVIDIA_MAJOR, 255)),
         ("/dev/nvidia-uvm".to_string(), (uvm, 0)),
@@ -171,28 +142,27 @@ fn expected_nodes(
     if let Caps::All = caps {
         nodes.push(("/dev/nvidia-modeset".to_string(), (NVIDIA_MAJOR, 254)));
     }
-    let all = host.host["gpus"].as_array().expect("host.json gpus");
-    let chosen: Vec<&Value> = match gpus {
+    let all = &host.facts.gpus;
+    let chosen: Vec<&GpuFacts> = match gpus {
         Gpus::Zero => Vec::new(),
         Gpus::All => all.iter().collect(),
         Gpus::Indices(indices) => indices
             .iter()
             .map(|i| {
                 all.iter()
-                    .find(|g| u32_at(g, "index") == *i)
+                    .find(|g| g.index == *i)
                     .unwrap_or_else(|| panic!("the host has no GPU {i}"))
             })
             .collect(),
     };
     for gpu in chosen {
-        let minor = u32_at(gpu, "minor");
+        let minor = gpu.minor;
         nodes.push((format!("/dev/nvidia{minor}"), (NVIDIA_MAJOR, minor)));
     }
     if let Some(i) = mig {
-        let caps_major = u32_at(&host.host, "caps_major");
-        let mig = &host.host["mig"][i];
-        for key in ["gi_access_minor", "ci_access_minor"] {
-            let minor = u32_at(mig, key);
+        let caps_major = host.facts.caps_major;
+        let mig = &host.facts.mig[i];
+        for minor in [mig.gi_access_minor, mig.ci_access_minor] {
             nodes.push((
                 format!("/dev/nvidia-caps/nvidia-cap{minor}"),
                 (caps_major, minor),
@@ -238,9 +208,7 @@ fn check(host: &SimHost, case: &Case) -> Result<(), String> {
             run.describe()
         ))
     };
-    let version = host.host["driver_version"]
-        .as_str()
-        .expect("driver_version");
+    let version = host.facts.driver_version.as_str();
     match case.expect {
         Expect::Refused(needles) => {
             if run.succeeded() || run.report.complete {
@@ -287,7 +255,7 @@ fn check(host: &SimHost, case: &Case) -> Result<(), String> {
             };
             let (answer, from) = match cuda {
                 Cuda::Driver => (
-                    host.host["cuda_version"].as_i64().expect("cuda_version"),
+                    i64::from(host.facts.cuda_version),
                     format!("the running driver's libcuda.so.{version}"),
                 ),
                 Cuda::Compat(v) => (v, "/usr/local/cuda/compat/".to_string()),
@@ -347,8 +315,8 @@ fn check_all(host: &SimHost, cases: &[Case]) {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn device_lists_and_capabilities_on_a_535_host_as_nvidia() {
-    let host = SimHost::shared("synthetic", 4, "new");
-    let gpu2 = host.host["gpus"][2]["uuid"].as_str().expect("uuid");
+    let host = SimHost::shared(Fixture::synthetic(4));
+    let gpu2 = host.facts.gpus[2].uuid.as_str();
     let lower = gpu2.to_ascii_lowercase();
     assert!(lower.starts_with("gpu-"), "{gpu2}");
     let cases = [
@@ -404,9 +372,9 @@ fn device_lists_and_capabilities_on_a_535_host_as_nvidia() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn cuda_requirements_on_a_470_host_as_nvidia() {
-    let host = SimHost::shared_driver("synthetic", 4, "470");
-    assert_eq!(host.host["driver_version"], "470.256.02");
-    assert_eq!(host.host["cuda_version"], 11040);
+    let host = SimHost::shared(Fixture::synthetic(4).driver(Driver::R470));
+    assert_eq!(host.facts.driver_version, "470.256.02");
+    assert_eq!(host.facts.cuda_version, 11040);
     let cases = [
         Case::new(
             "470-legacy-too-new",
@@ -444,11 +412,11 @@ fn cuda_requirements_on_a_470_host_as_nvidia() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn mig_device_by_lower_case_uuid_as_nvidia() {
-    let host = SimHost::shared_mig(4);
-    let mig = &host.host["mig"][0];
-    let uuid = mig["uuid"].as_str().expect("MIG uuid").to_ascii_lowercase();
+    let host = SimHost::shared(Fixture::synthetic(4).mig());
+    let mig = &host.facts.mig[0];
+    let uuid = mig.uuid.as_str().to_ascii_lowercase();
     assert!(uuid.starts_with("mig-"), "{uuid}");
-    let parent: &'static [u32] = match u32_at(mig, "gpu") {
+    let parent: &'static [u32] = match mig.gpu {
         0 => &[0],
         1 => &[1],
         other => panic!("MIG devices sit on GPUs 0 and 1, not {other}"),
@@ -470,7 +438,7 @@ fn mig_device_by_lower_case_uuid_as_nvidia() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn newer_branch_compat_libraries_come_first_as_nvidia() {
-    let host = SimHost::shared("synthetic", 4, "new");
+    let host = SimHost::shared(Fixture::synthetic(4));
     let mut case = Case::new(
         "535-compat-550",
         "CNT:60-97; CM:28-59, 78-83",

@@ -2,38 +2,15 @@
 //! on the MIG-flavoured simulated host with its mock NVML, NVIDIA_REQUIRE_*
 //! refusals and passes, and CUDA forward-compatibility libraries.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod cli;
-    pub mod compat;
-    pub mod ldconfig;
-    pub mod mig;
-    pub mod mounts;
-    pub mod project;
-    pub mod refusal;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod container;
-    pub mod oci_config;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
-use common::compat::add_compat_libcuda;
+use harness::compat::add_compat_libcuda;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::simhost::SimHost;
-use runtime_support::bundle::{Hook, Scenario};
-use runtime_support::container::run;
-use runtime_support::run::{serial, Run};
-use runtime_support::runtimes::Runtime;
+use harness::runtime::bundle::{Hook, Scenario};
+use harness::runtime::container::run;
+use harness::runtime::run::{serial, Run};
+use harness::runtime::runtimes::Runtime;
+use harness::simhost::{Fixture, MigFacts, SimHost};
 use serde_json::Value;
 
 /// Runs a container through the hook, then checks that `list --bundle`
@@ -95,9 +72,9 @@ fn assert_list_agrees(run: &Run) {
     std::fs::write(&config, base).unwrap();
     let bundle = run.bundle.to_str().expect("UTF-8 bundle path");
     let args = ["list", "--json", "--bundle", bundle];
-    let out = common::cli::hook(&config, &args);
+    let out = harness::cli::hook(&config, &args);
     if !run.succeeded() {
-        let listed = common::refusal::failure(out, &args);
+        let listed = harness::refusal::failure(out, &args);
         let reason = listed
             .split_once("error: ")
             .map_or(listed.as_str(), |(_, r)| r)
@@ -161,12 +138,12 @@ fn nodes(run: &Run) -> BTreeSet<NodeFact> {
         .collect()
 }
 
-fn expected_mig_nodes(host: &SimHost, mig: &Value) -> BTreeSet<NodeFact> {
-    let uvm = host.host["uvm_major"].as_u64().unwrap() as u32;
-    let caps = host.host["caps_major"].as_u64().unwrap() as u32;
-    let gpu_minor = mig["gpu_minor"].as_u64().unwrap() as u32;
-    let gi = mig["gi_access_minor"].as_u64().unwrap() as u32;
-    let ci = mig["ci_access_minor"].as_u64().unwrap() as u32;
+fn expected_mig_nodes(host: &SimHost, mig: &MigFacts) -> BTreeSet<NodeFact> {
+    let uvm = host.facts.uvm_major;
+    let caps = host.facts.caps_major;
+    let gpu_minor = mig.gpu_minor;
+    let gi = mig.gi_access_minor;
+    let ci = mig.ci_access_minor;
     [
         ("/dev/nvidiactl".to_string(), (195, 255)),
         ("/dev/nvidia-uvm".to_string(), (uvm, 0)),
@@ -183,9 +160,9 @@ fn expected_mig_nodes(host: &SimHost, mig: &Value) -> BTreeSet<NodeFact> {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn mig_device_by_uuid_brings_its_caps_nodes_and_nothing_else() {
-    let host = SimHost::shared_mig(4);
-    let mig = &host.host["mig"][0];
-    let uuid = mig["uuid"].as_str().unwrap();
+    let host = SimHost::shared(Fixture::synthetic(4).mig());
+    let mig = &host.facts.mig[0];
+    let uuid = mig.uuid.as_str();
     let run = run_on(&host, "mig-uuid", &[("NVIDIA_VISIBLE_DEVICES", uuid)], None);
     run.assert_completed();
     assert_eq!(
@@ -199,12 +176,12 @@ fn mig_device_by_uuid_brings_its_caps_nodes_and_nothing_else() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn mig_device_by_position() {
-    let host = SimHost::shared_mig(4);
-    let mig = host.host["mig"]
-        .as_array()
-        .unwrap()
+    let host = SimHost::shared(Fixture::synthetic(4).mig());
+    let mig = host
+        .facts
+        .mig
         .iter()
-        .find(|m| m["gpu"] == 1 && m["mig_index"] == 1)
+        .find(|m| m.gpu == 1 && m.mig_index == 1)
         .expect("GPU 1 has a second MIG device");
     let run = run_on(
         &host,
@@ -230,21 +207,18 @@ fn mig_device_by_position() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn all_on_the_mig_host_brings_every_mig_devices_caps_nodes() {
-    let host = SimHost::fresh_with("mig-all", "synthetic", 4, "new", &["--mig"]);
-    let conf = host.host["nvml"]["conf"].as_str().unwrap();
-    let mut text = std::fs::read_to_string(conf).unwrap();
-    text.push_str("init error=9\n");
-    std::fs::write(conf, text).unwrap();
+    let host = SimHost::fresh("mig-all", Fixture::synthetic(4).mig());
+    host.fail_nvml_init();
     let run = run_on(&host, "mig-all", &[("NVIDIA_VISIBLE_DEVICES", "all")], None);
     run.assert_completed();
-    let migs = host.host["mig"].as_array().unwrap();
+    let migs = &host.facts.mig;
     assert!(migs.len() >= 2, "the MIG host has MIG devices");
     let mut expected: BTreeSet<NodeFact> = migs
         .iter()
         .flat_map(|mig| expected_mig_nodes(&host, mig))
         .collect();
-    for gpu in host.host["gpus"].as_array().unwrap() {
-        let minor = gpu["minor"].as_u64().unwrap() as u32;
+    for gpu in &host.facts.gpus {
+        let minor = gpu.minor;
         expected.insert((
             format!("/dev/nvidia{minor}"),
             Some((195, minor)),
@@ -257,22 +231,19 @@ fn all_on_the_mig_host_brings_every_mig_devices_caps_nodes() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn whole_gpu_requests_never_load_nvml() {
-    let host = SimHost::fresh_with("nvml-broken", "synthetic", 2, "new", &["--mig"]);
+    let host = SimHost::fresh("nvml-broken", Fixture::synthetic(2).mig());
     // An NVML that fails to initialise: a whole-GPU request must not notice.
-    let conf = host.host["nvml"]["conf"].as_str().unwrap();
-    let mut text = std::fs::read_to_string(conf).unwrap();
-    text.push_str("init error=9\n");
-    std::fs::write(conf, text).unwrap();
+    let conf = host.fail_nvml_init();
 
     // The mock appends a line to this file on every load, init or not.
-    let loads = std::path::Path::new(conf).with_file_name("nvml-mock.loads");
+    let loads = conf.with_file_name("nvml-mock.loads");
     std::fs::write(&loads, "").unwrap();
 
-    let gpu = &host.host["gpus"][0];
+    let gpu = &host.facts.gpus[0];
     for (name, device) in [
         ("nvml-index", "0".to_string()),
-        ("nvml-uuid", gpu["uuid"].as_str().unwrap().to_string()),
-        ("nvml-bus", gpu["bus"].as_str().unwrap().to_string()),
+        ("nvml-uuid", gpu.uuid.clone()),
+        ("nvml-bus", gpu.bus.clone()),
         ("nvml-all", "all".to_string()),
     ] {
         run_on(&host, name, &[("NVIDIA_VISIBLE_DEVICES", &device)], None).assert_completed();
@@ -319,7 +290,7 @@ fn whole_gpu_requests_never_load_nvml() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn requirement_above_the_driver_refuses_with_the_remedies() {
-    let host = SimHost::shared("real", 4, "new");
+    let host = SimHost::shared(Fixture::real(4));
     let run = run_on(
         &host,
         "require-cuda-12-4",
@@ -339,7 +310,7 @@ fn requirement_above_the_driver_refuses_with_the_remedies() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn requirements_that_hold_start_the_container() {
-    let host = SimHost::shared("real", 4, "new");
+    let host = SimHost::shared(Fixture::real(4));
     for (name, env) in [
         (
             "require-or-group",
@@ -371,7 +342,7 @@ fn requirements_that_hold_start_the_container() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn legacy_cuda_image_newer_than_the_driver_refuses() {
-    let host = SimHost::shared("real", 4, "new");
+    let host = SimHost::shared(Fixture::real(4));
     let run = run_on(&host, "legacy-cuda", &[("CUDA_VERSION", "12.6.1")], None);
     assert!(!run.succeeded(), "{}", run.describe());
     assert!(
@@ -385,7 +356,7 @@ fn legacy_cuda_image_newer_than_the_driver_refuses() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn legacy_cuda_image_with_a_version_nvidia_rejects_refuses() {
     // NVIDIA's hook fails such a container: `9.0.bar` is no semver.
-    let host = SimHost::shared("real", 4, "new");
+    let host = SimHost::shared(Fixture::real(4));
     let run = run_on(
         &host,
         "legacy-bad-version",
@@ -404,9 +375,9 @@ fn legacy_cuda_image_with_a_version_nvidia_rejects_refuses() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn brand_and_arch_come_from_nvml() {
-    let host = SimHost::shared_mig(4);
-    let brand = host.host["gpus"][2]["brand"].as_str().unwrap().to_string();
-    let cc = host.host["gpus"][2]["cc"].as_str().unwrap().to_string();
+    let host = SimHost::shared(Fixture::synthetic(4).mig());
+    let brand = host.facts.gpus[2].brand.clone();
+    let cc = host.facts.gpus[2].cc.clone();
     let ok = format!("brand={brand},arch>={cc}");
     run_on(
         &host,
@@ -438,7 +409,7 @@ fn brand_and_arch_come_from_nvml() {
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn newer_compat_libraries_are_preferred_and_satisfy_cuda_requirements() {
-    let host = SimHost::shared("real", 4, "new");
+    let host = SimHost::shared(Fixture::real(4));
     let run = run_on(
         &host,
         "compat",

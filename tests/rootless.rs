@@ -35,50 +35,26 @@
 //! Needs runc, crun, podman, unshare, umount, mount, setpriv and the user
 //! `nobody`; any missing one fails the test, naming it.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod expected;
-    pub mod injected;
-    pub mod oci_config;
-    pub mod prepared;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::json::s;
-use common::project::hook_binary;
-use common::simhost::SimHost;
-use runtime_support::bundle::{
+use harness::project::hook_binary;
+use harness::runtime::bundle::{
     copy_template, template_rootfs, write_hook_config, write_hooks_dir, BundleExtras, Hook,
     Scenario,
 };
-use runtime_support::cleanup::assert_no_mounts_under;
-use runtime_support::expected::{gpus, node_specs, Gpu, NodeSpec};
-use runtime_support::injected::{assert_injected, Expected};
-use runtime_support::oci_config::CONTAINER_SCRIPT;
-use runtime_support::prepared::prepare;
-use runtime_support::process::run_bounded;
-use runtime_support::run::{serial, Run, RunFiles, Serial, RUN_LIMIT};
-use runtime_support::runtimes::{podman_run_args, require_tool, Runtime};
+use harness::runtime::cleanup::assert_no_mounts_under;
+use harness::runtime::expected::{node_specs, NodeSpec};
+use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::oci_config::CONTAINER_SCRIPT;
+use harness::runtime::prepared::prepare;
+use harness::runtime::process::run_bounded;
+use harness::runtime::run::{serial, Run, RunFiles, Serial, RUN_LIMIT};
+use harness::runtime::runtimes::{podman_run_args, require_tool, Runtime};
+use harness::simhost::{Fixture, GpuFacts, MigFacts, SimHost};
 use serde_json::{json, Value};
 
 /// The host uid and gid of the container's root in the root-run user
@@ -97,7 +73,7 @@ const SKIP_LINE: &str = "user namespace: skipping the device cgroup, bind-mounti
 const BIND_LINE: &str = "user namespace: bind-mounting device nodes";
 
 fn host() -> SimHost {
-    let host = SimHost::shared("real", 4, "new");
+    let host = SimHost::shared(Fixture::real(4));
     // The template image is built once per test binary with the driver root
     // of the first host asking: let that be the real one, whose nvidia-smi
     // and libcuda need their system libraries copied in.
@@ -107,21 +83,21 @@ fn host() -> SimHost {
 
 /// The MIG-flavoured host (mock NVML, stand-in libraries) and its first
 /// MIG device (GPU 0's), with the image built for the real host.
-fn mig_host() -> (SimHost, Value) {
+fn mig_host() -> (SimHost, MigFacts) {
     host();
-    let host = SimHost::shared_mig(4);
-    let mig = host.host["mig"][0].clone();
-    assert!(
-        mig.is_object(),
-        "the MIG host lists no MIG device: {}",
-        host.host
-    );
+    let host = SimHost::shared(Fixture::synthetic(4).mig());
+    let mig = host
+        .facts
+        .mig
+        .first()
+        .cloned()
+        .unwrap_or_else(|| panic!("the MIG host lists no MIG device: {:?}", host.facts));
     (host, mig)
 }
 
 /// GPU index 1 (its minor is not 1) and, as a decoy, GPU index 0.
-fn gpu_and_decoy(host: &SimHost) -> (Gpu, Gpu) {
-    let gpus = gpus(host);
+fn gpu_and_decoy(host: &SimHost) -> (GpuFacts, GpuFacts) {
+    let gpus = host.facts.gpus.clone();
     let pick = |index| {
         gpus.iter()
             .find(|g| g.index == index)
@@ -197,11 +173,10 @@ struct Expect {
 
 /// A MIG device's nodes: its parent GPU's, and its GPU and compute
 /// instances' access capabilities under /dev/nvidia-caps.
-fn mig_node_specs(host: &SimHost, mig: &Value) -> Vec<NodeSpec> {
-    let id = |key: &str| mig[key].as_u64().unwrap_or_else(|| panic!("mig {key}")) as u32;
-    let caps = host.host["caps_major"].as_u64().expect("caps_major") as u32;
-    let mut nodes = node_specs(host, &[id("gpu_minor")]);
-    for minor in [id("gi_access_minor"), id("ci_access_minor")] {
+fn mig_node_specs(host: &SimHost, mig: &MigFacts) -> Vec<NodeSpec> {
+    let caps = host.facts.caps_major;
+    let mut nodes = node_specs(host, &[mig.gpu_minor]);
+    for minor in [mig.gi_access_minor, mig.ci_access_minor] {
         nodes.push((format!("/dev/nvidia-caps/nvidia-cap{minor}"), (caps, minor)));
     }
     nodes
@@ -337,7 +312,7 @@ fn user_namespace(
         &BundleExtras::default(),
     );
     let decoy = expect.decoy.expect("a decoy GPU node");
-    let decoy_node = PathBuf::from(s(&host.host, "/dev_root")).join(format!("dev/nvidia{decoy}"));
+    let decoy_node = PathBuf::from(&host.facts.dev_root).join(format!("dev/nvidia{decoy}"));
     into_user_namespace(&prepared.bundle, &prepared.rootfs, &decoy_node);
 
     for attempt in 0..=restarts {
@@ -397,8 +372,10 @@ fn user_namespace_crun_v1() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn user_namespace_mig_runc_v1() {
     let (host, mig) = mig_host();
-    let gpu_minor = mig["gpu_minor"].as_u64().unwrap() as u32;
-    let decoy = gpus(&host)
+    let gpu_minor = mig.gpu_minor;
+    let decoy = host
+        .facts
+        .gpus
         .iter()
         .map(|g| g.minor)
         .find(|m| *m != gpu_minor)
@@ -409,7 +386,7 @@ fn user_namespace_mig_runc_v1() {
         cgroup: Cgroup::Granted,
         real_libraries: false,
     };
-    let env = [("NVIDIA_VISIBLE_DEVICES", mig["uuid"].as_str().unwrap())];
+    let env = [("NVIDIA_VISIBLE_DEVICES", mig.uuid.as_str())];
     user_namespace(Runtime::RuncV1, &host, "mig", &env, &expect, 0);
 }
 
@@ -439,7 +416,7 @@ fn rootless_user() -> (u32, u32) {
 
 /// Where Podman's bundles live: apart from tests/runtimes.rs's.
 fn podman_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
+    harness::project::target_tmpdir()
         .join("rootless")
         .join(name)
 }
@@ -692,7 +669,7 @@ fn rootless_podman_mig() {
         name: "rootless-podman-mig",
         runtime: Runtime::Podman,
         rootless: Some(user),
-        env: &[("NVIDIA_VISIBLE_DEVICES", mig["uuid"].as_str().unwrap())],
+        env: &[("NVIDIA_VISIBLE_DEVICES", mig.uuid.as_str())],
     };
     let run = run_podman(&serial, &host, &spec);
     let expect = Expect {

@@ -5,19 +5,13 @@
 //! receives can be compared; Docker and Podman run the wrapper in front of
 //! real runc in tests/docker.rs and tests/cdi_podman.rs.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod project;
-    pub mod simhost;
-}
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use common::project::hook_binary;
-use common::simhost::SimHost;
+use harness::project::hook_binary;
+use harness::simhost::{Fixture, SimHost};
 
 /// A bundle, a config pointing at the simulated host with a recording
 /// runtime, and where that runtime writes its argv.
@@ -92,7 +86,7 @@ impl Setup {
 }
 
 fn sim() -> SimHost {
-    SimHost::shared("synthetic", 2, "new")
+    SimHost::shared(Fixture::synthetic(2))
 }
 
 fn strings(args: &[&str]) -> Vec<String> {
@@ -130,7 +124,7 @@ fn a_gpu_spec_is_edited_once_and_the_runtime_gets_the_arguments_unchanged() {
 
     let edited = setup.spec();
     let spec: serde_json::Value = serde_json::from_slice(&edited).unwrap();
-    let minor = sim.host["gpus"][1]["minor"].as_u64().unwrap();
+    let minor = sim.facts.gpus[1].minor;
     assert!(
         spec["linux"]["devices"]
             .to_string()

@@ -13,41 +13,18 @@
 //! the simulated host (a few seconds once NVIDIA's packages are cached) and
 //! the template rootfs (about a second).
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-mod runtime_support {
-    pub mod bundle;
-    pub mod cleanup;
-    pub mod container;
-    pub mod expected;
-    pub mod host_state;
-    pub mod injected;
-    pub mod oci_config;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    pub mod runtimes;
-}
-
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::simhost::SimHost;
-use runtime_support::bundle::{template_rootfs, Hook, Scenario};
-use runtime_support::container::run;
-use runtime_support::expected::{gpus, node_specs, Gpu, LIB_DIR};
-use runtime_support::host_state::{listing_diff, tree_listing};
-use runtime_support::injected::{assert_injected, Expected};
-use runtime_support::run::{serial, Run, Serial};
-use runtime_support::runtimes::Runtime;
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::runtime::bundle::{template_rootfs, Hook, Scenario};
+use harness::runtime::container::run;
+use harness::runtime::expected::{node_specs, LIB_DIR};
+use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::run::{serial, Run, Serial};
+use harness::runtime::runtimes::Runtime;
+use harness::simhost::{Fixture, GpuFacts, SimHost};
 
 const ALL_RUNTIMES: [Runtime; 5] = [
     Runtime::RuncV1,
@@ -58,7 +35,7 @@ const ALL_RUNTIMES: [Runtime; 5] = [
 ];
 
 fn host() -> SimHost {
-    SimHost::shared("real", 4, "new")
+    SimHost::shared(Fixture::real(4))
 }
 
 /// One container run of `scenario` with `runtime`.
@@ -123,7 +100,7 @@ fn assert_decoys_denied(run: &Run, decoy_minors: &[u32]) {
 /// nodes, for compute), the device cgroup allowed them and denies every
 /// other GPU's node it has, and the driver's libraries and nvidia-smi work
 /// through the image's own loader.
-fn assert_gpus_injected(run: &Run, host: &SimHost, selected: &[&Gpu]) {
+fn assert_gpus_injected(run: &Run, host: &SimHost, selected: &[&GpuFacts]) {
     let minors: Vec<u32> = selected.iter().map(|g| g.minor).collect();
     let nodes = node_specs(host, &minors);
     assert_injected(
@@ -231,7 +208,7 @@ fn without_hook(runtime: Runtime) {
 fn gpu_by_index(runtime: Runtime) {
     let serial = serial();
     let host = host();
-    let gpus = gpus(&host);
+    let gpus = host.facts.gpus.clone();
     let gpu = gpus.iter().find(|g| g.index == 1).expect("GPU index 1");
     assert_ne!(
         gpu.minor, 1,
@@ -286,7 +263,7 @@ fn visible_devices_void(runtime: Runtime) {
 fn all_gpus(runtime: Runtime) {
     let serial = serial();
     let host = host();
-    let gpus = gpus(&host);
+    let gpus = host.facts.gpus.clone();
     let run = run_container(
         &serial,
         &host,
@@ -295,7 +272,7 @@ fn all_gpus(runtime: Runtime) {
         &[("NVIDIA_VISIBLE_DEVICES", "all")],
         Hook::Prestart,
     );
-    let all: Vec<&Gpu> = gpus.iter().collect();
+    let all: Vec<&GpuFacts> = gpus.iter().collect();
     assert_eq!(all.len(), 4);
     assert_gpus_injected(&run, &host, &all);
 }
@@ -342,7 +319,7 @@ per_runtime!(all_gpus: runc_v1 => RuncV1, runc_v2 => RuncV2);
 fn uuid_and_bus_id_runc_v1() {
     let serial = serial();
     let host = host();
-    let gpus = gpus(&host);
+    let gpus = host.facts.gpus.clone();
     let (by_uuid, by_bus) = (&gpus[2], &gpus[3]);
     let list = format!("{},{}", by_uuid.uuid, by_bus.bus);
     let run = run_container(
@@ -391,7 +368,7 @@ per_runtime!(unknown_device: runc_v1 => RuncV1, crun_v1 => CrunV1, podman => Pod
 fn restart_on_same_rootfs(runtime: Runtime) {
     let serial = serial();
     let host = host();
-    let gpus = gpus(&host);
+    let gpus = host.facts.gpus.clone();
     let gpu = gpus.iter().find(|g| g.index == 1).expect("GPU index 1");
     let mut runs = Vec::new();
     for attempt in 0..2 {
@@ -504,7 +481,7 @@ fn harness_kills_a_hung_run() {
     // The background sleep holds the pipes too: the kill must reach it.
     cmd.args(["-c", "echo started; sleep 30 & sleep 30"]);
     let finished =
-        runtime_support::process::run_bounded(cmd, std::time::Duration::from_millis(500));
+        harness::runtime::process::run_bounded(cmd, std::time::Duration::from_millis(500));
     assert!(finished.timed_out);
     assert!(finished.status.is_none());
     assert_eq!(finished.stdout, "started\n");
@@ -535,7 +512,7 @@ checker done
 NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.
 smi_exit=9
 ";
-    let report = runtime_support::report::CheckerReport::parse(stdout, "");
+    let report = harness::runtime::report::CheckerReport::parse(stdout, "");
     assert!(report.complete);
     let gpu_nodes = report.gpu_nodes();
     assert_eq!(gpu_nodes.keys().copied().collect::<Vec<_>>(), [2, 3]);

@@ -69,15 +69,11 @@ pub fn prepare(_serial: &Serial, scenario: &Scenario, extras: &BundleExtras) -> 
 impl Prepared {
     /// The runtime's `run` of this bundle as [`Prepared::id`], inside the
     /// mount namespace the runtime needs. Not yet spawned.
-    // rootless.rs starts every run under an id of its own (command_for).
-    #[allow(dead_code)]
     pub fn command(&self) -> Command {
         self.runtime.in_namespace(self.argv.clone())
     }
 
     /// The same bundle run as container `id` (a restart under a new id);
-    // Restarts: load.rs and rootless.rs; faults.rs starts its bundle once.
-    #[allow(dead_code)]
     /// `id` must start with [`Prepared::id`] so that leftovers are found.
     pub fn command_for(&self, id: &str) -> Command {
         assert!(id.starts_with(&self.id), "{id} must start with {}", self.id);
@@ -88,8 +84,6 @@ impl Prepared {
 
     /// Removes container `id` (one started by [`Prepared::command_for`])
     /// and its leftover cgroups; harmless when it is already gone.
-    // See command_for.
-    #[allow(dead_code)]
     pub fn delete(&self, id: &str) {
         drop(Cleanup {
             runtime: self.runtime,

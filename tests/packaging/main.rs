@@ -25,71 +25,38 @@
 //! rpm, lintian, man, Podman, runc and docker.io (integration/install-deps):
 //! `make test`, or `cargo test --features _test_as_root --test packaging`.
 
-/// The shared pieces of the integration tests (tests/common/) this suite uses.
-mod common {
-    pub mod json;
-    pub mod ldconfig;
-    pub mod mounts;
-    pub mod project;
-    pub mod simhost;
-}
-/// The runtime harness (tests/runtime_support/): the parts this suite uses.
-// This suite runs one Podman and one Docker container with the packages'
-// own files; the Scenario runner and config.json writer are other suites'.
-mod runtime_support {
-    #[allow(dead_code)]
-    pub mod bundle;
-    pub mod cleanup;
-    // Only dockerd's `--gpus` runs here: no `ctr`, no runtime mode.
-    #[allow(dead_code)]
-    pub mod daemons;
-    // GPUs are selected as `all`: their indices are not read.
-    #[allow(dead_code)]
-    pub mod expected;
-    #[allow(dead_code)]
-    pub mod host_state;
-    pub mod injected;
-    #[allow(dead_code)]
-    pub mod oci_config;
-    pub mod process;
-    pub mod report;
-    pub mod run;
-    #[allow(dead_code)]
-    pub mod runtimes;
-}
-/// The packages under test and the machine they are installed on.
-mod packaging_support {
-    pub mod built;
-    pub mod files;
-    pub mod host;
-}
+// The packages under test and the machine they are installed on: this
+// suite's own pieces, beside it.
+mod built;
 /// The packages' manual pages and completions (the package-docs example's code).
-#[path = "../packaging/docs.rs"]
+#[path = "../../packaging/docs.rs"]
 mod docs;
+mod files;
+mod host;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use crate::built::{Built, VERSION};
+use crate::files::{expected, Expected, Format, CONFFILE, PACKAGES};
+use crate::host::{dpkg, status, HostGuard};
 use clap::CommandFactory;
-use common::mounts::{assert_mounts_unchanged, host_mounts};
-use common::project::{documents, hook_binary, repo};
-use common::simhost::{require_root, SimHost};
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::project::{documents, hook_binary, repo};
+use harness::runtime::bundle::{copy_template, template_rootfs, work_root, write_hook_config};
+use harness::runtime::cleanup::{remove_tree_safely, Cleanup};
+use harness::runtime::daemons::{DaemonSetup, Daemons};
+use harness::runtime::expected::node_specs;
+use harness::runtime::injected::{assert_injected, Expected as Injected};
+use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT};
+use harness::runtime::process::run_bounded;
+use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
+use harness::runtime::runtimes::{podman_run_args, Runtime};
+use harness::simhost::{require_root, Fixture, SimHost};
 use oci_nvidia_hook::cli::Cli;
 use oci_nvidia_hook::config::Config;
-use packaging_support::built::{self, Built, VERSION};
-use packaging_support::files::{expected, Expected, Format, CONFFILE, PACKAGES};
-use packaging_support::host::{dpkg, status, HostGuard};
-use runtime_support::bundle::{copy_template, template_rootfs, work_root, write_hook_config};
-use runtime_support::cleanup::{remove_tree_safely, Cleanup};
-use runtime_support::daemons::{DaemonSetup, Daemons};
-use runtime_support::expected::{gpus, node_specs};
-use runtime_support::injected::{assert_injected, Expected as Injected};
-use runtime_support::oci_config::{path_str, CONTAINER_SCRIPT};
-use runtime_support::process::run_bounded;
-use runtime_support::run::{serial, Run, RunFiles, RUN_LIMIT};
-use runtime_support::runtimes::{podman_run_args, Runtime};
 
 /// The packaged hooks.d file, which Podman reads when given no --hooks-dir.
 const HOOKS_D_FILE: &str = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json";
@@ -102,7 +69,7 @@ const ENABLED_LINKS: [&str; 2] = [
 ];
 
 fn sim() -> SimHost {
-    SimHost::shared("real", 4, "new")
+    SimHost::shared(Fixture::real(4))
 }
 
 /// Panics naming the Debian package when `tool` is not on PATH.
@@ -749,7 +716,7 @@ fn docker_with_packaged_link(host: &SimHost, log: &Path) -> Run {
 
 /// Every GPU of the host injected, through the real 535 libraries.
 fn assert_all_gpus(run: &Run, host: &SimHost) {
-    let minors: Vec<u32> = gpus(host).iter().map(|g| g.minor).collect();
+    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
     assert_injected(
         run,
         host,

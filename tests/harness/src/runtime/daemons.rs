@@ -24,7 +24,7 @@ use super::oci_config::path_str;
 use super::process::{run_bounded, Finished};
 use super::run::RUN_LIMIT;
 use super::runtimes::require_tool;
-use crate::common::project::hook_binary;
+use crate::project::hook_binary;
 
 /// How long a daemon gets to come up or go away.
 const DAEMON_LIMIT: Duration = Duration::from_secs(60);

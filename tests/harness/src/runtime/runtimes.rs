@@ -4,15 +4,12 @@
 //! private pure-v1 namespace, Podman with runc or crun. Builds command
 //! lines only: never quotes anything into a shell string, never runs them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::oci_config::path_str;
 
 /// A runtime, set up the way it works on these machines (TESTBED.md).
-// Each suite runs the runtimes it is about (requests.rs only runc v1,
-// faults.rs only runc v2); the list of runtimes is the harness's.
-#[allow(dead_code)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runtime {
     /// runc on the host's hybrid hierarchy: the v1 devices controller.
@@ -179,13 +176,18 @@ pub fn podman_run_args(
 
 /// Panics naming the missing tool: a missing runtime must fail, never skip.
 pub fn require_tool(tool: &str) {
-    let found = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
-        .unwrap_or(false);
     assert!(
-        found,
+        find_tool(tool).is_some(),
         "`{tool}` is not on PATH: install it with integration/install-deps (or `make test`)"
     );
+}
+
+/// Where `tool` is on PATH, if it is.
+pub fn find_tool(tool: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(tool))
+        .find(|p| p.is_file())
 }
 
 fn strings(items: &[&str]) -> Vec<String> {

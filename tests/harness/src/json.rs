@@ -1,9 +1,10 @@
-//! Reading the JSON the tests meet (`host.json`, `info --json`): a string
-//! at a JSON pointer, or a panic naming what is missing.
+//! Reading the JSON the binary under test prints (`list --json`,
+//! `info --json`): a string at a JSON pointer, or a panic naming what is
+//! missing.
 
 use serde_json::Value;
 
-/// `host.json`'s string at `pointer`.
+/// `v`'s string at `pointer`.
 pub fn s<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer)
         .and_then(Value::as_str)

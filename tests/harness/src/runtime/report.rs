@@ -49,9 +49,6 @@ pub struct Library {
 
 impl Library {
     /// The value of `key` on the line.
-    // Every suite whose containers load libcuda reads it; faults.rs's
-    // container never starts.
-    #[allow(dead_code)]
     pub fn field(&self, key: &str) -> Option<&str> {
         self.fields.get(key).map(String::as_str)
     }
@@ -244,9 +241,6 @@ impl CheckerReport {
     }
 
     /// `/dev/nvidiaN` nodes, by N: the GPU nodes, not nvidiactl or uvm.
-    // For the suites that count GPUs (runtimes.rs, load.rs); the others
-    // compare whole node lists.
-    #[allow(dead_code)]
     pub fn gpu_nodes(&self) -> BTreeMap<u32, &Node> {
         self.nodes
             .iter()

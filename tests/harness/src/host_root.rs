@@ -166,8 +166,22 @@ impl HostRoot {
     }
 }
 
-/// The checks of `report` with `status`, as (layer, name, found, remedy).
-pub fn checks_with(report: &Value, status: &str) -> Vec<(String, String, String, String)> {
+/// One check of doctor's JSON report, as the suites read it; a field the
+/// report leaves out or sets to null reads as empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// The layer it belongs to (`host`, `wiring`, ...).
+    pub layer: String,
+    /// Its name (`kernel module`, `hooks.d`, ...).
+    pub name: String,
+    /// What it found.
+    pub found: String,
+    /// What to do about it.
+    pub remedy: String,
+}
+
+/// The checks of `report` with `status`.
+pub fn checks_with(report: &Value, status: &str) -> Vec<Check> {
     report["checks"]
         .as_array()
         .expect("checks")
@@ -175,7 +189,12 @@ pub fn checks_with(report: &Value, status: &str) -> Vec<(String, String, String,
         .filter(|c| c["status"] == status)
         .map(|c| {
             let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-            (s("layer"), s("name"), s("found"), s("remedy"))
+            Check {
+                layer: s("layer"),
+                name: s("name"),
+                found: s("found"),
+                remedy: s("remedy"),
+            }
         })
         .collect()
 }

@@ -15,8 +15,8 @@ use super::cleanup::assert_no_mounts_under;
 use super::process::Finished;
 use super::report::CheckerReport;
 use super::runtimes::Runtime;
-use crate::common::ldconfig::{ldconfig_print, CacheEntry};
-use crate::common::simhost::require_root;
+use crate::ldconfig::{ldconfig_print, CacheEntry};
+use crate::simhost::require_root;
 
 /// How long one container run may take before it is killed: far above the
 /// ~0.1-1 s a run takes here, low enough that a hang fails CI instead of
@@ -61,15 +61,9 @@ pub struct Run {
     /// The bundle (for Podman, the run's directory).
     pub bundle: PathBuf,
     /// The container's root filesystem, as the hook left it.
-    // Read by the suites that look into the image afterwards (runtimes.rs,
-    // rootless.rs); requests.rs, load.rs and faults.rs judge the report.
-    #[allow(dead_code)]
     pub rootfs: PathBuf,
     /// The container's `/etc/ld.so.cache` as glibc's `ldconfig -p` lists
     /// it, from the copy the checker left in the bundle's `out/`.
-    // Read by the suites that judge the loader (runtimes.rs, rootless.rs,
-    // load.rs); requests.rs and faults.rs do not.
-    #[allow(dead_code)]
     pub ld_cache: Option<Vec<CacheEntry>>,
 }
 
@@ -123,8 +117,6 @@ impl Run {
 
     /// The hook's refusal as the user sees it (the runtime's stderr) plus
     /// the hook's log.
-    // Used by the suites that check refusals (requests.rs, parity_runtime.rs).
-    #[allow(dead_code)]
     pub fn failure_text(&self) -> String {
         format!(
             "{}\n{}",
@@ -167,9 +159,6 @@ impl Run {
     }
 
     /// Panics with the whole run unless the container ran to the end.
-    // For containers that run the checker and nvidia-smi; load.rs's run
-    // the checker alone and faults.rs's must not start.
-    #[allow(dead_code)]
     pub fn assert_completed(&self) {
         assert!(self.succeeded(), "the container failed:{}", self.describe());
         assert!(

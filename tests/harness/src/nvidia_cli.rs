@@ -20,7 +20,7 @@ pub fn cli_link() -> PathBuf {
     MADE.get_or_init(|| {
         let exe = std::env::current_exe().expect("test binary path");
         let stem = exe.file_stem().expect("test binary name").to_owned();
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        let dir = crate::project::target_tmpdir()
             .join("nvidia-cli-link")
             .join(stem);
         std::fs::create_dir_all(&dir).expect("create the link's directory");

@@ -13,15 +13,13 @@ use serde_json::Value;
 use super::cleanup::remove_tree_safely;
 use super::oci_config::{config_json, hooks_d_file, path_str, ContainerConfig, CONTAINER_SCRIPT};
 use super::runtimes::{podman_run_args, Runtime};
-use crate::common::project::{hook_binary, repo};
-use crate::common::simhost::SimHost;
+use crate::project::{hook_binary, repo};
+use crate::simhost::SimHost;
 
 /// Whether and how the hook is configured for a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hook {
     /// No hook at all: proves the runtime plumbing on its own.
-    // Only runtimes.rs proves the plumbing; the other suites always hook.
-    #[allow(dead_code)]
     Absent,
     /// `oci-nvidia-hook --config <per-test config> prestart`.
     Prestart,
@@ -72,7 +70,7 @@ pub struct BundleExtras {
 /// Where this binary keeps its bundles (in `bundles/`), its template and
 /// any other scratch files of its tests.
 pub fn work_root() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("runtimes")
+    crate::project::target_tmpdir().join("runtimes")
 }
 
 /// The template rootfs, built once per test binary by `integration/rootfs`

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::project::hook_binary;
+use crate::project::hook_binary;
 
 /// Runs `oci-nvidia-hook --config CONFIG ARGS` with `stdin`, and a cleared environment.
 pub fn hook_with_stdin(config: &Path, args: &[&str], stdin: &[u8]) -> Output {

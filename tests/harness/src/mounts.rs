@@ -32,9 +32,6 @@ pub fn host_mounts() -> Vec<String> {
 
 /// Panics, listing what appeared and what disappeared, unless the host's
 /// mount table is `before` again; `context` says what ran in between.
-// For the suites that compare the whole table before and after; the
-// runtime harness includes this module for `host_mounts` alone.
-#[allow(dead_code)]
 pub fn assert_mounts_unchanged(before: &[String], context: &str) {
     let after = host_mounts();
     if after != before {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::common::project::repo;
+use harness::project::repo;
 
 /// The two packages.
 pub const PACKAGES: [&str; 2] = ["oci-nvidia-hook", "oci-nvidia-hook-compat"];

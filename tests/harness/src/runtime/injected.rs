@@ -6,9 +6,9 @@
 //! runs the checker and nvidia-smi (runtimes.rs, rootless.rs); each adds
 //! what is particular to it (decoys, bind mounts, the hook's log).
 
-use super::expected::{cuda_version, driver_version, NodeSpec, LIB_DIR};
+use super::expected::{NodeSpec, LIB_DIR};
 use super::run::Run;
-use crate::common::simhost::SimHost;
+use crate::simhost::SimHost;
 
 /// nvidia-smi's message when it found libnvidia-ml but no kernel driver:
 /// proof that the injected binary and library work together.
@@ -57,7 +57,7 @@ pub fn assert_injected(run: &Run, host: &SimHost, expected: &Expected) {
 
     // Libraries: mounted read-only under the host's file name, SONAME link,
     // loadable through the image's loader.
-    let version = driver_version(host);
+    let version = &host.facts.driver_version;
     let libcuda = format!("{LIB_DIR}/libcuda.so.{version}");
     let file = report
         .files
@@ -112,7 +112,7 @@ pub fn assert_injected(run: &Run, host: &SimHost, expected: &Expected) {
 fn assert_real_libraries_work(run: &Run, host: &SimHost) {
     let report = &run.report;
     let ctx = run.describe();
-    let libcuda = format!("{LIB_DIR}/libcuda.so.{}", driver_version(host));
+    let libcuda = format!("{LIB_DIR}/libcuda.so.{}", host.facts.driver_version);
     let file = &report.files[&libcuda];
     assert!(
         file.size > 1_000_000,
@@ -128,7 +128,7 @@ fn assert_real_libraries_work(run: &Run, host: &SimHost) {
     assert_eq!(cuda.field("rc"), Some("0"), "cuDriverGetVersion:{ctx}");
     assert_eq!(
         cuda.field("version"),
-        Some(cuda_version(host).to_string().as_str()),
+        Some(host.facts.cuda_version.to_string().as_str()),
         "cuDriverGetVersion:{ctx}"
     );
     let nvml = report.nvml.as_ref().expect("an nvml line");

@@ -22,8 +22,6 @@ pub fn hook(config: &Path, args: &[&str]) -> Output {
         .expect("run oci-nvidia-hook")
 }
 
-// requests.rs runs `list` with each bundle's own config: it uses `hook` alone.
-#[allow(dead_code)]
 impl SimHost {
     /// Runs the hook binary with this host's config and `args`.
     pub fn run(&self, args: &[&str]) -> Output {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use super::files::PACKAGES;
-use crate::runtime_support::host_state::listing_diff;
+use harness::runtime::host_state::listing_diff;
 
 /// Where a package can leave a file: dpkg's and deb-systemd-helper's
 /// records live under /var/lib.

@@ -5,12 +5,12 @@
 //! "previous build", the same tree at a lower version, to upgrade from.
 //! Writes only under the target directory.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::common::project::{hook_binary, repo};
 use crate::docs;
+use harness::project::{hook_binary, repo};
 
 /// The version Cargo.toml gives the packages.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -78,7 +78,7 @@ pub fn previous() -> &'static Built {
 
 /// Where this binary keeps its packages and docs.
 pub fn work_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("packaging")
+    harness::project::target_tmpdir().join("packaging")
 }
 
 fn build(name: &str, version: Option<&str>, formats: &[&str]) -> Built {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::oci_config::path_str;
 use super::process::run_bounded;
 use super::runtimes::Runtime;
-use crate::common::mounts::host_mounts;
+use crate::mounts::host_mounts;
 
 /// Removes the container and its runtime state when dropped, even when the
 /// test failed or the run was killed: `delete -f` / `rm -f` of something
