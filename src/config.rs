@@ -4,7 +4,6 @@
 //! so every policy and logging knob comes from this file or from arguments.
 //! Unknown keys are errors: a typo must not silently fall back to a default.
 
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -16,6 +15,9 @@ use crate::request::Capabilities;
 
 /// Where the configuration lives when `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/oci-nvidia-hook/config.toml";
+
+/// Largest config file read: ours is a few KiB.
+const MAX_SIZE: usize = 1024 * 1024;
 
 /// Why the configuration could not be loaded.
 #[derive(Debug, Error)]
@@ -257,7 +259,10 @@ impl Config {
     }
 
     fn load_at(path: &Path, must_exist: bool) -> Result<Config> {
-        match fs::read_to_string(path) {
+        let text = crate::hostfile::read(path, MAX_SIZE).and_then(|data| {
+            String::from_utf8(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        });
+        match text {
             Ok(text) => Config::parse(path, &text),
             Err(e) if e.kind() == io::ErrorKind::NotFound && !must_exist => Ok(Config::default()),
             Err(source) => Err(Error::Read {

@@ -17,6 +17,7 @@ pub mod doctor;
 pub mod driver;
 pub mod elf;
 pub mod hook;
+pub mod hostfile;
 pub mod image;
 pub mod inject;
 pub mod ldcache;

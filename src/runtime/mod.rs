@@ -163,7 +163,7 @@ pub fn find_runtime(config: &Config) -> Result<PathBuf> {
 /// for GPUs and the spec is not ours already; the file is replaced whole.
 pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -> Result<()> {
     let path = bundle.join("config.json");
-    let data = fs::read(&path).map_err(|source| Error::Read {
+    let data = crate::hostfile::read(&path, bundle::MAX_CONFIG).map_err(|source| Error::Read {
         path: path.clone(),
         source,
     })?;
