@@ -31,6 +31,7 @@ pub fn open_path(path: &Path) -> io::Result<OwnedFd> {
 /// Opens the regular file at `path` for reading: its type checked before it
 /// is opened, then opened non-blocking; with the size `fstat` gave.
 pub fn open_regular(path: &Path) -> io::Result<(File, u64)> {
+    let _waiting = crate::deadline::waiting_for(|| format!("opening {}", path.display()));
     let fd = open_path(path)?;
     let stat = fstat(fd.as_fd()).map_err(io::Error::from)?;
     reopen_regular(fd.as_fd(), &stat)
@@ -62,6 +63,7 @@ pub fn reopen_regular(fd: BorrowedFd<'_>, stat: &FileStat) -> io::Result<(File, 
 /// Reads the regular file at `path` whole, refusing one of more than `limit` bytes.
 pub fn read(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
     let (file, size) = open_regular(path)?;
+    let _waiting = crate::deadline::waiting_for(|| format!("reading {}", path.display()));
     read_opened(file, size, limit)
 }
 

@@ -13,6 +13,7 @@ pub mod child;
 pub mod cli;
 pub mod compat;
 pub mod config;
+pub mod deadline;
 pub mod doctor;
 pub mod driver;
 pub mod elf;

@@ -135,6 +135,13 @@ impl Inventory {
         scope: &Capabilities,
         snapshot_dir: Option<&Path>,
     ) -> Result<Inventory> {
+        let _waiting = crate::deadline::waiting_for(|| {
+            format!(
+                "the host driver (proc-root {}, root {})",
+                config.proc_root.display(),
+                config.root.display()
+            )
+        });
         let nvidia = config.proc_root.join("driver/nvidia");
         let version_path = nvidia.join("version");
         let version_text = match crate::bounded::read_text(&version_path) {
@@ -294,6 +301,8 @@ fn root_files_snapshotted(
         Err(e) => log::debug!("inventory snapshot: {e}"),
     }
     let files = root_files(root, version, scope)?;
+    // Written whole or not at all: no temporary file is left behind.
+    let _held = crate::deadline::hold();
     if let Err(e) = snapshot::store(dir, &key, &files, &root.examined()) {
         log::debug!("inventory snapshot: {e}");
     }
