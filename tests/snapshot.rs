@@ -426,3 +426,115 @@ fn a_hook_that_blocks_is_stopped_by_its_deadline_with_a_line_naming_the_wait() {
     );
     let _ = fs::remove_file(&log);
 }
+
+#[test]
+fn every_entry_point_a_runtime_waits_for_is_bounded_by_the_deadline() {
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    // Opening a log file that is a fifo no one reads blocks: only the
+    // deadline ends it.
+    let log = dir.path().join("log.fifo");
+    nix::unistd::mkfifo(&log, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let config = dir.path().join("config.toml");
+    fs::write(
+        &config,
+        format!("deadline-ms = 300\n[log]\nfile = \"{}\"\n", log.display()),
+    )
+    .unwrap();
+    let names = dir.path().join("bin");
+    fs::create_dir(&names).unwrap();
+    let hook = common::project::hook_binary();
+    for name in ["nvidia-container-runtime-hook", "nvidia-container-cli"] {
+        std::os::unix::fs::symlink(hook, names.join(name)).unwrap();
+    }
+    let config = config.display().to_string();
+    let ours = |args: &[&str]| {
+        let mut argv = vec![
+            hook.display().to_string(),
+            "--config".into(),
+            config.clone(),
+        ];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv
+    };
+    let cdi_hook = [
+        "cdi-hook",
+        "createRuntime",
+        "--driver-version",
+        "535.261.03",
+        "--capabilities",
+        "utility",
+        "--layout",
+        "debian",
+    ];
+    let cases: Vec<(Vec<String>, &str, Duration)> = vec![
+        (ours(&["prestart"]), "prestart", Duration::from_millis(300)),
+        (
+            ours(&["create-runtime"]),
+            "createRuntime",
+            Duration::from_millis(300),
+        ),
+        (ours(&cdi_hook), "cdi-hook", Duration::from_millis(300)),
+        (
+            ours(&["runtime", "state", "onh-none"]),
+            "the runtime wrapper",
+            Duration::from_millis(300),
+        ),
+        (
+            vec![
+                names
+                    .join("nvidia-container-runtime-hook")
+                    .display()
+                    .to_string(),
+                "-config".into(),
+                config.clone(),
+                "prestart".into(),
+            ],
+            "prestart",
+            Duration::from_millis(300),
+        ),
+        // NVIDIA's CLI reads the default config (none here: defaults),
+        // so it runs under the default bound.
+        (
+            vec![
+                names.join("nvidia-container-cli").display().to_string(),
+                format!("--debug={}", log.display()),
+                "configure".into(),
+                "--pid=1".into(),
+                "--compute".into(),
+                dir.path().display().to_string(),
+            ],
+            "nvidia-container-cli configure",
+            Duration::from_secs(15),
+        ),
+    ];
+    for (argv, entry, bound) in cases {
+        let started = Instant::now();
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Stdin stays open (as a runtime's would), so nothing ends but the deadline.
+        let stdin = child.stdin.take();
+        let out = child.wait_with_output().unwrap();
+        let elapsed = started.elapsed();
+        drop(stdin);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line = format!(
+            "error: {entry}: gave up after {} ms (deadline-ms) waiting for the log file {}",
+            bound.as_millis(),
+            log.display()
+        );
+        assert_eq!(out.status.code(), Some(1), "{argv:?}: {stderr}");
+        assert!(stderr.contains(&line), "{argv:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{argv:?}: one line: {stderr}");
+        assert!(
+            elapsed >= bound && elapsed < bound + Duration::from_secs(3),
+            "{argv:?}: {elapsed:?} for a bound of {bound:?}"
+        );
+    }
+}

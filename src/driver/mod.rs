@@ -294,8 +294,9 @@ fn root_files_snapshotted(
         // finds none (or the one this start leaves).
         Err(e) if e.is_refusal() => {
             log::warn!("inventory snapshot: {e}; discarded, discovering the driver root live");
+            // Failing only where the directory itself was refused: said already.
             if let Err(e) = snapshot::discard(dir, &key) {
-                log::warn!("inventory snapshot: {e}");
+                log::debug!("inventory snapshot: {e}");
             }
         }
         Err(e) => log::debug!("inventory snapshot: {e}"),
