@@ -47,12 +47,15 @@ pub fn reopen_regular(fd: BorrowedFd<'_>, stat: &FileStat) -> io::Result<(File, 
         ));
     }
     let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    // Not `NotFound` when procfs is missing: the file is there.
     let opened = open(
         format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
         flags,
         Mode::empty(),
     )
-    .map_err(io::Error::from)?;
+    .map_err(|errno| {
+        io::Error::other(format!("cannot reopen it through /proc/self/fd: {errno}"))
+    })?;
     let now = fstat(opened.as_fd()).map_err(io::Error::from)?;
     if (now.st_dev, now.st_ino) != (stat.st_dev, stat.st_ino) {
         return Err(io::Error::other("replaced while it was being opened"));
