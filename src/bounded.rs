@@ -3,7 +3,6 @@
 //! answering a query) can neither hang the hook nor exhaust its memory; and
 //! reads the host's small text files (procfs) whole, within a size limit.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -62,33 +61,16 @@ pub fn read_to_end(
 /// thousands of mounts is the largest, at a few MiB.
 pub const MAX_TEXT: usize = 16 * 1024 * 1024;
 
-/// Reads the text file at `path` whole, up to [`MAX_TEXT`] bytes.
+/// Reads the text file at `path` whole, up to [`MAX_TEXT`] bytes, through
+/// [`crate::hostfile`]: a fifo or device there is refused, never opened.
 ///
 /// procfs files report a size of 0, so `fs::read_to_string` asks for the
 /// size (a `statx`) in vain and then reads in chunks growing from 32 bytes:
 /// six reads for a GPU's `information`. Here the first read takes a page.
 pub fn read_text(path: &Path) -> io::Result<String> {
-    let mut file = File::open(path)?;
-    let mut data = vec![0; 4096];
-    let mut len = 0;
-    loop {
-        if len == data.len() {
-            if len > MAX_TEXT {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("more than {MAX_TEXT} bytes"),
-                ));
-            }
-            data.resize(len * 2, 0);
-        }
-        match file.read(&mut data[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    data.truncate(len);
+    let (file, size) = crate::hostfile::open_regular(path)?;
+    let _waiting = crate::deadline::waiting_for(|| format!("reading {}", path.display()));
+    let data = crate::hostfile::read_opened(file, size, MAX_TEXT)?;
     String::from_utf8(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 

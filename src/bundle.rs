@@ -113,10 +113,13 @@ pub struct GrantedNode {
 /// Where the Kubernetes device plugin's "volume-mounts" strategy puts its requests.
 const DEVICE_MOUNT_DIR: &str = "/var/run/nvidia-container-devices";
 
+/// Largest `config.json` read: a runtime's is a few KiB.
+pub const MAX_CONFIG: usize = 16 * 1024 * 1024;
+
 /// Loads `<bundle>/config.json`.
 pub fn load(bundle: &Path) -> Result<Container> {
     let path = bundle.join("config.json");
-    let data = std::fs::read(&path).map_err(|source| Error::Read {
+    let data = crate::hostfile::read(&path, MAX_CONFIG).map_err(|source| Error::Read {
         path: path.clone(),
         source,
     })?;

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::{bounded, sys};
+use crate::{bounded, deadline, sys};
 
 /// Largest answer a child may send.
 const MAX_ANSWER: usize = 4 * 1024 * 1024;
@@ -48,6 +48,9 @@ where
     T: Serialize + DeserializeOwned,
     F: FnOnce() -> Result<T, String>,
 {
+    // One policy with the entry point's deadline: this bound runs out first.
+    let timeout = deadline::clip(timeout);
+    let _waiting = deadline::waiting_for(|| format!("{what} (a query in a child process)"));
     let (reader, writer) = io::pipe().map_err(|source| Error::Spawn { what, source })?;
     let child = sys::process::fork_and_run(writer.as_fd(), || {
         let answer = serde_json::to_vec(&query()).unwrap_or_default();

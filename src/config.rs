@@ -4,7 +4,6 @@
 //! so every policy and logging knob comes from this file or from arguments.
 //! Unknown keys are errors: a typo must not silently fall back to a default.
 
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -16,6 +15,9 @@ use crate::request::Capabilities;
 
 /// Where the configuration lives when `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/oci-nvidia-hook/config.toml";
+
+/// Largest config file read: ours is a few KiB.
+const MAX_SIZE: usize = 1024 * 1024;
 
 /// Why the configuration could not be loaded.
 #[derive(Debug, Error)]
@@ -58,6 +60,12 @@ pub struct Config {
     pub supported_capabilities: Capabilities,
     /// Skip every `NVIDIA_REQUIRE_*` check, host-wide.
     pub disable_require: bool,
+    /// The wall-clock bound, in milliseconds, on each entry point a runtime
+    /// waits for (the hooks, `cdi-hook`, the NVIDIA-name fronts, the runtime
+    /// wrapper's work before it `exec`s the runtime); see [`crate::deadline`]
+    /// for why 15 s by default: more than NVIDIA's 10 s driver RPC timeout,
+    /// well under the kubelet's 2 min runtime request timeout.
+    pub deadline_ms: u64,
     /// Where the host driver lives.
     pub driver: DriverConfig,
     /// Where and how much to log.
@@ -114,6 +122,7 @@ impl Default for Config {
             accept_volume_mounts: false,
             supported_capabilities: Capabilities::all(),
             disable_require: false,
+            deadline_ms: DEFAULT_DEADLINE_MS,
             driver: DriverConfig::default(),
             log: LogConfig::default(),
             cuda_compat: CudaCompatConfig::default(),
@@ -153,10 +162,21 @@ pub struct CudaCompatConfig {
     pub mode: CompatMode,
 }
 
+/// `deadline-ms` unless set: [`crate::deadline::DEFAULT`].
+const DEFAULT_DEADLINE_MS: u64 = 15_000;
+
+/// The largest `deadline-ms` taken: 10 min, beyond which a start is not waited for.
+const MAX_DEADLINE_MS: u64 = 600_000;
+
 impl Config {
     /// The capabilities this host offers.
     pub fn supported(&self) -> &Capabilities {
         &self.supported_capabilities
+    }
+
+    /// The bound on each entry point a runtime waits for.
+    pub fn deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.deadline_ms)
     }
 }
 
@@ -257,7 +277,10 @@ impl Config {
     }
 
     fn load_at(path: &Path, must_exist: bool) -> Result<Config> {
-        match fs::read_to_string(path) {
+        let text = crate::hostfile::read(path, MAX_SIZE).and_then(|data| {
+            String::from_utf8(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        });
+        match text {
             Ok(text) => Config::parse(path, &text),
             Err(e) if e.kind() == io::ErrorKind::NotFound && !must_exist => Ok(Config::default()),
             Err(source) => Err(Error::Read {
@@ -300,6 +323,14 @@ impl Config {
                     reason: "must be an absolute path",
                 });
             }
+        }
+        if !(1..=MAX_DEADLINE_MS).contains(&self.deadline_ms) {
+            return Err(Error::Invalid {
+                path: path.to_path_buf(),
+                key: "deadline-ms",
+                value: self.deadline_ms.to_string(),
+                reason: "must be from 1 to 600000 (10 min)",
+            });
         }
         if let Some(file) = self.log.file() {
             if !file.is_absolute() {
@@ -363,6 +394,21 @@ file = "/var/log/oci-nvidia-hook.log"
             config.log.file(),
             Some(Path::new("/var/log/oci-nvidia-hook.log"))
         );
+    }
+
+    #[test]
+    fn deadline_is_15_s_unless_set_within_10_min() {
+        assert_eq!(
+            Config::default().deadline(),
+            crate::deadline::DEFAULT,
+            "the default is the deadline module's"
+        );
+        let config = parse("deadline-ms = 2500\n").unwrap();
+        assert_eq!(config.deadline(), std::time::Duration::from_millis(2500));
+        for bad in ["0", "600001"] {
+            let err = parse(&format!("deadline-ms = {bad}\n")).unwrap_err();
+            assert!(err.to_string().contains("deadline-ms"), "{err}");
+        }
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! paths already resolved inside the driver root.
 
 use std::fmt;
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -160,7 +159,7 @@ pub fn check_file(path: &Path, arch: Arch, kind: Kind) -> Result<()> {
 
 /// Reads as much of the first `buf.len()` bytes as the file has.
 fn read_prefix(path: &Path, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut file = File::open(path)?;
+    let (mut file, _) = crate::hostfile::open_regular(path)?;
     let mut filled = 0;
     while filled < buf.len() {
         match file.read(&mut buf[filled..])? {

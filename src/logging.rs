@@ -45,7 +45,10 @@ impl Write for Tee {
 /// Installs the global logger. Call once, early in `main`.
 pub fn init(config: &LogConfig) -> Result<(), Error> {
     let file = match config.file() {
-        Some(path) => Some(
+        // A fifo with no reader blocks this open: the deadline names it.
+        Some(path) => Some({
+            let _waiting =
+                crate::deadline::waiting_for(|| format!("the log file {}", path.display()));
             OpenOptions::new()
                 .append(true)
                 .create(true)
@@ -55,10 +58,12 @@ pub fn init(config: &LogConfig) -> Result<(), Error> {
                 .map_err(|source| Error::Open {
                     path: path.to_path_buf(),
                     source,
-                })?,
-        ),
+                })?
+        }),
         None => None,
     };
+    // The deadline's line goes where the log goes.
+    crate::deadline::log_to(file.as_ref());
     let pid = std::process::id();
     env_logger::Builder::new()
         .filter_level(config.level.into())

@@ -11,11 +11,12 @@
 
 use std::ffi::{c_char, c_int};
 use std::io::Write;
+use std::time::Instant;
 
 use oci_nvidia_hook::cli::{self, Cli};
 use oci_nvidia_hook::compat::{self, nvidia_cli, Invocation};
 use oci_nvidia_hook::config::Config;
-use oci_nvidia_hook::{logging, sys};
+use oci_nvidia_hook::{deadline, logging, sys};
 
 /// The process entry point, called by the C runtime (std still reads the
 /// arguments, which glibc hands it before `main`).
@@ -43,9 +44,10 @@ enum Status {
 }
 
 fn run() -> Status {
+    let started = Instant::now();
     match compat::dispatch(std::env::args_os().collect()) {
-        Ok(Invocation::Ours(cli)) => run_ours(cli),
-        Ok(Invocation::NvidiaCli(invocation)) => run_nvidia_cli(&invocation),
+        Ok(Invocation::Ours(cli)) => run_ours(cli, started),
+        Ok(Invocation::NvidiaCli(invocation)) => run_nvidia_cli(&invocation, started),
         Ok(Invocation::Print(text)) => {
             print!("{text}");
             Status::Success
@@ -55,16 +57,38 @@ fn run() -> Status {
     }
 }
 
-/// Runs a command of NVIDIA's CLI's command line.
-fn run_nvidia_cli(invocation: &nvidia_cli::Invocation) -> Status {
-    let config = match nvidia_cli::config(invocation) {
-        Ok(config) => config,
-        Err(e) => return fail(&e),
-    };
-    if let Err(e) = logging::init(&config.log) {
-        return fail(&e);
+/// Bounds the entry point `entry` (if a runtime waits for it) by the
+/// default deadline until the config is read, then by the config's.
+fn bounded_config(
+    entry: Option<&'static str>,
+    started: Instant,
+    load: impl FnOnce() -> Result<Config, Box<dyn std::error::Error>>,
+) -> Result<Config, Box<dyn std::error::Error>> {
+    if let Some(entry) = entry {
+        deadline::arm(entry, deadline::DEFAULT, started);
     }
-    match nvidia_cli::run(invocation, &config) {
+    let config = {
+        let _waiting = deadline::waiting_for(|| "the config file".into());
+        load()?
+    };
+    if let Some(entry) = entry {
+        deadline::arm(entry, config.deadline(), started);
+    }
+    logging::init(&config.log)?;
+    Ok(config)
+}
+
+/// Runs a command of NVIDIA's CLI's command line.
+fn run_nvidia_cli(invocation: &nvidia_cli::Invocation, started: Instant) -> Status {
+    let entry = matches!(invocation.command, nvidia_cli::args::Command::Configure(_))
+        .then_some("nvidia-container-cli configure");
+    let config = match bounded_config(entry, started, || Ok(nvidia_cli::config(invocation)?)) {
+        Ok(config) => config,
+        Err(e) => return fail(e.as_ref()),
+    };
+    let result = nvidia_cli::run(invocation, &config);
+    deadline::disarm();
+    match result {
         Ok(()) => Status::Success,
         Err(e) if e.is_broken_pipe() => Status::Success,
         Err(e) => {
@@ -75,9 +99,10 @@ fn run_nvidia_cli(invocation: &nvidia_cli::Invocation) -> Status {
 }
 
 /// Runs our own command line's command.
-fn run_ours(cli: Cli) -> Status {
+fn run_ours(cli: Cli, started: Instant) -> Status {
     // The runtime wrapper's caller reads errors from the runtime's log.
     let fail = |e: &dyn std::error::Error| {
+        deadline::disarm();
         if let cli::Command::Runtime { args } = &cli.command {
             oci_nvidia_hook::runtime::log_failure(args, &cli::one_line(e));
         }
@@ -93,14 +118,15 @@ fn run_ours(cli: Cli) -> Status {
             Err(e) => fail(&e),
         };
     }
-    let config = match Config::load(cli.config.as_deref()) {
+    let config = match bounded_config(cli.command.waited_for(), started, || {
+        Ok(Config::load(cli.config.as_deref())?)
+    }) {
         Ok(config) => config,
-        Err(e) => return fail(&e),
+        Err(e) => return fail(e.as_ref()),
     };
-    if let Err(e) = logging::init(&config.log) {
-        return fail(&e);
-    }
-    match cli::run(&cli.command, &config, cli.config.as_deref()) {
+    let result = cli::run(&cli.command, &config, cli.config.as_deref());
+    deadline::disarm();
+    match result {
         Ok(()) => Status::Success,
         Err(e) if e.is_broken_pipe() => Status::Success,
         Err(e) => {

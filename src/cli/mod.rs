@@ -161,6 +161,21 @@ pub enum Command {
     Other(Vec<String>),
 }
 
+impl Command {
+    /// The entry point's name when a runtime waits for this command, which
+    /// then runs under a deadline (see [`crate::deadline`]); `None` for the
+    /// commands people run.
+    pub fn waited_for(&self) -> Option<&'static str> {
+        match self {
+            Command::Prestart => Some("prestart"),
+            Command::CreateRuntime => Some("createRuntime"),
+            Command::CdiHook { .. } => Some("cdi-hook"),
+            Command::Runtime { .. } => Some("the runtime wrapper"),
+            _ => None,
+        }
+    }
+}
+
 /// `doctor`'s options.
 #[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct DoctorArgs {

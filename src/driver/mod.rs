@@ -135,6 +135,13 @@ impl Inventory {
         scope: &Capabilities,
         snapshot_dir: Option<&Path>,
     ) -> Result<Inventory> {
+        let _waiting = crate::deadline::waiting_for(|| {
+            format!(
+                "the host driver (proc-root {}, root {})",
+                config.proc_root.display(),
+                config.root.display()
+            )
+        });
         let nvidia = config.proc_root.join("driver/nvidia");
         let version_path = nvidia.join("version");
         let version_text = match crate::bounded::read_text(&version_path) {
@@ -246,7 +253,7 @@ impl Inventory {
 /// programs, firmware and ICD files.
 fn root_files(root: &DriverRoot, version: &str, scope: &Capabilities) -> Result<RootFiles> {
     let host = Arch::host();
-    let cache = read_cache(root)?;
+    let (cache, cache_path) = read_cache(root)?;
     let (libraries, missing_libraries) =
         libraries::select(root, &cache.entries, version, host, scope);
     let (binaries, missing_binaries) = files::binaries(root, host, scope);
@@ -257,6 +264,7 @@ fn root_files(root: &DriverRoot, version: &str, scope: &Capabilities) -> Result<
         missing_binaries,
         firmware: files::firmware(root, version),
         configs: files::graphics_configs(root, scope),
+        cache: cache_path,
     })
 }
 
@@ -282,17 +290,33 @@ fn root_files_snapshotted(
             );
             return Ok(files);
         }
+        // A bad one is said once: it is removed, and the next start
+        // finds none (or the one this start leaves).
+        Err(e) if e.is_refusal() => {
+            log::warn!("inventory snapshot: {e}; discarded, discovering the driver root live");
+            // Failing only where the directory itself was refused: said already.
+            if let Err(e) = snapshot::discard(dir, &key) {
+                log::debug!("inventory snapshot: {e}");
+            }
+        }
         Err(e) => log::debug!("inventory snapshot: {e}"),
     }
     let files = root_files(root, version, scope)?;
+    // Written whole or not at all: no temporary file is left behind.
+    let _held = crate::deadline::hold();
     if let Err(e) = snapshot::store(dir, &key, &files, &root.examined()) {
         log::debug!("inventory snapshot: {e}");
     }
     Ok(files)
 }
 
-/// Reads and parses `<root>/etc/ld.so.cache`, resolved inside the root.
-fn read_cache(root: &DriverRoot) -> Result<LdCache> {
+/// Largest driver-root loader cache read: a host's of thousands of entries
+/// is a few hundred KiB.
+const MAX_CACHE: usize = 64 * 1024 * 1024;
+
+/// Reads and parses `<root>/etc/ld.so.cache`, resolved inside the root;
+/// with the host path it resolved to.
+fn read_cache(root: &DriverRoot) -> Result<(LdCache, PathBuf)> {
     let inner = Path::new("/etc/ld.so.cache");
     let path = match root.resolve(inner) {
         Ok(resolved) => resolved.host,
@@ -303,7 +327,7 @@ fn read_cache(root: &DriverRoot) -> Result<LdCache> {
             })
         }
     };
-    let data = std::fs::read(&path).map_err(|source| Error::Read {
+    let data = crate::hostfile::read(&path, MAX_CACHE).map_err(|source| Error::Read {
         path: path.clone(),
         source,
     })?;
@@ -315,7 +339,10 @@ fn read_cache(root: &DriverRoot) -> Result<LdCache> {
             .and_then(catalog::library_for)
             .is_some()
     };
-    LdCache::parse_where(&data, ours).map_err(|source| Error::LdCache { path, source })
+    match LdCache::parse_where(&data, ours) {
+        Ok(cache) => Ok((cache, path)),
+        Err(source) => Err(Error::LdCache { path, source }),
+    }
 }
 
 /// A MIG capability file if the driver has it (`None` on drivers without MIG).

@@ -21,14 +21,24 @@
 //! The directory and the file must belong to root and be writable by no
 //! one else, are opened without following links, and only root (the
 //! effective uid 0) reads or writes them: a hook running unprivileged
-//! (rootless) never uses one. A snapshot's paths must all lie under the
-//! driver root. A snapshot that fails any check is ignored, and discovery
-//! runs as if there were none; writing one that fails is only logged. This
-//! module never fails discovery.
+//! (rootless) never uses one. The file's type is checked through `O_PATH`
+//! before it is opened (a fifo there would block every start), then it is
+//! opened non-blocking and read within [`MAX_SIZE`] bytes.
+//!
+//! What a snapshot says is not trusted either. Every path in it must be
+//! normal (absolute, no `.`, `..` or empty component) and lie under the
+//! driver root; it must stamp every input the inventory depends on (the
+//! root, its loader cache, each library, program, firmware and ICD file),
+//! and each stamp is checked on the path resolved inside the driver root
+//! (`openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS)`), as image paths are
+//! resolved inside the rootfs. A snapshot that fails any check is ignored,
+//! and discovery runs as if there were none; one that is malformed or
+//! unsafe ([`Error::is_refusal`]) is logged once and removed by name. Writing
+//! one that fails is only logged. This module never fails discovery.
 
 use std::ffi::OsStr;
 use std::fs::{self, File, Metadata};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -36,7 +46,7 @@ use std::time::SystemTime;
 
 use nix::errno::Errno;
 use nix::fcntl::{open, openat, renameat, OFlag};
-use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::sys::stat::{fstat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -45,17 +55,18 @@ use super::catalog;
 use super::files::HostFile;
 use super::libraries::{Library, MissingLibrary};
 use crate::elf::Arch;
+use crate::hostfile;
 use crate::request::Capability;
 
 /// What this build writes; a snapshot of another build or format is ignored.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// How old every examined path must be before a snapshot of it is written:
 /// more than any filesystem's timestamp granularity.
 pub const SETTLED: u64 = 2;
 
 /// Largest snapshot read; a host's is a few KiB.
-const MAX_SIZE: u64 = 1024 * 1024;
+pub const MAX_SIZE: usize = 1024 * 1024;
 
 /// Why a snapshot was not used or not written; logged, never returned by discovery.
 #[derive(Debug, Error)]
@@ -72,10 +83,27 @@ pub enum Error {
     Decode { path: PathBuf, reason: String },
     #[error("{path} was made for another build, driver root, scope or driver")]
     OtherKey { path: PathBuf },
+    #[error("refusing {path}: it has no stamp for {input}, which the inventory depends on")]
+    Incomplete { path: PathBuf, input: PathBuf },
     #[error("{path} is stale: {examined} changed since it was made")]
     Stale { path: PathBuf, examined: PathBuf },
     #[error("not writing {path}: {examined} changed less than {SETTLED} s ago")]
     Unsettled { path: PathBuf, examined: PathBuf },
+}
+
+impl Error {
+    /// Whether the snapshot itself is bad (unsafe, malformed, incomplete,
+    /// unreadable), rather than absent, stale or made for another key: one
+    /// to log as a warning and remove.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::Io { .. }
+                | Error::Unsafe { .. }
+                | Error::Decode { .. }
+                | Error::Incomplete { .. }
+        )
+    }
 }
 
 /// Result of reading or writing a snapshot.
@@ -96,6 +124,8 @@ pub struct RootFiles {
     pub firmware: Vec<HostFile>,
     /// Graphics ICD files.
     pub configs: Vec<HostFile>,
+    /// The driver root's loader cache the libraries were found in, as resolved.
+    pub cache: PathBuf,
 }
 
 /// What a snapshot must have been made for.
@@ -131,19 +161,55 @@ impl Key {
     /// The file name of this key's snapshot: one per driver root, scope and
     /// architecture; a new driver version replaces it.
     fn file_name(&self) -> String {
-        // FNV-1a: stable across builds, unlike std's hashers.
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         let parts: [&[u8]; 3] = [
             self.root.as_os_str().as_encoded_bytes(),
             self.scope.as_bytes(),
             self.arch.as_bytes(),
         ];
-        for byte in parts.iter().flat_map(|p| p.iter().chain(&[0u8])) {
-            hash ^= u64::from(*byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
+        let hash = fnv1a(parts.iter().flat_map(|p| p.iter().chain(&[0u8])));
         format!("inventory-{hash:016x}.json")
     }
+}
+
+/// FNV-1a: stable across builds, unlike std's hashers; and each step is a
+/// bijection of the state, so changing any one byte changes the hash.
+fn fnv1a<'a>(bytes: impl IntoIterator<Item = &'a u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// `body` with its checksum on a last line: a torn, truncated or
+/// byte-flipped file is refused even where it still decodes.
+fn seal(mut body: Vec<u8>) -> Vec<u8> {
+    let sum = fnv1a(&body);
+    body.extend_from_slice(format!("\n{sum:016x}\n").as_bytes());
+    body
+}
+
+/// The body of a sealed file, if its checksum holds.
+fn unseal<'d>(path: &Path, data: &'d [u8]) -> Result<&'d [u8]> {
+    let bad = |reason: &str| Error::Decode {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let text = data
+        .strip_suffix(b"\n")
+        .ok_or_else(|| bad("no checksum line"))?;
+    let at = text
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .ok_or_else(|| bad("no checksum line"))?;
+    let (body, sum) = (&text[..at], &text[at + 1..]);
+    let sum = std::str::from_utf8(sum)
+        .ok()
+        .filter(|s| s.len() == 16)
+        .and_then(|s| u64::from_str_radix(s, 16).ok())
+        .ok_or_else(|| bad("no checksum line"))?;
+    if sum != fnv1a(body) {
+        return Err(bad("checksum mismatch: torn or altered"));
+    }
+    Ok(body)
 }
 
 /// One examined path and what `lstat` said of it.
@@ -171,9 +237,54 @@ impl Stamp {
         }
     }
 
-    /// Whether the path still `lstat`s the same.
-    fn holds(&self) -> bool {
-        fs::symlink_metadata(&self.path).is_ok_and(|m| Stamp::of(self.path.clone(), &m) == *self)
+    fn of_stat(path: PathBuf, s: &FileStat) -> Stamp {
+        Stamp {
+            path,
+            dev: s.st_dev,
+            ino: s.st_ino,
+            mode: s.st_mode,
+            size: u64::try_from(s.st_size).unwrap_or(u64::MAX),
+            mtime: (s.st_mtime, s.st_mtime_nsec),
+            ctime: (s.st_ctime, s.st_ctime_nsec),
+        }
+    }
+
+    /// Whether the path, resolved inside the driver root `root` (open as
+    /// `root_fd`) through no symlink, is still the same.
+    fn holds(&self, root: &Path, root_fd: &OwnedFd) -> bool {
+        let stat = match self.path.strip_prefix(root) {
+            Ok(inner) if inner.as_os_str().is_empty() => fstat(root_fd.as_fd()).ok(),
+            Ok(inner) => resolve_in_root(root_fd, inner).and_then(|fd| fstat(fd.as_fd()).ok()),
+            Err(_) => None,
+        };
+        stat.is_some_and(|stat| Stamp::of_stat(self.path.clone(), &stat) == *self)
+    }
+}
+
+/// `inner` (relative) resolved inside the root open as `root_fd` as an
+/// `O_PATH` descriptor, through no symlink: stamped paths are resolved
+/// paths, so a link on the way means the root changed, or the snapshot lies.
+fn resolve_in_root(root_fd: &OwnedFd, inner: &Path) -> Option<OwnedFd> {
+    use rustix::fs::{openat2, Mode as RxMode, OFlags, ResolveFlags};
+    openat2(
+        root_fd,
+        inner,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        RxMode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .ok()
+}
+
+/// Whether `path` is normal: absolute, with no `.`, `..` or empty component.
+fn is_normal(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    match path.as_os_str().as_bytes() {
+        b"/" => true,
+        [b'/', rest @ ..] => rest
+            .split(|&b| b == b'/')
+            .all(|c| !c.is_empty() && c != b"." && c != b".."),
+        _ => false,
     }
 }
 
@@ -206,6 +317,7 @@ struct Snapshot {
     missing_binaries: Vec<String>,
     firmware: Vec<HostFile>,
     configs: Vec<HostFile>,
+    cache: PathBuf,
 }
 
 /// The snapshot for `key` in `dir`, if there is one, it is safe to read,
@@ -213,64 +325,81 @@ struct Snapshot {
 pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
     let path = dir.join(key.file_name());
     let dir_fd = open_dir(dir)?;
-    let io_err = |source: Errno| Error::Io {
+    let io_err = |source: io::Error| Error::Io {
         path: path.clone(),
-        source: source.into(),
+        source,
     };
+    // O_PATH opens nothing: a fifo, device or directory at the name is
+    // refused by its type before anything could block on it.
     let fd = match openat(
         &dir_fd,
         OsStr::new(&key.file_name()),
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     ) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Err(Error::Missing { path }),
-        Err(errno) => return Err(io_err(errno)),
+        Err(errno) => return Err(io_err(errno.into())),
     };
-    let stat = fstat(&fd).map_err(io_err)?;
+    let stat = fstat(&fd).map_err(|errno| io_err(errno.into()))?;
     owned_by_root(&path, stat.st_mode, stat.st_uid, SFlag::S_IFREG)?;
-    let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+    let size = usize::try_from(stat.st_size).unwrap_or(usize::MAX);
     if size > MAX_SIZE {
         return Err(Error::Unsafe {
             path,
             reason: format!("{size} bytes, more than {MAX_SIZE}"),
         });
     }
-    let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
-    File::from(fd)
-        .take(MAX_SIZE)
-        .read_to_end(&mut data)
-        .map_err(|source| Error::Io {
+    let (file, size) = hostfile::reopen_regular(fd.as_fd(), &stat).map_err(io_err)?;
+    let data = hostfile::read_opened(file, size, MAX_SIZE).map_err(io_err)?;
+    let snapshot: Snapshot =
+        serde_json::from_slice(unseal(&path, &data)?).map_err(|e| Error::Decode {
             path: path.clone(),
-            source,
+            reason: e.to_string(),
         })?;
-    let snapshot: Snapshot = serde_json::from_slice(&data).map_err(|e| Error::Decode {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
     if snapshot.key != *key {
         return Err(Error::OtherKey { path });
     }
     let files = decode(&path, snapshot.libraries, snapshot.missing_libraries, key)?;
-    let outside = snapshot
-        .stamps
-        .iter()
-        .map(|s| &s.path)
-        .chain(files.libraries.iter().map(|l| &l.path))
+    let inputs: Vec<&Path> = [key.root.as_path(), snapshot.cache.as_path()]
+        .into_iter()
+        .chain(files.libraries.iter().map(|l| l.path.as_path()))
         .chain(
             [&snapshot.binaries, &snapshot.firmware, &snapshot.configs]
                 .into_iter()
                 .flatten()
-                .map(|f| &f.path),
+                .map(|f| f.path.as_path()),
         )
-        .find(|p| !p.starts_with(&key.root));
-    if let Some(outside) = outside {
-        return Err(Error::Unsafe {
+        .collect();
+    confined(
+        &path,
+        &key.root,
+        snapshot.stamps.iter().map(|s| s.path.as_path()),
+    )?;
+    confined(&path, &key.root, inputs.iter().copied())?;
+    if let Some(input) = inputs
+        .iter()
+        .find(|input| !snapshot.stamps.iter().any(|s| s.path == **input))
+    {
+        return Err(Error::Incomplete {
             path,
-            reason: format!("{} lies outside the driver root", outside.display()),
+            input: input.to_path_buf(),
         });
     }
-    if let Some(stale) = snapshot.stamps.iter().find(|s| !s.holds()) {
+    let root_fd = open(
+        &key.root,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| Error::Io {
+        path: key.root.clone(),
+        source: errno.into(),
+    })?;
+    if let Some(stale) = snapshot
+        .stamps
+        .iter()
+        .find(|s| !s.holds(&key.root, &root_fd))
+    {
         return Err(Error::Stale {
             path,
             examined: stale.path.clone(),
@@ -295,8 +424,44 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
         binaries: snapshot.binaries,
         firmware: snapshot.firmware,
         configs: snapshot.configs,
+        cache: snapshot.cache,
         ..files
     })
+}
+
+/// Refuses a path of `paths` that is not normal or not under `root`.
+fn confined<'a>(path: &Path, root: &Path, paths: impl IntoIterator<Item = &'a Path>) -> Result<()> {
+    for named in paths {
+        let reason = if !is_normal(named) {
+            "is not a normal absolute path"
+        } else if !named.starts_with(root) {
+            "lies outside the driver root"
+        } else {
+            continue;
+        };
+        return Err(Error::Unsafe {
+            path: path.to_path_buf(),
+            reason: format!("{} {reason}", named.display()),
+        });
+    }
+    Ok(())
+}
+
+/// Removes the snapshot for `key` from `dir`, by name, without following
+/// a link: a refused one, so that it is logged once, not at every start.
+pub fn discard(dir: &Path, key: &Key) -> Result<()> {
+    let dir_fd = open_dir(dir)?;
+    match unlinkat(
+        &dir_fd,
+        OsStr::new(&key.file_name()),
+        UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(errno) => Err(Error::Io {
+            path: dir.join(key.file_name()),
+            source: errno.into(),
+        }),
+    }
 }
 
 /// The libraries of a snapshot, their names mapped back to the catalogue's.
@@ -353,6 +518,7 @@ fn decode(
         missing_binaries: Vec::new(),
         firmware: Vec::new(),
         configs: Vec::new(),
+        cache: PathBuf::new(),
     })
 }
 
@@ -427,11 +593,12 @@ fn store_at(
             .collect(),
         firmware: files.firmware.clone(),
         configs: files.configs.clone(),
+        cache: files.cache.clone(),
     };
-    let data = serde_json::to_vec(&snapshot).map_err(|e| Error::Decode {
+    let data = seal(serde_json::to_vec(&snapshot).map_err(|e| Error::Decode {
         path: path.clone(),
         reason: e.to_string(),
-    })?;
+    })?);
     match fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -512,7 +679,11 @@ fn open_dir(dir: &Path) -> Result<OwnedFd> {
 /// Refuses what is not of `kind`, not root's, or writable by group or others.
 fn owned_by_root(path: &Path, mode: u32, uid: u32, kind: SFlag) -> Result<()> {
     let reason = if SFlag::from_bits_truncate(mode) & SFlag::S_IFMT != kind {
-        format!("not a {}", crate::reopen::kind_name(kind.bits()))
+        format!(
+            "a {}, not a {}",
+            crate::reopen::kind_name(mode),
+            crate::reopen::kind_name(kind.bits())
+        )
     } else if uid != 0 {
         format!("owned by uid {uid}, not root")
     } else if mode & 0o022 != 0 {
@@ -552,7 +723,10 @@ mod tests {
             fs::create_dir_all(lib.join("nvidia")).unwrap();
             fs::write(lib.join("nvidia/libcuda.so.535.261.03"), b"\x7fELF").unwrap();
             symlink("nvidia/libcuda.so.535.261.03", lib.join("libcuda.so.1")).unwrap();
+            fs::create_dir_all(root.join("etc")).unwrap();
+            fs::write(root.join("etc/ld.so.cache"), b"glibc-ld.so.cache1.1").unwrap();
             let driver = DriverRoot::new(&root);
+            let cache = driver.resolve(Path::new("/etc/ld.so.cache")).unwrap();
             let resolved = driver
                 .resolve(Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1"))
                 .unwrap();
@@ -573,6 +747,7 @@ mod tests {
                 missing_binaries: vec!["nvidia-smi"],
                 firmware: Vec::new(),
                 configs: Vec::new(),
+                cache: cache.host,
             };
             let key = Key::new(&root, "compute,utility".into(), Arch::host(), "535.261.03");
             Host {
@@ -603,6 +778,24 @@ mod tests {
 
         fn file(&self) -> PathBuf {
             self.snapshots.join(self.key.file_name())
+        }
+
+        /// The stored snapshot's JSON, decoded.
+        fn json(&self) -> serde_json::Value {
+            let data = fs::read(self.file()).unwrap();
+            serde_json::from_slice(unseal(&self.file(), &data).unwrap()).unwrap()
+        }
+
+        /// Rewrites the stored snapshot's JSON with `edit`, sealed again:
+        /// what a writer that knows the format could put there.
+        fn rewrite(&self, edit: impl FnOnce(&mut serde_json::Value)) {
+            let mut json = self.json();
+            edit(&mut json);
+            fs::write(self.file(), seal(serde_json::to_vec(&json).unwrap())).unwrap();
+        }
+
+        fn library_path(&self) -> String {
+            self.files.libraries[0].path.to_str().unwrap().to_string()
         }
     }
 
@@ -749,32 +942,208 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_snapshot_naming_files_outside_the_root_is_refused() {
-        let host = Host::new();
-        host.store();
-        let text = fs::read_to_string(host.file()).unwrap();
-        let lib = host.files.libraries[0].path.to_str().unwrap().to_string();
-        fs::write(host.file(), text.replace(&lib, "/etc/shadow")).unwrap();
+    /// Loads `host`'s snapshot after `edit`, which must be refused as
+    /// `expected` says, naming `named`; and leaves it refused.
+    fn refused(host: &Host, case: &str, named: &str, expected: fn(&Error) -> bool) {
         let err = host.load().unwrap_err();
-        assert!(
-            matches!(&err, Error::Unsafe { reason, .. } if reason.contains("/etc/shadow")),
-            "{err}"
-        );
+        assert!(expected(&err), "{case}: {err}");
+        assert!(err.is_refusal(), "{case}: {err}");
+        assert!(err.to_string().contains(named), "{case}: {err}");
     }
 
     #[test]
-    fn a_torn_or_foreign_snapshot_is_refused() {
+    fn a_snapshot_naming_files_outside_the_root_is_refused() {
+        type Edit = fn(&str, &str) -> String;
+        let cases: [(&str, Edit); 5] = [
+            ("another host file", |_, _| "/etc/shadow".into()),
+            ("up and out of the root", |root, _| {
+                format!("{root}/usr/lib/../../../../etc/shadow")
+            }),
+            ("through a dot", |root, lib| {
+                lib.replacen(root, &format!("{root}/."), 1)
+            }),
+            ("through an empty component", |root, lib| {
+                lib.replacen(root, &format!("{root}/"), 1)
+            }),
+            ("relative", |_, lib| lib.trim_start_matches('/').into()),
+        ];
+        for (case, edit) in cases {
+            let host = Host::new();
+            host.store();
+            let bad = edit(&host.root.to_string_lossy(), &host.library_path());
+            // In the library list alone, and in its stamp too.
+            for both in [false, true] {
+                host.store();
+                host.rewrite(|json| {
+                    json["libraries"][0]["path"] = bad.clone().into();
+                    if both {
+                        for stamp in json["stamps"].as_array_mut().unwrap() {
+                            if stamp["path"] == host.library_path().as_str() {
+                                stamp["path"] = bad.clone().into();
+                            }
+                        }
+                    }
+                });
+                refused(&host, case, &bad, |e| matches!(e, Error::Unsafe { .. }));
+            }
+        }
+    }
+
+    #[test]
+    fn a_snapshot_of_names_this_build_does_not_know_is_refused() {
         let host = Host::new();
         host.store();
-        let text = fs::read_to_string(host.file()).unwrap();
-        fs::write(host.file(), &text[..text.len() / 2]).unwrap();
-        assert!(matches!(host.load(), Err(Error::Decode { .. })));
-        fs::write(host.file(), text.replace("libcuda.so\"", "libfoo.so\"")).unwrap();
-        let err = host.load().unwrap_err();
-        assert!(
-            matches!(&err, Error::Decode { reason, .. } if reason.contains("libfoo.so")),
-            "{err}"
-        );
+        host.rewrite(|json| json["libraries"][0]["prefix"] = "libfoo.so".into());
+        refused(&host, "unknown library", "libfoo.so", |e| {
+            matches!(e, Error::Decode { .. })
+        });
+    }
+
+    #[test]
+    fn a_snapshot_must_stamp_every_input_the_inventory_depends_on() {
+        let host = Host::new();
+        host.store();
+        let root = host.root.to_string_lossy().to_string();
+        let cache = host.files.cache.to_string_lossy().to_string();
+        let lib = host.library_path();
+        for (case, dropped, named) in [
+            ("no stamps at all", None, root.as_str()),
+            ("no stamp of the root", Some(root.as_str()), root.as_str()),
+            (
+                "no stamp of the cache",
+                Some(cache.as_str()),
+                cache.as_str(),
+            ),
+            ("no stamp of a library", Some(lib.as_str()), lib.as_str()),
+        ] {
+            host.store();
+            host.rewrite(|json| {
+                let stamps = json["stamps"].as_array_mut().unwrap();
+                match dropped {
+                    None => stamps.clear(),
+                    Some(path) => stamps.retain(|s| s["path"] != path),
+                }
+            });
+            refused(&host, case, named, |e| {
+                matches!(e, Error::Incomplete { .. })
+            });
+        }
+        // No stamp list is no snapshot of this format.
+        host.store();
+        host.rewrite(|json| {
+            json.as_object_mut().unwrap().remove("stamps");
+        });
+        refused(&host, "no stamp list", "stamps", |e| {
+            matches!(e, Error::Decode { .. })
+        });
+    }
+
+    #[test]
+    fn a_stamp_is_checked_on_its_path_resolved_inside_the_root() {
+        let host = Host::new();
+        host.store();
+        // The library's directory replaced by a link to the very same
+        // files: lstat of the library still matches, but the path no longer
+        // resolves inside the root without a link.
+        let lib = host.root.join("usr/lib/x86_64-linux-gnu");
+        fs::rename(lib.join("nvidia"), host.dir.path().join("moved")).unwrap();
+        symlink(host.dir.path().join("moved"), lib.join("nvidia")).unwrap();
+        assert!(matches!(host.load(), Err(Error::Stale { .. })));
+    }
+
+    #[test]
+    fn a_torn_truncated_or_byte_flipped_snapshot_is_refused() {
+        let host = Host::new();
+        host.store();
+        let data = fs::read(host.file()).unwrap();
+        for len in [0, 1, data.len() / 2, data.len() - 18, data.len() - 1] {
+            fs::write(host.file(), &data[..len]).unwrap();
+            refused(&host, &format!("{len} bytes"), "", |e| {
+                matches!(e, Error::Decode { .. })
+            });
+        }
+        for at in 0..data.len() {
+            let mut flipped = data.clone();
+            flipped[at] ^= 0x01;
+            fs::write(host.file(), &flipped).unwrap();
+            let err = host.load().unwrap_err();
+            assert!(err.is_refusal(), "byte {at} flipped: {err}");
+        }
+        fs::write(host.file(), &data).unwrap();
+        assert_eq!(host.load().unwrap(), host.files);
+    }
+
+    #[test]
+    fn a_link_directory_or_fifo_at_its_name_is_refused_without_being_opened() {
+        type Put = fn(&Host);
+        let cases: [(&str, Put, &str); 3] = [
+            (
+                "a link",
+                |h| {
+                    let elsewhere = h.dir.path().join("elsewhere.json");
+                    fs::rename(h.file(), &elsewhere).unwrap();
+                    symlink(&elsewhere, h.file()).unwrap();
+                },
+                "symlink",
+            ),
+            (
+                "a directory",
+                |h| {
+                    fs::remove_file(h.file()).unwrap();
+                    fs::create_dir(h.file()).unwrap();
+                },
+                "directory",
+            ),
+            (
+                "a fifo",
+                |h| {
+                    fs::remove_file(h.file()).unwrap();
+                    nix::unistd::mkfifo(&h.file(), Mode::from_bits_truncate(0o600)).unwrap();
+                },
+                "fifo",
+            ),
+        ];
+        for (case, put, found) in cases {
+            let host = Host::new();
+            host.store();
+            put(&host);
+            // A fifo opened for reading would block here.
+            refused(&host, case, found, |e| matches!(e, Error::Unsafe { .. }));
+        }
+    }
+
+    #[test]
+    fn a_refused_snapshot_is_discarded_by_name_and_replaced() {
+        let host = Host::new();
+        host.store();
+        let elsewhere = host.dir.path().join("elsewhere.json");
+        fs::rename(host.file(), &elsewhere).unwrap();
+        symlink(&elsewhere, host.file()).unwrap();
+        discard(&host.snapshots, &host.key).unwrap();
+        // The link went, not what it pointed to.
+        assert!(fs::symlink_metadata(host.file()).is_err());
+        assert!(elsewhere.exists());
+        discard(&host.snapshots, &host.key).unwrap();
+        // A fifo at the name is replaced by the next store, never written through.
+        nix::unistd::mkfifo(&host.file(), Mode::from_bits_truncate(0o600)).unwrap();
+        host.store();
+        assert_eq!(host.load().unwrap(), host.files);
+    }
+
+    #[test]
+    fn only_normal_absolute_paths_are_normal() {
+        for (path, normal) in [
+            ("/", true),
+            ("/usr/lib/libcuda.so.1", true),
+            ("usr/lib", false),
+            ("", false),
+            ("/usr/./lib", false),
+            ("/usr/../lib", false),
+            ("/usr//lib", false),
+            ("/usr/lib/", false),
+            ("/..", false),
+        ] {
+            assert_eq!(is_normal(Path::new(path)), normal, "{path:?}");
+        }
     }
 }

@@ -41,8 +41,8 @@ pub enum Error {
     Stdin(io::Error),
     #[error("the OCI state on stdin exceeds {limit} bytes")]
     StdinTooLarge { limit: usize },
-    #[error("no complete OCI state on stdin within {seconds} s")]
-    StdinTimeout { seconds: u64 },
+    #[error("no complete OCI state on stdin within {millis} ms")]
+    StdinTimeout { millis: u64 },
     #[error("bad OCI state on stdin: {0}")]
     State(String),
     #[error("container process {pid} does not exist (dead pid, or not in this pid namespace)")]

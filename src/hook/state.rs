@@ -29,11 +29,14 @@ pub struct ContainerState {
 
 /// Reads the state from `input`, within [`MAX_STATE`] bytes and [`STATE_TIMEOUT`].
 pub fn read(input: impl Read + AsFd) -> Result<Vec<u8>> {
-    bounded::read_to_end(input, MAX_STATE, STATE_TIMEOUT).map_err(|e| match e {
+    // One policy with the entry point's deadline: this bound runs out first.
+    let timeout = crate::deadline::clip(STATE_TIMEOUT);
+    let _waiting = crate::deadline::waiting_for(|| "the OCI state on stdin".into());
+    bounded::read_to_end(input, MAX_STATE, timeout).map_err(|e| match e {
         bounded::Error::Io(e) => Error::Stdin(e),
         bounded::Error::TooLarge { limit } => Error::StdinTooLarge { limit },
         bounded::Error::Timeout { timeout } => Error::StdinTimeout {
-            seconds: timeout.as_secs(),
+            millis: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         },
     })
 }

@@ -55,6 +55,7 @@ pub use slot::Place;
 pub use sources::{mask_params, Source, Sources, DEVICE_OPTIONS};
 pub use sys::{LinuxSys, NodeMade, Sys};
 
+use crate::deadline;
 use crate::ldcache;
 use crate::plan::{MountKind, NodeMode, Plan};
 use crate::reopen;
@@ -155,6 +156,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Reopen(reopen::Error),
+    #[error(transparent)]
+    Deadline(#[from] Box<deadline::Expired>),
     #[error("{cause}; {count} of the changes made could not be undone, first: {first}")]
     Undo {
         /// Why injection stopped.
@@ -199,6 +202,10 @@ pub fn apply(sys: &impl Sys, plan: &Plan, sources: &mut Sources, rootfs: &Path) 
     // Read before anything changes: an image cache that cannot be merged
     // refuses the container with nothing to undo.
     let loader = loader::Update::read(&root, &sources.reopener, plan)?;
+    // From the first change on, the deadline stops injection between
+    // steps, and the journal undoes what was done (see `crate::deadline`).
+    let _held = deadline::hold();
+    let _waiting = deadline::waiting_for(|| format!("injecting into {}", rootfs.display()));
     let mut injection = Injection {
         sys,
         dirs: Dirs::new(&root),
@@ -246,6 +253,7 @@ impl<S: Sys> Injection<'_, S> {
         let journal = &mut self.journal;
 
         for (index, node) in plan.devices.iter().enumerate() {
+            deadline::check()?;
             let slot = self.dirs.slot(&node.path, journal)?;
             match plan.node_mode {
                 NodeMode::Mknod => {
@@ -285,6 +293,7 @@ impl<S: Sys> Injection<'_, S> {
         }
 
         for (index, mount) in plan.mounts.iter().enumerate() {
+            deadline::check()?;
             let source = sources
                 .mounts
                 .get(index)
@@ -307,15 +316,18 @@ impl<S: Sys> Injection<'_, S> {
         }
 
         for link in &plan.symlinks {
+            deadline::check()?;
             let slot = self.dirs.slot(&link.path, journal)?;
             replace_with_symlink(slot, &link.target, journal)?;
             summary.symlinks += 1;
         }
 
+        deadline::check()?;
         if let Some(mask) = &plan.proc_mask {
             procmask::mask(self.sys, root, &mask.path, sources, journal)?;
         }
 
+        deadline::check()?;
         if let Some(update) = loader {
             update.commit(&mut self.dirs, journal)?;
             summary.loader_entries = plan.loader_entries.len();

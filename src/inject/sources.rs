@@ -7,7 +7,6 @@
 //! re-entered for that, and only when the container shows the driver.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -21,7 +20,7 @@ use crate::plan::{DeviceNode, MountKind, MountOptions, NodeMode, Plan, ProcCopy}
 use crate::reopen::{kind_name, Reopener};
 
 /// Largest procfs file copied into the masked `/proc/driver/nvidia`.
-const MAX_PROC_FILE: u64 = 64 * 1024;
+const MAX_PROC_FILE: usize = 64 * 1024;
 
 /// One host file or directory to bind into the container.
 #[derive(Debug)]
@@ -122,26 +121,17 @@ fn open_device(node: &DeviceNode) -> Result<(File, fs::Metadata)> {
     Ok((file, meta))
 }
 
-/// Reads a small procfs file through an already-open descriptor.
+/// Reads a small procfs file whole, its type checked before it is opened
+/// (see [`crate::hostfile`]); `None` when it is not there.
 fn read_proc_file(path: &Path) -> Result<Option<Vec<u8>>> {
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(Error::Source {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
-    };
-    let mut data = Vec::new();
-    file.take(MAX_PROC_FILE)
-        .read_to_end(&mut data)
-        .map_err(|source| Error::Source {
+    match crate::hostfile::read(path, MAX_PROC_FILE) {
+        Ok(data) => Ok(Some(data)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::Source {
             path: path.to_path_buf(),
             source,
-        })?;
-    Ok(Some(data))
+        }),
+    }
 }
 
 /// `params` with `ModifyDeviceFiles: 0`, so that nothing in the container

@@ -66,6 +66,8 @@ pub enum Error {
     Planner(#[from] planner::Error),
     #[error(transparent)]
     Edit(#[from] apply::Error),
+    #[error(transparent)]
+    Deadline(#[from] Box<crate::deadline::Expired>),
     #[error("cannot execute {path}: {source}")]
     Exec {
         path: PathBuf,
@@ -90,6 +92,8 @@ pub fn run(config: &Config, config_path: Option<&Path>, args: &[OsString]) -> Er
         }
     }
     log::debug!("exec {} {args:?}", runtime.display());
+    // The runtime runs unbounded by ours: an interval timer outlives exec.
+    crate::deadline::disarm();
     let name = runtime
         .file_name()
         .unwrap_or(runtime.as_os_str())
@@ -163,7 +167,7 @@ pub fn find_runtime(config: &Config) -> Result<PathBuf> {
 /// for GPUs and the spec is not ours already; the file is replaced whole.
 pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -> Result<()> {
     let path = bundle.join("config.json");
-    let data = fs::read(&path).map_err(|source| Error::Read {
+    let data = crate::hostfile::read(&path, bundle::MAX_CONFIG).map_err(|source| Error::Read {
         path: path.clone(),
         source,
     })?;
@@ -222,6 +226,9 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
 /// runtime reads the old spec or the new one, never half of one.
 fn replace(path: &Path, data: &[u8]) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
+    // Written whole or not at all: the deadline stops it before, not midway.
+    let _held = crate::deadline::hold();
+    crate::deadline::check()?;
     let mode = fs::metadata(path)
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o600);

@@ -6,6 +6,7 @@
 //! Nothing here decides policy: callers pass descriptors and values already
 //! checked, and get plain `io::Result`s back.
 
+pub mod alarm;
 pub mod bpf;
 pub mod dl;
 pub mod mount;
