@@ -16,13 +16,13 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use harness::mounts::{assert_mounts_unchanged, host_mounts};
-use harness::simhost::{Fixture, SimHost};
 use harness::runtime::bundle::{BundleExtras, Hook, Scenario};
 use harness::runtime::host_state::{listing_diff, tree_listing};
 use harness::runtime::prepared::{prepare, Prepared};
 use harness::runtime::process::run_bounded;
 use harness::runtime::run::{serial, Run, Serial, RUN_LIMIT};
 use harness::runtime::runtimes::Runtime;
+use harness::simhost::{Fixture, SimHost};
 
 /// Containers started at once while the snapshot is sabotaged.
 const STARTS: usize = 16;
