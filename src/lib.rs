@@ -16,6 +16,7 @@ pub mod config;
 pub mod doctor;
 pub mod driver;
 pub mod elf;
+pub mod engine_config;
 pub mod hook;
 pub mod image;
 pub mod inject;
