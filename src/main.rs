@@ -46,6 +46,7 @@ fn run() -> Status {
     match compat::dispatch(std::env::args_os().collect()) {
         Ok(Invocation::Ours(cli)) => run_ours(cli),
         Ok(Invocation::NvidiaCli(invocation)) => run_nvidia_cli(&invocation),
+        Ok(Invocation::Ctk(ctk)) => run_ctk(&ctk),
         Ok(Invocation::Print(text)) => {
             print!("{text}");
             Status::Success
@@ -65,6 +66,25 @@ fn run_nvidia_cli(invocation: &nvidia_cli::Invocation) -> Status {
         return fail(&e);
     }
     match nvidia_cli::run(invocation, &config) {
+        Ok(()) => Status::Success,
+        Err(e) if e.is_broken_pipe() => Status::Success,
+        Err(e) => {
+            log::error!("{}", cli::one_line(&e));
+            Status::Failure
+        }
+    }
+}
+
+/// Runs a command of NVIDIA's `nvidia-ctk`.
+fn run_ctk(ctk: &compat::ctk::Ctk) -> Status {
+    let config = match compat::ctk::config(ctk) {
+        Ok(config) => config,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) = logging::init(&config.log) {
+        return fail(&e);
+    }
+    match compat::ctk::run(ctk, &config) {
         Ok(()) => Status::Success,
         Err(e) if e.is_broken_pipe() => Status::Success,
         Err(e) => {
