@@ -11,10 +11,10 @@
 
 use std::path::Path;
 
-use toml_edit::{value, DocumentMut, Item, Table, TableLike, Value};
+use toml_edit::{value, DocumentMut, Item, Table};
 
 use super::{
-    fresh_copy, get_str, get_table, low_level_runtimes, parse_toml, table_at, Error, Output,
+    fresh_copy, get_str, get_table, low_level_runtimes, parse_toml, set, table_at, Error, Output,
     Result, Runtime,
 };
 
@@ -172,15 +172,6 @@ fn add_to(
         );
     }
     Ok(())
-}
-
-/// Sets `key` in `table` to `new`, keeping an existing value's comments.
-pub(super) fn set(table: &mut dyn TableLike, key: &str, new: impl Into<Value>) {
-    let mut new = new.into();
-    if let Some(old) = table.get(key).and_then(Item::as_value) {
-        *new.decor_mut() = old.decor().clone();
-    }
-    table.insert(key, Item::Value(new));
 }
 
 /// What the main config imports to load every drop-in beside `drop_in`.

@@ -10,9 +10,8 @@ use std::path::Path;
 use serde_json::json;
 use toml_edit::DocumentMut;
 
-use super::containerd::set;
 use super::{
-    fresh_copy, get_str, get_table, low_level_runtimes, parse_toml, table_at, Error, Output,
+    fresh_copy, get_str, get_table, low_level_runtimes, parse_toml, set, table_at, Error, Output,
     Result, Runtime,
 };
 

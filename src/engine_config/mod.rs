@@ -17,7 +17,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
-use toml_edit::{DocumentMut, Item, Table, TableLike};
+use toml_edit::{DocumentMut, Item, Table, TableLike, Value};
 
 /// Why an engine's configuration could not be read, changed or written.
 #[derive(Debug, Error)]
@@ -124,7 +124,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// `text` (of `path`) as a TOML document; a missing file is an empty one.
-fn parse_toml(path: &Path, text: Option<&str>) -> Result<DocumentMut> {
+pub(crate) fn parse_toml(path: &Path, text: Option<&str>) -> Result<DocumentMut> {
     let text = text.unwrap_or_default();
     text.parse::<DocumentMut>().map_err(|e| Error::Parse {
         path: path.to_path_buf(),
@@ -152,7 +152,7 @@ fn toml_kind(item: &Item) -> &'static str {
 /// The table at `keys` under `root`, made (implicit, so that only the
 /// innermost gets a header) where missing. A key that holds something
 /// other than a table is refused by its dotted name.
-fn table_at<'a>(
+pub(crate) fn table_at<'a>(
     root: &'a mut dyn TableLike,
     keys: &[&str],
     file: &Path,
@@ -182,6 +182,23 @@ fn table_at<'a>(
         };
     }
     Ok(table)
+}
+
+/// Sets `key` in `table` to `new`, keeping an existing key's and value's comments.
+pub(crate) fn set(table: &mut dyn TableLike, key: &str, new: impl Into<Value>) {
+    let mut new = new.into();
+    match table.get_mut(key) {
+        Some(item) => {
+            if let Some(old) = item.as_value() {
+                *new.decor_mut() = old.decor().clone();
+            }
+            // In place: the key, and the comment above it, stay.
+            *item = Item::Value(new);
+        }
+        None => {
+            table.insert(key, Item::Value(new));
+        }
+    }
 }
 
 /// The table-like item at `keys` under `root`, if there is one.

@@ -88,7 +88,9 @@ pub fn expected(package: &str, format: Format, docs: &Path) -> BTreeMap<String, 
         };
         match kind {
             "man" => {
-                let dir = source.strip_prefix("@docs/").expect("man pages come from @docs/");
+                let dir = source
+                    .strip_prefix("@docs/")
+                    .expect("man pages come from @docs/");
                 for page in std::fs::read_dir(docs.join(dir)).expect("generated man pages") {
                     let name = page.unwrap().file_name();
                     let name = name.to_str().unwrap();

@@ -6,6 +6,7 @@
 //! of its own.
 
 mod runtime;
+mod settings;
 
 use std::io;
 
@@ -22,6 +23,8 @@ pub const NAME: &str = "nvidia-ctk";
 pub enum Error {
     #[error(transparent)]
     Engine(#[from] crate::engine_config::Error),
+    #[error(transparent)]
+    Config(#[from] crate::config::Error),
     #[error("{0}")]
     Usage(String),
     #[error("cannot write output: {0}")]
@@ -41,7 +44,8 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// What `--help` says of the whole command.
 const LONG_ABOUT: &str = "NVIDIA's nvidia-ctk command line, answered by oci-nvidia-hook: \
 runtime configure registers the NVIDIA runtime (this binary's nvidia-container-runtime) with \
-Docker, containerd or CRI-O, editing only what it must of their configuration files.";
+Docker, containerd or CRI-O, editing only what it must of their configuration files; config \
+prints or changes oci-nvidia-hook's own config file under NVIDIA's key names.";
 
 /// nvidia-ctk: NVIDIA's container toolkit commands, answered by oci-nvidia-hook.
 #[derive(Debug, PartialEq, Eq, Parser)]
@@ -67,6 +71,8 @@ pub enum Command {
         #[command(subcommand)]
         command: RuntimeCommand,
     },
+    /// Print or change oci-nvidia-hook's config file under NVIDIA's key names.
+    Config(settings::ConfigArgs),
 }
 
 /// `nvidia-ctk runtime`'s commands.
@@ -82,10 +88,14 @@ pub fn parse(args: &[std::ffi::OsString]) -> Ctk {
     Ctk::parse_from(args)
 }
 
-/// The configuration `ctk` runs with: the default config file, its log
-/// level set by `--debug` or `--quiet`.
+/// The configuration `ctk` runs with: the default config file (for
+/// `config`, which may be mending it, the defaults), its log level set by
+/// `--debug` or `--quiet`.
 pub fn config(ctk: &Ctk) -> crate::config::Result<Config> {
-    let mut config = Config::load(None)?;
+    let mut config = match ctk.command {
+        Command::Config(_) => Config::default(),
+        _ => Config::load(None)?,
+    };
     if ctk.debug {
         config.log.level = LogLevel::Debug;
     } else if ctk.quiet {
@@ -102,5 +112,6 @@ pub fn run(ctk: &Ctk, _config: &Config) -> Result<()> {
         Command::Runtime {
             command: RuntimeCommand::Configure(configure),
         } => runtime::configure(configure, &mut out),
+        Command::Config(args) => settings::run(args, &mut out),
     }
 }

@@ -265,6 +265,7 @@ mod tests {
             Command::Runtime {
                 command: RuntimeCommand::Configure(c),
             } => c,
+            other => panic!("parsed as {other:?}"),
         }
     }
 
