@@ -383,3 +383,102 @@ fn containerd_starts_on_the_config_runtime_configure_wrote() {
     drop(containerd);
     remove_tree_safely(&work);
 }
+
+/// `program ARGS` run as `name` (a link to our binary in `dir`) in a private
+/// mount namespace whose `/etc` overlay holds `config` as the default
+/// config file; its stdout, after it succeeded.
+fn with_default_config(dir: &Path, config: &Path, name: &str, args: &[&str]) -> String {
+    fs::create_dir_all(dir.join("upper/oci-nvidia-hook")).unwrap();
+    fs::create_dir_all(dir.join("work")).unwrap();
+    fs::copy(config, dir.join("upper/oci-nvidia-hook/config.toml")).unwrap();
+    let link = dir.join(name);
+    let _ = fs::remove_file(&link);
+    symlink(hook_binary(), &link).unwrap();
+    let mut cmd = Command::new("unshare");
+    cmd.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(
+            "mount -t overlay onh-etc -o lowerdir=/etc,upperdir=\"$1\",workdir=\"$2\" /etc \
+             && shift 2 && exec \"$@\"",
+        )
+        .arg("sh")
+        .arg(dir.join("upper"))
+        .arg(dir.join("work"))
+        .arg(&link)
+        .args(args);
+    let out = run_bounded(cmd, RUN_LIMIT);
+    assert!(
+        out.status.is_some_and(|s| s.success()),
+        "{name} {args:?}: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    out.stdout
+}
+
+/// `nvidia-ctk cdi generate` writes the spec our own `cdi generate` writes
+/// for the same names, and `cdi list` prints its devices.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn cdi_generate_is_our_spec_and_cdi_list_names_its_devices() {
+    require_root();
+    let _serial = serial();
+    let host = SimHost::shared("real", 4, "new");
+    let work = work_root().join("ctk").join("cdi");
+    remove_tree_safely(&work);
+    fs::create_dir_all(&work).unwrap();
+    let config = work.join("hook.toml");
+    write_hook_config(&host, &config, &work.join("hook.log"), "info");
+    let ours = with_default_config(
+        &work,
+        &config,
+        "oci-nvidia-hook",
+        &[
+            "cdi",
+            "generate",
+            "--output",
+            "-",
+            "--device-name-strategy",
+            "index,uuid",
+        ],
+    );
+    let specs = work.join("specs");
+    fs::create_dir_all(&specs).unwrap();
+    let output = specs.join("nvidia.json");
+    let printed = with_default_config(
+        &work,
+        &config,
+        "nvidia-ctk",
+        &[
+            "cdi",
+            "generate",
+            &format!("--output={}", path_str(&output)),
+            "--device-name-strategy=index",
+            "--device-name-strategy=uuid",
+            "--format=yaml",
+            "--nvidia-cdi-hook-path=/usr/bin/nvidia-cdi-hook",
+        ],
+    );
+    assert_eq!(printed, "", "the spec goes to --output");
+    assert_eq!(fs::read_to_string(&output).unwrap(), ours, "the same spec");
+    let listed = with_default_config(
+        &work,
+        &config,
+        "nvidia-ctk",
+        &["cdi", "list", &format!("--spec-dir={}", path_str(&specs))],
+    );
+    let mut expected: Vec<String> = gpus(&host)
+        .iter()
+        .flat_map(|g| {
+            [
+                format!("nvidia.com/gpu={}", g.index),
+                format!("nvidia.com/gpu={}", g.uuid),
+            ]
+        })
+        .chain(["nvidia.com/gpu=all".to_string()])
+        .collect();
+    expected.sort();
+    assert_eq!(listed.lines().collect::<Vec<_>>(), expected);
+    remove_tree_safely(&work);
+}

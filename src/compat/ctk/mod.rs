@@ -5,6 +5,7 @@
 //! ([`crate::engine_config`] for the engines' files); none decides policy
 //! of its own.
 
+mod cdi;
 mod runtime;
 mod settings;
 
@@ -25,16 +26,28 @@ pub enum Error {
     Engine(#[from] crate::engine_config::Error),
     #[error(transparent)]
     Config(#[from] crate::config::Error),
+    #[error(transparent)]
+    Cli(Box<crate::cli::Error>),
     #[error("{0}")]
     Usage(String),
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
 }
 
+impl From<crate::cli::Error> for Error {
+    fn from(e: crate::cli::Error) -> Self {
+        Error::Cli(Box::new(e))
+    }
+}
+
 impl Error {
     /// Whether the reader of our output went away, which is not a failure.
     pub fn is_broken_pipe(&self) -> bool {
-        matches!(self, Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe)
+        match self {
+            Error::Output(e) => e.kind() == io::ErrorKind::BrokenPipe,
+            Error::Cli(e) => e.is_broken_pipe(),
+            _ => false,
+        }
     }
 }
 
@@ -45,7 +58,9 @@ pub type Result<T> = std::result::Result<T, Error>;
 const LONG_ABOUT: &str = "NVIDIA's nvidia-ctk command line, answered by oci-nvidia-hook: \
 runtime configure registers the NVIDIA runtime (this binary's nvidia-container-runtime) with \
 Docker, containerd or CRI-O, editing only what it must of their configuration files; config \
-prints or changes oci-nvidia-hook's own config file under NVIDIA's key names.";
+prints or changes oci-nvidia-hook's own config file under NVIDIA's key names; cdi generate \
+writes the spec oci-nvidia-hook cdi generate writes, and cdi list prints the devices of the \
+specs in /etc/cdi and /var/run/cdi.";
 
 /// nvidia-ctk: NVIDIA's container toolkit commands, answered by oci-nvidia-hook.
 #[derive(Debug, PartialEq, Eq, Parser)]
@@ -73,6 +88,12 @@ pub enum Command {
     },
     /// Print or change oci-nvidia-hook's config file under NVIDIA's key names.
     Config(settings::ConfigArgs),
+    /// Container Device Interface: generate this host's spec, list the specs' devices.
+    Cdi {
+        /// What to do.
+        #[command(subcommand)]
+        command: cdi::CdiCommand,
+    },
 }
 
 /// `nvidia-ctk runtime`'s commands.
@@ -105,7 +126,7 @@ pub fn config(ctk: &Ctk) -> crate::config::Result<Config> {
 }
 
 /// Runs `ctk`'s command (logging set up), writing to stdout.
-pub fn run(ctk: &Ctk, _config: &Config) -> Result<()> {
+pub fn run(ctk: &Ctk, config: &Config) -> Result<()> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     match &ctk.command {
@@ -113,5 +134,6 @@ pub fn run(ctk: &Ctk, _config: &Config) -> Result<()> {
             command: RuntimeCommand::Configure(configure),
         } => runtime::configure(configure, &mut out),
         Command::Config(args) => settings::run(args, &mut out),
+        Command::Cdi { command } => cdi::run(command, config, &mut out),
     }
 }
