@@ -94,9 +94,10 @@ lint:
 # The binary, its hooks.d file, and the links under NVIDIA's names that
 # Docker's --gpus (nvidia-container-runtime-hook, looked up on dockerd's
 # PATH: restart dockerd afterwards), ctr run --gpus (nvidia-container-cli)
-# and hosts set up for NVIDIA's runtime (nvidia-container-runtime) call.
+# and hosts set up for NVIDIA's runtime (nvidia-container-runtime) call, and
+# nvidia-ctk, which NVIDIA's setup instructions run.
 # Do not install over NVIDIA's toolkit: the links would replace its tools.
-COMPAT_NAMES := nvidia-container-runtime-hook nvidia-container-cli nvidia-container-runtime
+COMPAT_NAMES := nvidia-container-runtime-hook nvidia-container-cli nvidia-container-runtime nvidia-ctk
 
 install: build install-units
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook

@@ -16,6 +16,7 @@ use clap_complete::Shell;
 use clap_mangen::roff::{bold, italic, roman, Roff};
 use clap_mangen::Man;
 use oci_nvidia_hook::cli::Cli;
+use oci_nvidia_hook::compat::ctk::{self, Ctk};
 
 /// The command's name: the binary, its man page, its completions.
 pub const NAME: &str = "oci-nvidia-hook";
@@ -27,21 +28,45 @@ pub const COMPLETIONS: [(Shell, &str); 3] = [
     (Shell::Fish, "oci-nvidia-hook.fish"),
 ];
 
+/// The completion files of the compat package's `nvidia-ctk`.
+pub const CTK_COMPLETIONS: [(Shell, &str); 3] = [
+    (Shell::Bash, "nvidia-ctk.bash"),
+    (Shell::Zsh, "_nvidia-ctk"),
+    (Shell::Fish, "nvidia-ctk.fish"),
+];
+
 /// Writes `OUT/man/*.1` (the command and each subcommand, nested ones as
-/// `oci-nvidia-hook-cdi-generate.1`) and `OUT/completions/*`; returns
-/// every file written.
+/// `oci-nvidia-hook-cdi-generate.1`), `OUT/man-compat/*.1` (the compat
+/// package's `nvidia-ctk` and its subcommands) and `OUT/completions/*`;
+/// returns every file written.
 pub fn write_all(out: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut written = write_man_pages(&out.join("man"))?;
-    written.extend(write_completions(&out.join("completions"))?);
+    let mut written = write_man_pages(&out.join("man"), Cli::command(), NAME)?;
+    written.extend(write_man_pages(
+        &out.join("man-compat"),
+        Ctk::command(),
+        ctk::NAME,
+    )?);
+    written.extend(write_completions(
+        &out.join("completions"),
+        Cli::command,
+        NAME,
+        &COMPLETIONS,
+    )?);
+    written.extend(write_completions(
+        &out.join("completions"),
+        Ctk::command,
+        ctk::NAME,
+        &CTK_COMPLETIONS,
+    )?);
     Ok(written)
 }
 
-/// One page per command, each ending with the sections clap knows
-/// nothing of: files, NVIDIA's names and exit status for the command,
-/// and SEE ALSO for all.
-fn write_man_pages(dir: &Path) -> io::Result<Vec<PathBuf>> {
+/// One page per command of `cmd` (named `top`), each ending with the
+/// sections clap knows nothing of: files, NVIDIA's names and exit status
+/// for our own top command, and SEE ALSO for all.
+fn write_man_pages(dir: &Path, cmd: clap::Command, top: &str) -> io::Result<Vec<PathBuf>> {
     fs::create_dir_all(dir)?;
-    let mut cmd = Cli::command().disable_help_subcommand(true);
+    let mut cmd = cmd.disable_help_subcommand(true);
     cmd.build();
     let mut pages = Vec::new();
     collect(&cmd, &mut pages);
@@ -58,7 +83,12 @@ fn write_man_pages(dir: &Path) -> io::Result<Vec<PathBuf>> {
             top_sections(&names)
         } else {
             let mut roff = Roff::new();
-            see_also(&mut roff, &[NAME.to_string()]);
+            let mut related = vec![top.to_string()];
+            if name == top {
+                related = names[1..].to_vec();
+                related.push(NAME.to_string());
+            }
+            see_also(&mut roff, &related);
             roff
         };
         text.extend_from_slice(without_preamble(&extra).as_bytes());
@@ -121,6 +151,10 @@ fn top_sections(pages: &[String]) -> Roff {
             "nvidia-container-runtime",
             "runtime mode (the runtime subcommand) for hosts configured for NVIDIA's runtime.",
         ),
+        (
+            "nvidia-ctk runtime configure",
+            "registers nvidia-container-runtime with Docker, containerd or CRI-O, as NVIDIA's setup instructions run it (nvidia-ctk(1)).",
+        ),
     ] {
         roff.control("TP", []).text([bold(name)]).text([roman(what)]);
     }
@@ -170,23 +204,28 @@ fn without_preamble(roff: &Roff) -> String {
 /// name has a hyphen, so nothing past the subcommand completes
 /// (clap-rs/clap#6421, open). Spell the matches as the states are set; a
 /// fixed clap_complete leaves nothing to replace.
-fn fix_bash_states(script: &[u8]) -> Vec<u8> {
+fn fix_bash_states(script: &[u8], name: &str) -> Vec<u8> {
     let script = String::from_utf8_lossy(script);
-    let state = NAME.replace('-', "__");
-    let misspelt = NAME.replace('-', "__subcmd__");
+    let state = name.replace('-', "__");
+    let misspelt = name.replace('-', "__subcmd__");
     script.replace(&misspelt, &state).into_bytes()
 }
 
-/// `OUT/<file>` for each shell of [`COMPLETIONS`].
-fn write_completions(dir: &Path) -> io::Result<Vec<PathBuf>> {
+/// `DIR/<file>` for each shell of `files`, completing `command()` run as `name`.
+fn write_completions(
+    dir: &Path,
+    command: fn() -> clap::Command,
+    name: &str,
+    files: &[(Shell, &str)],
+) -> io::Result<Vec<PathBuf>> {
     fs::create_dir_all(dir)?;
     let mut written = Vec::new();
-    for (shell, file) in COMPLETIONS {
-        let mut cmd = Cli::command();
+    for &(shell, file) in files {
+        let mut cmd = command();
         let mut text = Vec::new();
-        clap_complete::generate(shell, &mut cmd, NAME, &mut text);
+        clap_complete::generate(shell, &mut cmd, name, &mut text);
         if shell == Shell::Bash {
-            text = fix_bash_states(&text);
+            text = fix_bash_states(&text, name);
         }
         let path = dir.join(file);
         fs::write(&path, text)?;

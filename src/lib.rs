@@ -17,6 +17,7 @@ pub mod deadline;
 pub mod doctor;
 pub mod driver;
 pub mod elf;
+pub mod engine_config;
 pub mod hook;
 pub mod hostfile;
 pub mod image;

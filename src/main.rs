@@ -48,6 +48,7 @@ fn run() -> Status {
     match compat::dispatch(std::env::args_os().collect()) {
         Ok(Invocation::Ours(cli)) => run_ours(cli, started),
         Ok(Invocation::NvidiaCli(invocation)) => run_nvidia_cli(&invocation, started),
+        Ok(Invocation::Ctk(ctk)) => run_ctk(&ctk),
         Ok(Invocation::Print(text)) => {
             print!("{text}");
             Status::Success
@@ -89,6 +90,25 @@ fn run_nvidia_cli(invocation: &nvidia_cli::Invocation, started: Instant) -> Stat
     let result = nvidia_cli::run(invocation, &config);
     deadline::disarm();
     match result {
+        Ok(()) => Status::Success,
+        Err(e) if e.is_broken_pipe() => Status::Success,
+        Err(e) => {
+            log::error!("{}", cli::one_line(&e));
+            Status::Failure
+        }
+    }
+}
+
+/// Runs a command of NVIDIA's `nvidia-ctk`.
+fn run_ctk(ctk: &compat::ctk::Ctk) -> Status {
+    let config = match compat::ctk::config(ctk) {
+        Ok(config) => config,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) = logging::init(&config.log) {
+        return fail(&e);
+    }
+    match compat::ctk::run(ctk, &config) {
         Ok(()) => Status::Success,
         Err(e) if e.is_broken_pipe() => Status::Success,
         Err(e) => {

@@ -82,6 +82,7 @@ impl Docker {
                 links: &LINKS,
                 runtimes: &[("nvidia", "nvidia-container-runtime")],
                 default_runtime: default,
+                docker_config: None,
             },
         );
         let docker = Docker {

@@ -11,6 +11,7 @@
 //! `validate` checks a spec against the schema and this host.
 
 pub mod apply;
+pub mod dirs;
 pub mod edits;
 pub mod generate;
 pub mod output;

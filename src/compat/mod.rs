@@ -1,10 +1,12 @@
 //! The names other software calls NVIDIA's tools by, answered by this one
 //! binary: `nvidia-container-runtime-hook` (Docker's `--gpus`, hooks.d files
 //! written for NVIDIA's toolkit) and `nvidia-container-cli` (containerd's
-//! `ctr run --gpus`, NVIDIA's own hook in legacy mode, people's habits).
+//! `ctr run --gpus`, NVIDIA's own hook in legacy mode, people's habits) and
+//! `nvidia-ctk` (NVIDIA's current setup instructions).
 //! Each front parses NVIDIA's command line for that name and hands the
 //! request to the same planner and hook as ours; none decides policy.
 
+pub mod ctk;
 pub mod nvidia_cli;
 pub mod runtime_hook;
 
@@ -36,6 +38,8 @@ pub enum Invocation {
     Ours(Cli),
     /// A command of NVIDIA's CLI.
     NvidiaCli(Box<nvidia_cli::Invocation>),
+    /// A command of NVIDIA's `nvidia-ctk`.
+    Ctk(Box<ctk::Ctk>),
     /// Text to print, and nothing else to do (versions, help).
     Print(String),
     /// Nothing to do (`poststart`, `poststop`).
@@ -77,6 +81,7 @@ pub fn dispatch(args: Vec<OsString>) -> Result<Invocation, Error> {
             nvidia_cli::Parsed::Version => Invocation::Print(nvidia_cli::version_text()),
             nvidia_cli::Parsed::Help(text) => Invocation::Print(text),
         },
+        Front::Ctk => Invocation::Ctk(Box::new(ctk::parse(&args))),
     })
 }
 
@@ -91,6 +96,8 @@ pub enum Front {
     Runtime,
     /// `nvidia-container-cli`: NVIDIA's C CLI.
     Cli,
+    /// `nvidia-ctk`: NVIDIA's toolkit command line.
+    Ctk,
 }
 
 impl Front {
@@ -100,6 +107,7 @@ impl Front {
             Some(runtime_hook::NAME) => Front::RuntimeHook,
             Some(RUNTIME_NAME) => Front::Runtime,
             Some(nvidia_cli::NAME) => Front::Cli,
+            Some(ctk::NAME) => Front::Ctk,
             _ => Front::Ours,
         }
     }
@@ -117,6 +125,7 @@ mod tests {
             ("/usr/bin/nvidia-container-runtime", Front::Runtime),
             ("nvidia-container-cli", Front::Cli),
             ("/usr/local/bin/nvidia-container-cli", Front::Cli),
+            ("/usr/bin/nvidia-ctk", Front::Ctk),
             ("/usr/bin/nvidia-container-cli.real", Front::Ours),
             ("/usr/bin/oci-nvidia-hook", Front::Ours),
             ("oci-nvidia-hook", Front::Ours),

@@ -9,15 +9,13 @@
 //! spec against the host is `cdi validate`'s.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::{Check, HostFacts, HostRoot, Layer};
+use crate::cdi::dirs::{spec_files, SPEC_DIRS};
 use crate::cdi::Spec;
 
 const L: Layer = Layer::Wiring;
-
-/// CDI's spec directories, in increasing priority.
-const SPEC_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
 
 /// What the CDI checks found.
 #[derive(Debug, Default)]
@@ -124,19 +122,6 @@ pub(super) fn check(
         ));
     }
     result
-}
-
-/// The `.json` and `.yaml` files of `dir`, the ones CDI loads, by name.
-fn spec_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json" || x == "yaml") && p.is_file())
-        .collect();
-    files.sort();
-    files
 }
 
 /// The driver version of a spec not ours (NVIDIA's `nvidia-ctk cdi

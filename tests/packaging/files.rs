@@ -63,7 +63,7 @@ pub struct Expected {
 }
 
 /// Every path `package` holds in `format`, man pages expanded from the
-/// generated pages in `docs/man`.
+/// generated pages in the row's `@docs/` directory (`man`, `man-compat`).
 pub fn expected(package: &str, format: Format, docs: &Path) -> BTreeMap<String, Expected> {
     let text = std::fs::read_to_string(repo().join("packaging/files")).expect("packaging/files");
     let mut out = BTreeMap::new();
@@ -88,7 +88,10 @@ pub fn expected(package: &str, format: Format, docs: &Path) -> BTreeMap<String, 
         };
         match kind {
             "man" => {
-                for page in std::fs::read_dir(docs.join("man")).expect("generated man pages") {
+                let dir = source
+                    .strip_prefix("@docs/")
+                    .expect("man pages come from @docs/");
+                for page in std::fs::read_dir(docs.join(dir)).expect("generated man pages") {
                     let name = page.unwrap().file_name();
                     let name = name.to_str().unwrap();
                     out.insert(format!("{dest}/{name}.gz"), file(false));

@@ -56,6 +56,7 @@ use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
 use harness::runtime::runtimes::{podman_run_args, Runtime};
 use harness::simhost::{require_root, Fixture, SimHost};
 use oci_nvidia_hook::cli::Cli;
+use oci_nvidia_hook::compat::ctk::Ctk;
 use oci_nvidia_hook::config::Config;
 
 /// The packaged hooks.d file, which Podman reads when given no --hooks-dir.
@@ -215,7 +216,6 @@ fn manual_pages_cover_every_command() {
     require_tool("man", "man-db");
     let dir = tempfile::tempdir().unwrap();
     docs::write_all(dir.path()).unwrap();
-    let mut want = BTreeSet::new();
     fn names(cmd: &clap::Command, prefix: &str, out: &mut BTreeSet<String>) {
         for sub in cmd.get_subcommands() {
             let name = format!("{prefix}-{}", sub.get_name());
@@ -223,19 +223,26 @@ fn manual_pages_cover_every_command() {
             names(sub, &name, out);
         }
     }
-    want.insert("oci-nvidia-hook.1".to_string());
-    names(&Cli::command(), "oci-nvidia-hook", &mut want);
-    want.remove("oci-nvidia-hook-help.1");
-    let have: BTreeSet<String> = std::fs::read_dir(dir.path().join("man"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    assert_eq!(have, want);
-    for page in &have {
-        assert_man_page_opens(
-            &dir.path().join("man").join(page),
-            page.trim_end_matches(".1"),
-        );
+    // Ours in the main package; nvidia-ctk's in the compat package.
+    for (subdir, cmd, top) in [
+        ("man", Cli::command(), "oci-nvidia-hook"),
+        ("man-compat", Ctk::command(), "nvidia-ctk"),
+    ] {
+        let mut want = BTreeSet::new();
+        want.insert(format!("{top}.1"));
+        names(&cmd, top, &mut want);
+        want.remove(&format!("{top}-help.1"));
+        let have: BTreeSet<String> = std::fs::read_dir(dir.path().join(subdir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(have, want);
+        for page in &have {
+            assert_man_page_opens(
+                &dir.path().join(subdir).join(page),
+                page.trim_end_matches(".1"),
+            );
+        }
     }
 }
 
@@ -644,6 +651,7 @@ fn docker_with_packaged_link(host: &SimHost, log: &Path) -> Run {
             links: &[],
             runtimes: &[],
             default_runtime: None,
+            docker_config: None,
         },
     );
     // The name dockerd finds is the package's link, not one of ours.

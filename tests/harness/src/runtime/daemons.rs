@@ -57,6 +57,8 @@ pub struct DaemonSetup<'a> {
     pub runtimes: &'a [(&'a str, &'a str)],
     /// `--default-runtime`, when not runc.
     pub default_runtime: Option<&'a str>,
+    /// dockerd's `--config-file` (a `daemon.json`), when one is given.
+    pub docker_config: Option<&'a Path>,
 }
 
 impl Daemons {
@@ -168,6 +170,9 @@ impl Daemons {
         }
         if let Some(name) = setup.default_runtime {
             dockerd.arg("--default-runtime").arg(name);
+        }
+        if let Some(file) = setup.docker_config {
+            dockerd.arg("--config-file").arg(file);
         }
         let dockerd = dockerd
             .stdout(log_file(&dir.join("dockerd.log")))
