@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use super::spec::{ContainerEdits, DeviceNode, Hook, Mount};
 use crate::image::ImageLayout;
 use crate::plan::{self, Plan};
+use crate::planner::{Planned, SpecMade};
 
 /// The one environment every hook entry we generate runs with: explicit,
 /// never the runtime's or the container's.
@@ -31,12 +32,8 @@ pub struct Callback {
     pub program: PathBuf,
     /// The configuration the spec was made with, absolute; `None` for the default path.
     pub config: Option<PathBuf>,
-    /// The driver version the spec was made for: the hook refuses another.
-    pub driver_version: String,
-    /// The capabilities whose files the spec mounts.
-    pub capabilities: String,
-    /// The library layout the spec's mounts follow.
-    pub layout: ImageLayout,
+    /// How the spec was made: the hook refuses another driver's.
+    pub made: SpecMade,
 }
 
 /// The subcommand the hook runs.
@@ -46,6 +43,19 @@ pub const HOOK_COMMAND: &str = "cdi-hook";
 pub const HOOK_STAGE: &str = "createRuntime";
 
 impl Callback {
+    /// The hook of a spec of `planned`'s edits; `None` for a void request.
+    pub fn for_planned(
+        program: PathBuf,
+        config: Option<PathBuf>,
+        planned: &Planned,
+    ) -> Option<Callback> {
+        Some(Callback {
+            program,
+            config,
+            made: planned.spec_made()?,
+        })
+    }
+
     /// The `createRuntime` hook entry, with its explicit environment.
     pub fn hook(&self) -> Hook {
         let mut args: Vec<String> = vec![
@@ -53,11 +63,11 @@ impl Callback {
             HOOK_COMMAND.into(),
             HOOK_STAGE.into(),
             "--driver-version".into(),
-            self.driver_version.clone(),
+            self.made.driver_version.clone(),
             "--capabilities".into(),
-            self.capabilities.clone(),
+            self.made.capabilities.clone(),
             "--layout".into(),
-            layout_name(self.layout).into(),
+            layout_name(self.made.layout).into(),
         ];
         if let Some(config) = &self.config {
             args.push("--config".into());

@@ -133,7 +133,7 @@ pub fn validate(config: &Config, file: &Path, out: &mut impl Write) -> Result<()
         path: file.to_path_buf(),
         source,
     })?;
-    let mut driver = || cdi::validate::running_driver(&config.driver);
+    let mut driver = || cdi::validate::running_driver(config);
     let report = cdi::validate::validate(
         &text,
         &mut cdi::validate::Host {

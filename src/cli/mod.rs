@@ -335,7 +335,7 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
             hook::run_granted(
                 config,
                 io::stdin(),
-                &hook::SpecMade {
+                &planner::SpecMade {
                     driver_version: driver_version.clone(),
                     capabilities: capabilities.clone(),
                     layout: (*layout).into(),

@@ -21,7 +21,7 @@ use super::ceiling::{self, Cuda, Verdict};
 use super::{Check, HostFacts, Layer, Options};
 use crate::bundle::Container;
 use crate::config::Config;
-use crate::planner::{self, ImageSource, Source};
+use crate::planner::{self, ImageSource, Inputs, Source};
 use crate::reopen::{Expect, Reopener};
 use crate::request::env_var;
 
@@ -262,7 +262,7 @@ fn starts(
         Some(dir) => ImageSource::Rootfs(dir),
         None => ImageSource::Layout(Default::default()),
     };
-    match planner::plan_for(config, Source::Container(&container), image) {
+    match planner::plan(config, Inputs::new(Source::Container(&container), image)) {
         Ok(planned) if planned.effective.is_void() => out.push(Check::warn(
             L,
             "starts",

@@ -99,7 +99,7 @@ pub struct Inventory {
     pub scope: Capabilities,
     /// The kernel module's procfs directory, `<proc-root>/driver/nvidia`.
     pub proc_dir: PathBuf,
-    /// MIG devices, once NVML was asked ([`Inventory::load_nvml`]); `None` before.
+    /// MIG devices, once NVML was asked ([`Inventory::nvml`]); `None` before.
     pub mig: Option<Vec<MigDevice>>,
     /// The MIG GPU and compute instances the kernel module lists, which
     /// `all` and MIG management bring: known from procfs, without NVML.
@@ -187,11 +187,8 @@ impl Inventory {
     /// The CUDA version the driver supports, asked of its own libcuda in a
     /// child process. Loads driver code: call it only when the answer is needed.
     pub fn cuda_version(&self) -> Result<CudaVersion> {
-        let host = Arch::host();
         let libcuda = self
-            .libraries
-            .iter()
-            .find(|l| l.prefix == "libcuda.so" && l.arch == host.name)
+            .host_library("libcuda.so")
             .ok_or_else(|| Error::NoLibcuda {
                 prefix: "libcuda.so",
                 version: self.driver_version.clone(),
@@ -204,24 +201,38 @@ impl Inventory {
         Ok(CudaVersion(version))
     }
 
-    /// Asks NVML, in a child process with a time bound, for MIG devices and
-    /// per-GPU facts. Only requests that name MIG devices or requirements on
-    /// brand or architecture need it; whole-GPU requests never load NVML.
-    pub fn load_nvml(&mut self) -> Result<()> {
+    /// What NVML says of this host's GPUs and MIG devices: asked, in a
+    /// child process with a time bound, the first time only. The one way to
+    /// the facts only NVML knows (MIG devices, brand, compute capability),
+    /// for whoever needs them when they need them: requests that name MIG
+    /// devices, requirements on brand or architecture whose answer hangs on
+    /// them. Whole-GPU requests never load NVML.
+    pub fn nvml(&mut self) -> Result<&nvml::Report> {
+        let report = match self.nvml.take() {
+            Some(report) => report,
+            None => {
+                let lib = self
+                    .host_library("libnvidia-ml.so")
+                    .ok_or_else(|| Error::NoLibrary {
+                        prefix: "libnvidia-ml.so",
+                        version: self.driver_version.clone(),
+                        purpose: "NVML",
+                    })?;
+                let report = nvml::query(&lib.path, nvml::TIMEOUT)?;
+                self.mig = Some(mig::devices(&self.proc_dir, &self.gpus, &report)?);
+                report
+            }
+        };
+        Ok(self.nvml.insert(report))
+    }
+
+    /// The driver library `prefix` of this host's architecture: the one
+    /// this process can load (in a child).
+    fn host_library(&self, prefix: &str) -> Option<&Library> {
         let host = Arch::host();
-        let lib = self
-            .libraries
+        self.libraries
             .iter()
-            .find(|l| l.prefix == "libnvidia-ml.so" && l.arch == host.name)
-            .ok_or_else(|| Error::NoLibrary {
-                prefix: "libnvidia-ml.so",
-                version: self.driver_version.clone(),
-                purpose: "NVML",
-            })?;
-        let report = nvml::query(&lib.path, nvml::TIMEOUT)?;
-        self.mig = Some(mig::devices(&self.proc_dir, &self.gpus, &report)?);
-        self.nvml = Some(report);
-        Ok(())
+            .find(|l| l.prefix == prefix && l.arch == host.name)
     }
 
     /// The node with `role`; for GPUs and capabilities use [`Inventory::node_at`].

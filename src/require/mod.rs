@@ -269,6 +269,30 @@ impl Requirements {
     pub fn check(&self, facts: &Facts) -> Result<()> {
         self.rules.iter().try_for_each(|rule| rule.check(facts))
     }
+
+    /// [`Requirements::check`], asking `learn` for the facts a rule's
+    /// answer hangs on when it cannot be decided without them (an `arch`
+    /// or `brand` term whose value decides): `learn` fills them into
+    /// `facts` and says whether it knew more, and the rule is decided again
+    /// on them. Facts that cannot change the answer are never asked for.
+    pub fn check_learning<E: From<Error>>(
+        &self,
+        facts: &mut Facts,
+        learn: &mut dyn FnMut(&mut Facts) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<(), E> {
+        for rule in &self.rules {
+            match rule.check(facts) {
+                Err(unknown @ Error::UnknownFact { .. }) => {
+                    if !learn(facts)? {
+                        return Err(unknown.into());
+                    }
+                    rule.check(facts)?;
+                }
+                checked => checked?,
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Whether `NVIDIA_DISABLE_REQUIRE` turns the checks off: exactly the values

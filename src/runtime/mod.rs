@@ -26,7 +26,7 @@ use crate::bundle;
 use crate::cdi::apply;
 use crate::cdi::edits::{self, Callback};
 use crate::config::Config;
-use crate::planner::{self, ImageSource, Source};
+use crate::planner::{self, ImageSource, Inputs, Source};
 
 /// Where plain runtime names are looked up: the system's directories, never
 /// the caller's `PATH` (`doctor --run` finds runc here too).
@@ -167,11 +167,17 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
         path: path.clone(),
         source,
     })?;
-    // Most containers ask for no GPU: decide that from the light reading
-    // before decoding the whole spec.
+    // Most containers ask for no GPU: the planner decides that from the
+    // light reading, before the whole spec is decoded.
     let container = bundle::parse(bundle, &path, &data)?;
-    let effective = planner::effective(config, Source::Container(&container))?;
-    if effective.is_void() {
+    let planned = planner::plan(
+        config,
+        Inputs::new(
+            Source::Container(&container),
+            ImageSource::Rootfs(&container.rootfs),
+        ),
+    )?;
+    if planned.effective.is_void() {
         return Ok(());
     }
     let mut spec: Value = serde_json::from_slice(&data).map_err(|e| Error::Spec {
@@ -182,25 +188,13 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
         log::debug!("{}: edited already", path.display());
         return Ok(());
     }
-    let planned = planner::plan_for(
-        config,
-        Source::Container(&container),
-        ImageSource::Rootfs(&container.rootfs),
-    )?;
-    let Some(inventory) = &planned.inventory else {
-        return Ok(());
-    };
     let program = fs::canonicalize("/proc/self/exe").map_err(Error::Exe)?;
     let config_path = config_path
         .map(std::path::absolute)
         .transpose()
         .map_err(Error::Exe)?;
-    let callback = Callback {
-        program,
-        config: config_path,
-        driver_version: inventory.driver_version.clone(),
-        capabilities: planned.effective.request.capabilities.to_string(),
-        layout: planned.layout,
+    let Some(callback) = Callback::for_planned(program, config_path, &planned) else {
+        return Ok(());
     };
     apply::apply(&mut spec, &edits::container_edits(&planned.plan, &callback))?;
     let mut text = serde_json::to_vec(&spec).map_err(|e| Error::Spec {
