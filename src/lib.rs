@@ -7,6 +7,7 @@
 
 pub mod bounded;
 pub mod bundle;
+pub mod callback;
 pub mod cdi;
 pub mod cgroup;
 pub mod child;

@@ -18,6 +18,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::bundle::{Container, GrantedNode};
+pub use crate::callback::SpecMade;
 use crate::config::Config;
 use crate::driver::{self, CudaVersion, Inventory, NodeRole};
 use crate::image::{self, Image, ImageLayout};
@@ -560,19 +561,6 @@ pub struct Granted<'a> {
     pub nodes: &'a [GrantedNode],
     /// How the spec was made, as its hook's arguments record it.
     pub made: &'a SpecMade,
-}
-
-/// How a spec we generated was made (a CDI spec, or the runtime wrapper's
-/// `config.json`): what its `cdi-hook` records on its command line, so the
-/// hook plans what the spec granted and refuses a spec of another driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpecMade {
-    /// The driver version it was made for.
-    pub driver_version: String,
-    /// The capabilities its mounts carry, as `NVIDIA_DRIVER_CAPABILITIES` takes them.
-    pub capabilities: String,
-    /// The layout of its container paths.
-    pub layout: ImageLayout,
 }
 
 impl Planned {

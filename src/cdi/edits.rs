@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use super::spec::{ContainerEdits, DeviceNode, Hook, Mount};
-use crate::image::ImageLayout;
+pub use crate::callback::{HOOK_COMMAND, HOOK_STAGE};
 use crate::plan::{self, Plan};
 use crate::planner::{Planned, SpecMade};
 
@@ -36,12 +36,6 @@ pub struct Callback {
     pub made: SpecMade,
 }
 
-/// The subcommand the hook runs.
-pub const HOOK_COMMAND: &str = "cdi-hook";
-
-/// The only stage it runs at.
-pub const HOOK_STAGE: &str = "createRuntime";
-
 impl Callback {
     /// The hook of a spec of `planned`'s edits; `None` for a void request.
     pub fn for_planned(
@@ -62,13 +56,8 @@ impl Callback {
             "oci-nvidia-hook".into(),
             HOOK_COMMAND.into(),
             HOOK_STAGE.into(),
-            "--driver-version".into(),
-            self.made.driver_version.clone(),
-            "--capabilities".into(),
-            self.made.capabilities.clone(),
-            "--layout".into(),
-            layout_name(self.made.layout).into(),
         ];
+        args.extend(self.made.args());
         if let Some(config) = &self.config {
             args.push("--config".into());
             args.push(config.display().to_string());
@@ -80,14 +69,6 @@ impl Callback {
             env: HOOK_ENV.iter().map(|e| (*e).to_string()).collect(),
             timeout: None,
         }
-    }
-}
-
-/// A layout as the command line spells it.
-pub fn layout_name(layout: ImageLayout) -> &'static str {
-    match layout {
-        ImageLayout::Debian => "debian",
-        ImageLayout::Rpm => "rpm",
     }
 }
 

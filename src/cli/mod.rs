@@ -259,6 +259,15 @@ pub enum Layout {
     Rpm,
 }
 
+impl From<ImageLayout> for Layout {
+    fn from(layout: ImageLayout) -> Self {
+        match layout {
+            ImageLayout::Debian => Layout::Debian,
+            ImageLayout::Rpm => Layout::Rpm,
+        }
+    }
+}
+
 impl From<Layout> for ImageLayout {
     fn from(layout: Layout) -> Self {
         match layout {
@@ -327,7 +336,7 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
             capabilities,
             layout,
         } => {
-            if stage != crate::cdi::HOOK_STAGE {
+            if stage != crate::callback::HOOK_STAGE {
                 return Err(Error::CdiStage {
                     stage: stage.clone(),
                 });
