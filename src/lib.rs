@@ -5,6 +5,7 @@
 //! read-only, so it is tested without root.
 #![deny(unsafe_code)]
 
+pub mod atomic;
 pub mod bounded;
 pub mod bundle;
 pub mod callback;
@@ -26,6 +27,7 @@ pub mod nvml;
 pub mod oneline;
 pub mod plan;
 pub mod planner;
+pub mod program;
 pub mod reopen;
 pub mod request;
 pub mod require;

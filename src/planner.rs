@@ -227,14 +227,7 @@ fn argv_request(
     request.mig_config = request::mig_from_cli("--mig-config", &asked.mig_config)?;
     request.mig_monitor = request::mig_from_cli("--mig-monitor", &asked.mig_monitor)?;
     if let Some(container) = container {
-        for (wanted, name) in [
-            (request.mig_config, "--mig-config"),
-            (request.mig_monitor, "--mig-monitor"),
-        ] {
-            if wanted && !container.privileged {
-                return Err(Error::Unprivileged { what: name });
-            }
-        }
+        refuse_mig_unless_privileged(&request, container, ["--mig-config", "--mig-monitor"])?;
     }
     let requirements = if config.disable_require {
         Requirements::default()
@@ -271,16 +264,11 @@ fn container_request(config: &Config, container: &Container) -> Result<Effective
         });
     }
     let mut request = Request::for_devices(&container.env, devices)?;
-    // CC:186-200 refuses any MIG value in an unprivileged container; we
-    // refuse only the ones that would do something.
-    for (wanted, name) in [
-        (request.mig_config, "NVIDIA_MIG_CONFIG_DEVICES"),
-        (request.mig_monitor, "NVIDIA_MIG_MONITOR_DEVICES"),
-    ] {
-        if wanted && !container.privileged {
-            return Err(Error::Unprivileged { what: name });
-        }
-    }
+    refuse_mig_unless_privileged(
+        &request,
+        container,
+        ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"],
+    )?;
     request.capabilities = restrict(request.capabilities, config);
     let requirements = if config.disable_require {
         Requirements::default()
@@ -292,6 +280,23 @@ fn container_request(config: &Config, container: &Container) -> Result<Effective
         requirements,
         node_mode,
     })
+}
+
+/// Refuses MIG management and monitoring to an unprivileged container,
+/// naming what asked for it (`names`: for configuration, then monitoring).
+/// CC:186-200 refuses any MIG value in an unprivileged container; we refuse
+/// only the ones that would do something.
+fn refuse_mig_unless_privileged(
+    request: &Request,
+    container: &Container,
+    [config, monitor]: [&'static str; 2],
+) -> Result<()> {
+    for (wanted, what) in [(request.mig_config, config), (request.mig_monitor, monitor)] {
+        if wanted && !container.privileged {
+            return Err(Error::Unprivileged { what });
+        }
+    }
+    Ok(())
 }
 
 /// The devices a container asks for, as NVIDIA's hook decides where to
@@ -747,17 +752,10 @@ fn check_requirements(
 /// What the `arch` and `brand` terms are checked against for `device`:
 /// NVML's answers when it was asked, unknown before.
 fn device_facts(nvml: Option<&nvml::Report>, device: &SelectedDevice) -> DeviceFacts {
-    let nvml = nvml.and_then(|r| {
-        r.gpus
-            .iter()
-            .find(|g| g.uuid.eq_ignore_ascii_case(&device.uuid))
-    });
+    let nvml = nvml.and_then(|r| r.gpu(&device.uuid));
     DeviceFacts {
         name: format!("GPU {} ({})", device.gpu, device.uuid),
-        arch: nvml.and_then(|g| {
-            let (major, minor) = g.compute_capability.split_once('.')?;
-            Some((major.parse().ok()?, minor.parse().ok()?))
-        }),
+        arch: nvml.and_then(|g| g.compute_capability.version()),
         brand: nvml.map(|g| g.brand.clone()),
     }
 }

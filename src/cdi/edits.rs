@@ -10,11 +10,9 @@ use super::spec::{ContainerEdits, DeviceNode, Hook, Mount};
 pub use crate::callback::{HOOK_COMMAND, HOOK_STAGE};
 use crate::plan::{self, Plan};
 use crate::planner::{Planned, SpecMade};
+use crate::program;
 
-/// The one environment every hook entry we generate runs with: explicit,
-/// never the runtime's or the container's.
-pub const HOOK_ENV: [&str; 1] =
-    ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"];
+pub use crate::program::HOOK_ENV;
 
 /// What keeps a `hooks.d` copy of our hook, or NVIDIA's, from injecting a
 /// second time into a container whose devices the runtime already added:
@@ -52,11 +50,8 @@ impl Callback {
 
     /// The `createRuntime` hook entry, with its explicit environment.
     pub fn hook(&self) -> Hook {
-        let mut args: Vec<String> = vec![
-            "oci-nvidia-hook".into(),
-            HOOK_COMMAND.into(),
-            HOOK_STAGE.into(),
-        ];
+        let mut args: Vec<String> =
+            vec![program::NAME.into(), HOOK_COMMAND.into(), HOOK_STAGE.into()];
         args.extend(self.made.args());
         if let Some(config) = &self.config {
             args.push("--config".into());

@@ -36,7 +36,7 @@ fn spec(
     layout: ImageLayout,
 ) -> Result<Spec> {
     let strategies = cdi::parse_strategies(strategies)?;
-    let program = std::env::current_exe().map_err(|source| Error::Exe { source })?;
+    let program = crate::program::path().map_err(|source| Error::Exe { source })?;
     let config_path = config_path
         .map(std::path::absolute)
         .transpose()

@@ -72,11 +72,7 @@ fn report(inventory: &Inventory, cuda: String) -> Report {
         .gpus
         .iter()
         .map(|gpu| {
-            let nvml = inventory.nvml.as_ref().and_then(|r| {
-                r.gpus
-                    .iter()
-                    .find(|g| g.uuid.eq_ignore_ascii_case(&gpu.uuid))
-            });
+            let nvml = inventory.nvml.as_ref().and_then(|r| r.gpu(&gpu.uuid));
             Row {
                 index: gpu.index,
                 minor: gpu.minor,
@@ -84,7 +80,8 @@ fn report(inventory: &Inventory, cuda: String) -> Report {
                 brand: nvml.map_or(UNKNOWN, |g| brand(&g.brand)).to_string(),
                 uuid: gpu.uuid.clone(),
                 bus: bus_location(&gpu.bus),
-                arch: nvml.map_or_else(|| UNKNOWN.to_string(), |g| g.compute_capability.clone()),
+                arch: nvml
+                    .map_or_else(|| UNKNOWN.to_string(), |g| g.compute_capability.to_string()),
             }
         })
         .collect();
