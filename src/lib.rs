@@ -18,6 +18,7 @@ pub mod config;
 pub mod doctor;
 pub mod driver;
 pub mod elf;
+pub mod entry;
 pub mod hook;
 pub mod image;
 pub mod inject;

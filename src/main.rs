@@ -1,21 +1,18 @@
-//! The `oci-nvidia-hook` binary: parse options, set up logging, dispatch.
+//! The `oci-nvidia-hook` binary: everything is [`entry::run`]'s.
 //!
 //! `main` is the C entry point, not Rust's: the runtime waits for the hook
 //! on every container start, and std's start-up (which reads
 //! `/proc/self/maps` to place a stack guard and maps a signal stack) costs
 //! about 80 µs of that. What of it the hook relies on is done here: a write
 //! to a closed pipe is an error (`list | head`), not a fatal `SIGPIPE`, and
-//! stdout is flushed before exit. A stack overflow is then a plain `SIGSEGV`.
+//! stdout is flushed before exit ([`entry::run`]). A stack overflow is then
+//! a plain `SIGSEGV`.
 #![no_main]
 #![deny(unsafe_code)]
 
 use std::ffi::{c_char, c_int};
-use std::io::Write;
 
-use oci_nvidia_hook::cli::{self, Cli};
-use oci_nvidia_hook::compat::{self, nvidia_cli, Invocation};
-use oci_nvidia_hook::config::Config;
-use oci_nvidia_hook::{logging, sys};
+use oci_nvidia_hook::{entry, sys};
 
 /// The process entry point, called by the C runtime (std still reads the
 /// arguments, which glibc hands it before `main`).
@@ -25,93 +22,7 @@ use oci_nvidia_hook::{logging, sys};
 #[no_mangle]
 pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     if let Err(e) = sys::signal::ignore_sigpipe() {
-        return fail(&e) as c_int;
+        return entry::fail(&e) as c_int;
     }
-    let status = run();
-    match std::io::stdout().flush() {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => fail(&e) as c_int,
-        _ => status as c_int,
-    }
-}
-
-/// Exit statuses, as `main` returns them.
-#[derive(Clone, Copy)]
-#[repr(i32)]
-enum Status {
-    Success = 0,
-    Failure = 1,
-}
-
-fn run() -> Status {
-    match compat::dispatch(std::env::args_os().collect()) {
-        Ok(Invocation::Ours(cli)) => run_ours(cli),
-        Ok(Invocation::NvidiaCli(invocation)) => run_nvidia_cli(&invocation),
-        Ok(Invocation::Print(text)) => {
-            print!("{text}");
-            Status::Success
-        }
-        Ok(Invocation::Nothing) => Status::Success,
-        Err(e) => fail(&e),
-    }
-}
-
-/// Runs a command of NVIDIA's CLI's command line.
-fn run_nvidia_cli(invocation: &nvidia_cli::Invocation) -> Status {
-    let config = match nvidia_cli::config(invocation) {
-        Ok(config) => config,
-        Err(e) => return fail(&e),
-    };
-    if let Err(e) = logging::init(&config.log) {
-        return fail(&e);
-    }
-    match nvidia_cli::run(invocation, &config) {
-        Ok(()) => Status::Success,
-        Err(e) if e.is_broken_pipe() => Status::Success,
-        Err(e) => {
-            log::error!("{}", cli::one_line(&e));
-            Status::Failure
-        }
-    }
-}
-
-/// Runs our own command line's command.
-fn run_ours(cli: Cli) -> Status {
-    // The runtime wrapper's caller reads errors from the runtime's log.
-    let fail = |e: &dyn std::error::Error| {
-        if let cli::Command::Runtime { args } = &cli.command {
-            oci_nvidia_hook::runtime::log_failure(args, &cli::one_line(e));
-        }
-        fail(e)
-    };
-    // Doctor loads the config itself: a broken one is a finding, and a
-    // failing check is its exit status, not an error line.
-    if let cli::Command::Doctor(args) = &cli.command {
-        return match cli::doctor(args, cli.config.as_deref()) {
-            Ok(true) => Status::Success,
-            Ok(false) => Status::Failure,
-            Err(e) if e.is_broken_pipe() => Status::Success,
-            Err(e) => fail(&e),
-        };
-    }
-    let config = match Config::load(cli.config.as_deref()) {
-        Ok(config) => config,
-        Err(e) => return fail(&e),
-    };
-    if let Err(e) = logging::init(&config.log) {
-        return fail(&e);
-    }
-    match cli::run(&cli.command, &config, cli.config.as_deref()) {
-        Ok(()) => Status::Success,
-        Err(e) if e.is_broken_pipe() => Status::Success,
-        Err(e) => {
-            log::error!("{}", cli::one_line(&e));
-            Status::Failure
-        }
-    }
-}
-
-/// Reports an error from before the logger exists: one line on stderr.
-fn fail(e: &dyn std::error::Error) -> Status {
-    eprintln!("oci-nvidia-hook: error: {}", cli::one_line(e));
-    Status::Failure
+    entry::run(std::env::args_os().collect()) as c_int
 }
