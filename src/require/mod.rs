@@ -33,7 +33,7 @@ use thiserror::Error;
 use crate::driver::CudaVersion;
 use crate::request::env_var;
 pub use refusal::Unsatisfied;
-use term::{Key, Outcome, Term};
+use term::{Key, Op, Outcome, Term};
 
 /// Longest rule value we read; anything longer is refused, not parsed. Not
 /// NVIDIA's: a guard on what messages quote. Real CUDA images' rules are
@@ -262,6 +262,19 @@ impl Requirements {
             }
         }
         needs
+    }
+
+    /// The CUDA version the first `cuda>=` term of the rules asks for (a
+    /// legacy image's `CUDA_VERSION` included), read by the rules' own
+    /// grammar: what a remedy names the driver for.
+    pub fn cuda_asked(&self) -> Option<CudaVersion> {
+        self.rules
+            .iter()
+            .flat_map(|r| &r.groups)
+            .flatten()
+            .filter_map(|text| Term::parse(text).ok())
+            .find(|term| term.key == Key::Cuda && term.op == Op::Ge)
+            .and_then(|term| CudaVersion::parse(&term.value))
     }
 
     /// Checks every rule against one GPU's facts (called per selected GPU; a
