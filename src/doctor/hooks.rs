@@ -329,7 +329,7 @@ fn judge_ours(
         }
         Err(e) => {
             let why = match e {
-                crate::driver::root::Error::NotFound { .. } => "does not exist".to_string(),
+                crate::driver::Error::NotFound { .. } => "does not exist".to_string(),
                 other => other.to_string(),
             };
             out.push(Check::fail(

@@ -38,7 +38,8 @@ pub use proc::Gpu;
 pub use root::DriverRoot;
 pub use snapshot::RootFiles;
 
-/// Why the host driver could not be inventoried.
+/// Why the host driver could not be inventoried, or a path not resolved
+/// inside its root.
 #[derive(Debug, Error)]
 pub enum Error {
     #[error("NVIDIA kernel module not loaded: {path} does not exist")]
@@ -67,6 +68,32 @@ pub enum Error {
     },
     #[error(transparent)]
     Nvml(#[from] child::Error),
+    #[error("{path} (in driver root {root}) does not exist")]
+    NotFound { root: PathBuf, path: PathBuf },
+    #[error("{path} (in driver root {root}) escapes the root through {via}")]
+    Escapes {
+        root: PathBuf,
+        path: PathBuf,
+        via: PathBuf,
+    },
+    #[error(
+        "{path} (in driver root {root}): more than {} symlinks",
+        root::MAX_LINKS
+    )]
+    TooManyLinks { root: PathBuf, path: PathBuf },
+    #[error("{path} (in driver root {root}): {component} is not a directory")]
+    NotADirectory {
+        root: PathBuf,
+        path: PathBuf,
+        component: PathBuf,
+    },
+    #[error("{path} (in driver root {root}): cannot inspect {at}: {source}")]
+    Inspect {
+        root: PathBuf,
+        path: PathBuf,
+        at: PathBuf,
+        source: io::Error,
+    },
 }
 
 /// Result of discovery.
