@@ -647,3 +647,27 @@ fn a_command_line_request_for_a_user_namespace_binds_nodes() {
         NodeMode::Bind
     );
 }
+
+#[test]
+fn what_the_caller_leaves_to_others_is_not_in_the_plan() {
+    let whole = plan_on(&inventory(), &Config::default(), flags("0", "utility")).unwrap();
+    assert!(
+        !whole.devices.is_empty() && !whole.mounts.is_empty() && !whole.cgroup_rules.is_empty()
+    );
+    let mut plan = whole.clone();
+    LeftToOthers {
+        nodes: true,
+        ..LeftToOthers::NOTHING
+    }
+    .take_from(&mut plan);
+    assert!(plan.devices.is_empty());
+    assert_eq!(plan.cgroup_rules, whole.cgroup_rules, "still granted");
+    assert_eq!(plan.mounts, whole.mounts);
+    let mut plan = whole.clone();
+    LeftToOthers::SPEC_EDITS.take_from(&mut plan);
+    assert!(plan.devices.is_empty() && plan.mounts.is_empty() && plan.cgroup_rules.is_empty());
+    // What a runtime cannot do stays.
+    assert_eq!(plan.symlinks, whole.symlinks);
+    assert_eq!(plan.loader_entries, whole.loader_entries);
+    assert_eq!(plan.proc_mask, whole.proc_mask);
+}
