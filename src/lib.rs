@@ -1,8 +1,10 @@
 //! oci-nvidia-hook: an OCI hook that gives containers NVIDIA GPUs.
 //!
 //! The flow is one-way: inputs ([`config`], [`request`]) → host inventory
-//! ([`driver`]) → [`plan`] → apply. Everything up to the plan is pure or
-//! read-only, so it is tested without root.
+//! ([`driver`]) → [`plan`] → apply, the steps ordered by the one
+//! [`planner`]. Everything up to the plan is pure or read-only (discovery
+//! only reads; the planner alone leaves the hooks' driver snapshot, a
+//! cache), so it is tested without root.
 #![deny(unsafe_code)]
 
 pub mod atomic;

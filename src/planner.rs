@@ -490,7 +490,14 @@ fn discover(config: &Config, effective: &Effective, discovery: Discovery) -> Res
     let scope = effective.discovery_scope();
     let mut inventory = match discovery {
         Discovery::Walk => Inventory::discover(&config.driver, &scope)?,
-        Discovery::Snapshot => Inventory::discover_with_snapshot(&config.driver, &scope)?,
+        Discovery::Snapshot => {
+            let (inventory, unstored) = Inventory::discover_with_snapshot(&config.driver, &scope)?;
+            // For the next container start.
+            if let Some(snapshot) = unstored {
+                snapshot.store();
+            }
+            inventory
+        }
     };
     if effective.needs_nvml() {
         inventory.nvml()?;

@@ -142,18 +142,20 @@ pub struct Inventory {
 impl Inventory {
     /// Inventories the host driver described by `config`, looking only for the files of `scope`.
     pub fn discover(config: &DriverConfig, scope: &Capabilities) -> Result<Inventory> {
-        Self::discover_from(config, scope, None)
+        Ok(Self::discover_from(config, scope, None)?.0)
     }
 
     /// [`Inventory::discover`], taking what the driver root holds from the
-    /// snapshot in `config`'s `snapshot_dir` when one is there and valid,
-    /// and leaving one there when not (see [`snapshot`]). For the hooks, which
-    /// run on every container start; commands an operator runs to look at
-    /// the host walk it whole and log all they find, every time.
+    /// snapshot in `config`'s `snapshot_dir` when one is there and valid;
+    /// when not, also the snapshot of what it found, for the caller to
+    /// leave there ([`Unstored::store`]): discovery only reads (see
+    /// [`snapshot`]). For the hooks, which run on every container start;
+    /// commands an operator runs to look at the host walk it whole and log
+    /// all they find, every time.
     pub fn discover_with_snapshot(
         config: &DriverConfig,
         scope: &Capabilities,
-    ) -> Result<Inventory> {
+    ) -> Result<(Inventory, Option<Unstored>)> {
         Self::discover_from(config, scope, config.snapshot_dir.as_deref())
     }
 
@@ -161,7 +163,7 @@ impl Inventory {
         config: &DriverConfig,
         scope: &Capabilities,
         snapshot_dir: Option<&Path>,
-    ) -> Result<Inventory> {
+    ) -> Result<(Inventory, Option<Unstored>)> {
         let nvidia = config.proc_root.join("driver/nvidia");
         let version_path = nvidia.join("version");
         let version_text = match crate::bounded::read_text(&version_path) {
@@ -184,13 +186,13 @@ impl Inventory {
         let mig_instances = mig::instances(&nvidia, &gpus)?;
 
         let root = DriverRoot::new(&config.root);
-        let files = match snapshot_dir {
+        let (files, unstored) = match snapshot_dir {
             Some(dir) => root_files_snapshotted(&root, dir, &driver_version, scope)?,
-            None => root_files(&root, &driver_version, scope)?,
+            None => (root_files(&root, &driver_version, scope)?, None),
         };
         // Daemons come and go: their sockets are looked for every time.
         let ipcs = files::ipcs(&root, scope);
-        Ok(Inventory {
+        let inventory = Inventory {
             driver_version,
             gpus,
             nodes,
@@ -208,7 +210,8 @@ impl Inventory {
             mig: None,
             mig_instances,
             nvml: None,
-        })
+        };
+        Ok((inventory, unstored))
     }
 
     /// The CUDA version the driver supports, asked of its own libcuda in a
@@ -298,18 +301,38 @@ fn root_files(root: &DriverRoot, version: &str, scope: &Capabilities) -> Result<
     })
 }
 
-/// [`root_files`] from a valid snapshot in `dir`, or found and then left
-/// there for the next start. `root` must not have been used yet: what it
-/// examines is what the snapshot is checked against.
+/// A snapshot of what discovery found, not written yet: discovery only
+/// reads, so the one who inventories for the hooks leaves it for the next
+/// start.
+#[derive(Debug)]
+pub struct Unstored {
+    dir: PathBuf,
+    key: snapshot::Key,
+    files: RootFiles,
+    examined: Vec<(PathBuf, std::fs::Metadata)>,
+}
+
+impl Unstored {
+    /// Writes it; a snapshot that cannot be written is only logged.
+    pub fn store(&self) {
+        if let Err(e) = snapshot::store(&self.dir, &self.key, &self.files, &self.examined) {
+            log::debug!("inventory snapshot: {e}");
+        }
+    }
+}
+
+/// [`root_files`] from a valid snapshot in `dir`, or found, with the
+/// snapshot to leave there for the next start. `root` must not have been
+/// used yet: what it examines is what the snapshot is checked against.
 fn root_files_snapshotted(
     root: &DriverRoot,
     dir: &Path,
     version: &str,
     scope: &Capabilities,
-) -> Result<RootFiles> {
+) -> Result<(RootFiles, Option<Unstored>)> {
     if let Err(e) = snapshot::allowed() {
         log::debug!("inventory snapshot: {e}");
-        return root_files(root, version, scope);
+        return Ok((root_files(root, version, scope)?, None));
     }
     let key = snapshot::Key::new(root.path(), scope.to_string(), Arch::host(), version);
     match snapshot::load(dir, &key) {
@@ -318,15 +341,18 @@ fn root_files_snapshotted(
                 "inventory snapshot: the driver root's files from {}",
                 dir.display()
             );
-            return Ok(files);
+            return Ok((files, None));
         }
         Err(e) => log::debug!("inventory snapshot: {e}"),
     }
     let files = root_files(root, version, scope)?;
-    if let Err(e) = snapshot::store(dir, &key, &files, &root.examined()) {
-        log::debug!("inventory snapshot: {e}");
-    }
-    Ok(files)
+    let unstored = Unstored {
+        dir: dir.to_path_buf(),
+        key,
+        files: files.clone(),
+        examined: root.examined(),
+    };
+    Ok((files, Some(unstored)))
 }
 
 /// Reads and parses `<root>/etc/ld.so.cache`, resolved inside the root.
