@@ -68,6 +68,38 @@ fn armed<T>(f: impl FnOnce(&mut Option<Armed>) -> T) -> T {
     f(&mut guard)
 }
 
+/// When this process began its command: every bound counts from there, so
+/// the time before the configuration is read counts too.
+static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// Marks the start of this process's command ([`entry`](crate::entry) calls
+/// it first); a later call changes nothing.
+pub fn start() {
+    let _ = STARTED.set(Instant::now());
+}
+
+/// Loads the configuration of entry point `entry` (if a runtime waits for
+/// it) under the default bound, then bounds the rest of the run by the
+/// configuration's own (`bound` reads it); `None` runs unbounded.
+pub fn bounded_load<T, E>(
+    entry: Option<&'static str>,
+    load: impl FnOnce() -> Result<T, E>,
+    bound: impl FnOnce(&T) -> Duration,
+) -> Result<T, E> {
+    let started = *STARTED.get_or_init(Instant::now);
+    if let Some(entry) = entry {
+        arm(entry, DEFAULT, started);
+    }
+    let loaded = {
+        let _waiting = waiting_for(|| "the config file".into());
+        load()?
+    };
+    if let Some(entry) = entry {
+        arm(entry, bound(&loaded), started);
+    }
+    Ok(loaded)
+}
+
 /// Bounds this process, the entry point `entry`, to `bound` from `started`;
 /// arming again replaces the bound (the config's, once it is read, after
 /// the default's while it is read). A process that cannot set the alarm

@@ -1,12 +1,16 @@
 //! oci-nvidia-hook: an OCI hook that gives containers NVIDIA GPUs.
 //!
 //! The flow is one-way: inputs ([`config`], [`request`]) → host inventory
-//! ([`driver`]) → [`plan`] → apply. Everything up to the plan is pure or
-//! read-only, so it is tested without root.
+//! ([`driver`]) → [`plan`] → apply, the steps ordered by the one
+//! [`planner`]. Everything up to the plan is pure or read-only (discovery
+//! only reads; the planner alone leaves the hooks' driver snapshot, a
+//! cache), so it is tested without root.
 #![deny(unsafe_code)]
 
+pub mod atomic;
 pub mod bounded;
 pub mod bundle;
+pub mod callback;
 pub mod cdi;
 pub mod cgroup;
 pub mod child;
@@ -18,6 +22,7 @@ pub mod doctor;
 pub mod driver;
 pub mod elf;
 pub mod engine_config;
+pub mod entry;
 pub mod hook;
 pub mod hostfile;
 pub mod image;
@@ -28,6 +33,7 @@ pub mod nvml;
 pub mod oneline;
 pub mod plan;
 pub mod planner;
+pub mod program;
 pub mod reopen;
 pub mod request;
 pub mod require;

@@ -10,6 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use thiserror::Error;
 
@@ -78,5 +79,14 @@ pub fn init(config: &LogConfig) -> Result<(), Error> {
         .target(env_logger::Target::Pipe(Box::new(Tee { file })))
         .try_init()
         .ok();
+    SET_UP.store(true, Ordering::Relaxed);
     Ok(())
 }
+
+/// Whether [`init`] installed the logger: errors go to it then, to stderr before.
+pub fn is_set_up() -> bool {
+    SET_UP.load(Ordering::Relaxed)
+}
+
+/// Set once [`init`] succeeded.
+static SET_UP: AtomicBool = AtomicBool::new(false);

@@ -40,12 +40,38 @@ pub struct GpuInfo {
     pub uuid: String,
     /// Brand, lower case as requirements spell it: `tesla`, `geforce`, `nvidia`…
     pub brand: String,
-    /// Compute capability, e.g. `9.0`.
-    pub compute_capability: String,
+    /// Compute capability, e.g. 9.0.
+    pub compute_capability: ComputeCapability,
     /// Whether MIG mode is on.
     pub mig_enabled: bool,
     /// Its MIG devices, in index order.
     pub migs: Vec<MigInfo>,
+}
+
+/// A GPU's compute capability (its architecture), as NVML gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComputeCapability {
+    /// E.g. 8 for an A100.
+    pub major: i32,
+    /// E.g. 0 for an A100.
+    pub minor: i32,
+}
+
+impl std::fmt::Display for ComputeCapability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl ComputeCapability {
+    /// (major, minor), as `arch` requirements compare it; `None` for a
+    /// value no GPU has.
+    pub fn version(self) -> Option<(u32, u32)> {
+        Some((
+            u32::try_from(self.major).ok()?,
+            u32::try_from(self.minor).ok()?,
+        ))
+    }
 }
 
 /// Everything asked of NVML in one query.
@@ -53,6 +79,13 @@ pub struct GpuInfo {
 pub struct Report {
     /// GPUs in NVML order.
     pub gpus: Vec<GpuInfo>,
+}
+
+impl Report {
+    /// The GPU with `uuid` (`GPU-…`, in any case), as `/proc` names it.
+    pub fn gpu(&self, uuid: &str) -> Option<&GpuInfo> {
+        self.gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(uuid))
+    }
 }
 
 /// Queries NVML from `lib` (the driver's `libnvidia-ml.so.*`) in a child process.
@@ -109,7 +142,10 @@ fn query_here(lib: &Path) -> Result<Report, NvmlError> {
         gpus.push(GpuInfo {
             uuid: device.uuid()?,
             brand: format!("{:?}", device.brand()?).to_ascii_lowercase(),
-            compute_capability: format!("{}.{}", cc.major, cc.minor),
+            compute_capability: ComputeCapability {
+                major: cc.major,
+                minor: cc.minor,
+            },
             mig_enabled,
             migs,
         });

@@ -1,8 +1,13 @@
 //! The one planner: from the configuration, a request source and the host
 //! inventory to the effective request and the [`Plan`].
 //!
-//! The hook, `list` and every other consumer call it, so a host and a
-//! request are shown the same way everywhere: policy (device mounts against
+//! Every consumer makes one call: [`plan`] for one container (the hooks,
+//! the runtime wrapper, `list`, NVIDIA's CLI, `doctor`), [`plan_each_device`]
+//! for a CDI spec, [`inventory`] for the commands that show the host. The
+//! steps (the effective request, discovery, the image, the plan, the
+//! requirement checks, what the caller leaves to others) are ordered here
+//! and nowhere else, so a host and a request are shown the same way
+//! everywhere: policy (device mounts against
 //! the variable, unprivileged containers, supported capabilities, MIG
 //! privilege), discovery's scope (NVML only where `/proc` cannot answer),
 //! the image's layout and compat libraries, and the requirement checks all
@@ -13,10 +18,12 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::bundle::{Container, GrantedNode};
+pub use crate::callback::SpecMade;
 use crate::config::Config;
 use crate::driver::{self, CudaVersion, Inventory, NodeRole};
 use crate::image::{self, Image, ImageLayout};
-use crate::plan::{self, NodeMode, Plan};
+use crate::nvml;
+use crate::plan::{self, NodeMode, Plan, SelectedDevice};
 use crate::request::{self, Capabilities, Capability, DeviceId, DeviceSelection, Request};
 use crate::require::{self, DeviceFacts, Facts, Requirements};
 
@@ -37,6 +44,10 @@ pub enum Error {
     Plan(#[from] plan::Error),
     #[error("the CDI spec was generated for driver {made_for}, but the host runs driver {running}: generate it again (oci-nvidia-hook cdi generate)")]
     StaleSpec { made_for: String, running: String },
+    #[error("driver {version} shows no GPU in /proc/driver/nvidia/gpus: a CDI spec needs at least one device")]
+    NoGpu { version: String },
+    #[error(transparent)]
+    UserNamespace(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Result of planning.
@@ -65,6 +76,9 @@ pub enum Source<'a> {
         /// The container, as far as its bundle is known.
         container: Option<&'a Container>,
     },
+    /// What a runtime granted a container from a spec we generated: the
+    /// `cdi-hook` plans from this, never from the environment.
+    Granted(Granted<'a>),
 }
 
 /// A request as NVIDIA's CLI command line makes it (`nvidia-container-cli
@@ -147,10 +161,9 @@ pub struct Planned {
     pub layout: ImageLayout,
 }
 
-/// The request `source` makes, as `config`'s policy lets it stand. Pure:
-/// the hook calls it first, so a container that asks for nothing costs no
-/// discovery.
-pub fn effective(config: &Config, source: Source<'_>) -> Result<Effective> {
+/// The request `source` makes, as `config`'s policy lets it stand. Pure,
+/// and first: a container that asks for nothing costs no discovery.
+fn effective(config: &Config, source: Source<'_>) -> Result<Effective> {
     match source {
         Source::Flags {
             devices,
@@ -176,6 +189,19 @@ pub fn effective(config: &Config, source: Source<'_>) -> Result<Effective> {
         }
         Source::Container(container) => container_request(config, container),
         Source::Argv { asked, container } => argv_request(config, asked, container),
+        // The GPUs are those whose nodes the runtime created, known once
+        // the host is inventoried (see [`plan`]).
+        Source::Granted(granted) => Ok(Effective {
+            request: Request::new(
+                DeviceSelection::None,
+                restrict(
+                    Capabilities::from_variable(Some(&granted.made.capabilities), false)?,
+                    config,
+                ),
+            ),
+            requirements: Requirements::default(),
+            node_mode: NodeMode::Mknod,
+        }),
     }
 }
 
@@ -201,14 +227,7 @@ fn argv_request(
     request.mig_config = request::mig_from_cli("--mig-config", &asked.mig_config)?;
     request.mig_monitor = request::mig_from_cli("--mig-monitor", &asked.mig_monitor)?;
     if let Some(container) = container {
-        for (wanted, name) in [
-            (request.mig_config, "--mig-config"),
-            (request.mig_monitor, "--mig-monitor"),
-        ] {
-            if wanted && !container.privileged {
-                return Err(Error::Unprivileged { what: name });
-            }
-        }
+        refuse_mig_unless_privileged(&request, container, ["--mig-config", "--mig-monitor"])?;
     }
     let requirements = if config.disable_require {
         Requirements::default()
@@ -245,16 +264,11 @@ fn container_request(config: &Config, container: &Container) -> Result<Effective
         });
     }
     let mut request = Request::for_devices(&container.env, devices)?;
-    // CC:186-200 refuses any MIG value in an unprivileged container; we
-    // refuse only the ones that would do something.
-    for (wanted, name) in [
-        (request.mig_config, "NVIDIA_MIG_CONFIG_DEVICES"),
-        (request.mig_monitor, "NVIDIA_MIG_MONITOR_DEVICES"),
-    ] {
-        if wanted && !container.privileged {
-            return Err(Error::Unprivileged { what: name });
-        }
-    }
+    refuse_mig_unless_privileged(
+        &request,
+        container,
+        ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"],
+    )?;
     request.capabilities = restrict(request.capabilities, config);
     let requirements = if config.disable_require {
         Requirements::default()
@@ -266,6 +280,23 @@ fn container_request(config: &Config, container: &Container) -> Result<Effective
         requirements,
         node_mode,
     })
+}
+
+/// Refuses MIG management and monitoring to an unprivileged container,
+/// naming what asked for it (`names`: for configuration, then monitoring).
+/// CC:186-200 refuses any MIG value in an unprivileged container; we refuse
+/// only the ones that would do something.
+fn refuse_mig_unless_privileged(
+    request: &Request,
+    container: &Container,
+    [config, monitor]: [&'static str; 2],
+) -> Result<()> {
+    for (wanted, what) in [(request.mig_config, config), (request.mig_monitor, monitor)] {
+        if wanted && !container.privileged {
+            return Err(Error::Unprivileged { what });
+        }
+    }
+    Ok(())
 }
 
 /// The devices a container asks for, as NVIDIA's hook decides where to
@@ -300,33 +331,188 @@ fn restrict(capabilities: Capabilities, config: &Config) -> Capabilities {
     kept
 }
 
+/// How the host's driver root is inventoried.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Discovery {
+    /// Walked whole, every time: the commands an operator runs to look at
+    /// the host log all they find.
+    #[default]
+    Walk,
+    /// From a valid snapshot when there is one (see `driver::snapshot`):
+    /// the hooks, which run on every container start.
+    Snapshot,
+}
+
+/// What the caller leaves to someone else: a runtime that creates the
+/// nodes or grants the cgroup itself (NVIDIA's CLI `--no-devbind`,
+/// `--no-cgroups`), or a CDI spec whose edits the runtime applied. The
+/// plan then holds none of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeftToOthers {
+    /// The device nodes in the container's `/dev`.
+    pub nodes: bool,
+    /// The device cgroup rules.
+    pub cgroup_rules: bool,
+    /// The bind mounts.
+    pub mounts: bool,
+}
+
+impl LeftToOthers {
+    /// Nothing: the caller applies the whole plan.
+    pub const NOTHING: LeftToOthers = LeftToOthers {
+        nodes: false,
+        cgroup_rules: false,
+        mounts: false,
+    };
+
+    /// What a runtime applies from a spec we generated: the nodes, their
+    /// cgroup rules and the mounts.
+    pub const SPEC_EDITS: LeftToOthers = LeftToOthers {
+        nodes: true,
+        cgroup_rules: true,
+        mounts: true,
+    };
+
+    /// `plan` without what others own.
+    fn take_from(self, plan: &mut Plan) {
+        if self.nodes {
+            plan.devices.clear();
+        }
+        if self.cgroup_rules {
+            plan.cgroup_rules.clear();
+        }
+        if self.mounts {
+            plan.mounts.clear();
+        }
+    }
+}
+
+/// An error of the caller's, for the planner to pass on.
+pub type CallerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The container's user namespace, as far as the caller knows it.
+pub enum UserNamespace<'a> {
+    /// As the request source says: its bundle's `user` namespace; none for flags.
+    Declared,
+    /// Asked once the request is known to ask for a GPU (a container that
+    /// asks for none costs no look): whether its process is in a user
+    /// namespace, which its bundle may not say (rootless Podman's
+    /// `config.json` has none).
+    Detect(&'a mut dyn FnMut() -> std::result::Result<bool, CallerError>),
+}
+
+impl std::fmt::Debug for UserNamespace<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            UserNamespace::Declared => "Declared",
+            UserNamespace::Detect(_) => "Detect",
+        })
+    }
+}
+
+/// Everything a consumer knows, for [`plan`].
+#[derive(Debug)]
+pub struct Inputs<'a> {
+    /// Where the request comes from.
+    pub source: Source<'a>,
+    /// The image the plan places files for.
+    pub image: ImageSource<'a>,
+    /// The container's user namespace.
+    pub user_namespace: UserNamespace<'a>,
+    /// What the caller leaves to a runtime or a spec.
+    pub left: LeftToOthers,
+    /// How the driver root is inventoried.
+    pub discovery: Discovery,
+}
+
+impl<'a> Inputs<'a> {
+    /// `source` for `image`, its user namespace as declared, the whole plan
+    /// the caller's, the host walked whole: what the commands that show a
+    /// plan ask.
+    pub fn new(source: Source<'a>, image: ImageSource<'a>) -> Inputs<'a> {
+        Inputs {
+            source,
+            image,
+            user_namespace: UserNamespace::Declared,
+            left: LeftToOthers::NOTHING,
+            discovery: Discovery::Walk,
+        }
+    }
+}
+
+/// The one planner call for a container: the effective request; for one
+/// that asks for a GPU, its user namespace, discovery, the image, the plan
+/// and its requirement checks; and the plan less what the caller leaves to
+/// others. A void request stops after the first step, with an empty plan.
+pub fn plan(config: &Config, inputs: Inputs<'_>) -> Result<Planned> {
+    let Inputs {
+        source,
+        image,
+        user_namespace,
+        left,
+        discovery,
+    } = inputs;
+    let mut effective = effective(config, source)?;
+    if effective.is_void() {
+        return Ok(Planned {
+            plan: Plan {
+                node_mode: effective.node_mode,
+                ..Plan::default()
+            },
+            effective,
+            inventory: None,
+            layout: ImageLayout::default(),
+        });
+    }
+    if let UserNamespace::Detect(detect) = user_namespace {
+        // Its /dev cannot hold usable device nodes: the host's are bound.
+        if detect().map_err(Error::UserNamespace)? {
+            effective.node_mode = NodeMode::Bind;
+        }
+    }
+    let inventory = discover(config, &effective, discovery)?;
+    if let Source::Granted(granted) = source {
+        // A spec made for another driver names files that changed.
+        if inventory.driver_version != granted.made.driver_version {
+            return Err(Error::StaleSpec {
+                made_for: granted.made.driver_version.clone(),
+                running: inventory.driver_version,
+            });
+        }
+        effective.request.devices = granted_devices(&inventory, granted.nodes);
+    }
+    planned(config, effective, inventory, image, left)
+}
+
 /// Inventories the host for `effective`: only the files its capabilities
-/// need, and NVML only when the request or its requirements need it.
-pub fn discover(config: &Config, effective: &Effective) -> Result<Inventory> {
-    finish_discovery(
-        Inventory::discover(&config.driver, &effective.discovery_scope())?,
-        effective,
-    )
-}
-
-/// [`discover`] for the hooks: the driver root's files from a valid
-/// snapshot when there is one (see `driver::snapshot`).
-pub fn discover_for_hook(config: &Config, effective: &Effective) -> Result<Inventory> {
-    finish_discovery(
-        Inventory::discover_with_snapshot(&config.driver, &effective.discovery_scope())?,
-        effective,
-    )
-}
-
-fn finish_discovery(mut inventory: Inventory, effective: &Effective) -> Result<Inventory> {
+/// need, and NVML only when the request needs it.
+fn discover(config: &Config, effective: &Effective, discovery: Discovery) -> Result<Inventory> {
+    let scope = effective.discovery_scope();
+    let mut inventory = match discovery {
+        Discovery::Walk => Inventory::discover(&config.driver, &scope)?,
+        Discovery::Snapshot => {
+            let (inventory, unstored) = Inventory::discover_with_snapshot(&config.driver, &scope)?;
+            // For the next container start.
+            if let Some(snapshot) = unstored {
+                snapshot.store();
+            }
+            inventory
+        }
+    };
     if effective.needs_nvml() {
-        inventory.load_nvml()?;
+        inventory.nvml()?;
     }
     Ok(inventory)
 }
 
+/// The host inventory for `scope`, as the commands that show the host
+/// (`info`, `doctor`, `cdi validate`) look at it: walked whole.
+pub fn inventory(config: &Config, scope: &Capabilities) -> Result<Inventory> {
+    Ok(Inventory::discover(&config.driver, scope)?)
+}
+
 /// Examines the image the plan is for.
-pub fn image(config: &Config, inventory: &Inventory, source: ImageSource<'_>) -> Result<Image> {
+fn image(config: &Config, inventory: &Inventory, source: ImageSource<'_>) -> Result<Image> {
     Ok(match source {
         ImageSource::Rootfs(rootfs) => {
             Image::inspect(rootfs, &inventory.driver_version, config.cuda_compat.mode)?
@@ -343,7 +529,7 @@ pub fn image(config: &Config, inventory: &Inventory, source: ImageSource<'_>) ->
 /// brand=tesla,driver>=470,…` holds on its first alternative on any
 /// recent driver, and NVML's start (a fork, `nvmlInit`, up to seconds
 /// without persistence mode) is spared.
-pub fn plan(effective: &Effective, inventory: &mut Inventory, image: &Image) -> Result<Plan> {
+fn build(effective: &Effective, inventory: &mut Inventory, image: &Image) -> Result<Plan> {
     let plan = Plan::build(inventory, &effective.request, image, effective.node_mode)?;
     let requirements = &effective.requirements;
     if requirements.is_empty() {
@@ -354,44 +540,22 @@ pub fn plan(effective: &Effective, inventory: &mut Inventory, image: &Image) -> 
     } else {
         None
     };
-    match check_requirements(requirements, inventory, &plan, image, cuda) {
-        Err(Error::Require(require::Error::UnknownFact { .. })) if inventory.nvml.is_none() => {
-            inventory.load_nvml()?;
-            check_requirements(requirements, inventory, &plan, image, cuda)?;
-        }
-        checked => checked?,
-    }
+    check_requirements(requirements, inventory, &plan, image, cuda)?;
     Ok(plan)
 }
 
-/// All of it: the effective request, discovery, the image and the plan.
-/// A void request stops after the first step, with an empty plan.
-pub fn plan_for(config: &Config, source: Source<'_>, image: ImageSource<'_>) -> Result<Planned> {
-    let effective = effective(config, source)?;
-    if effective.is_void() {
-        return Ok(Planned {
-            plan: Plan {
-                node_mode: effective.node_mode,
-                ..Plan::default()
-            },
-            effective,
-            inventory: None,
-            layout: ImageLayout::default(),
-        });
-    }
-    let inventory = discover(config, &effective)?;
-    planned(config, effective, inventory, image)
-}
-
-/// The image examined and the plan made on `inventory`, all of it kept.
+/// The image examined and the plan made on `inventory`, all of it kept
+/// but what the caller leaves to others.
 fn planned(
     config: &Config,
     effective: Effective,
     mut inventory: Inventory,
     image: ImageSource<'_>,
+    left: LeftToOthers,
 ) -> Result<Planned> {
     let image = self::image(config, &inventory, image)?;
-    let plan = plan(&effective, &mut inventory, &image)?;
+    let mut plan = build(&effective, &mut inventory, &image)?;
+    left.take_from(&mut plan);
     Ok(Planned {
         effective,
         inventory: Some(inventory),
@@ -407,41 +571,100 @@ fn planned(
 pub struct Granted<'a> {
     /// The character devices the runtime creates (`linux.devices`).
     pub nodes: &'a [GrantedNode],
-    /// The capabilities the spec's mounts carry.
-    pub capabilities: &'a str,
-    /// The layout of the spec's container paths.
-    pub layout: ImageLayout,
-    /// The driver the spec was made for.
-    pub driver_version: &'a str,
+    /// How the spec was made, as its hook's arguments record it.
+    pub made: &'a SpecMade,
 }
 
-/// The plan for what the runtime granted: the GPUs and MIG devices whose
-/// nodes it creates, the spec's capabilities and layout. Refuses a spec
-/// made for another driver: its mounts name files that changed.
-pub fn plan_granted(config: &Config, granted: Granted<'_>) -> Result<Planned> {
-    let capabilities = restrict(
-        Capabilities::from_variable(Some(granted.capabilities), false)?,
-        config,
-    );
-    let mut effective = Effective {
-        request: Request::new(DeviceSelection::None, capabilities),
-        requirements: Requirements::default(),
-        node_mode: NodeMode::Mknod,
+impl Planned {
+    /// How a spec of this plan's edits is made: its driver, capabilities
+    /// and layout; `None` for a void request, which makes no spec.
+    pub fn spec_made(&self) -> Option<SpecMade> {
+        Some(SpecMade {
+            driver_version: self.inventory.as_ref()?.driver_version.clone(),
+            capabilities: self.effective.request.capabilities.to_string(),
+            layout: self.layout,
+        })
+    }
+}
+
+/// A CDI spec's plans: each device's, on one inventory.
+#[derive(Debug)]
+pub struct EachDevice {
+    /// The host inventory, NVML's MIG devices in it where there are any.
+    pub inventory: Inventory,
+    /// The plan for no device: what every device shares.
+    pub common: Plan,
+    /// Each GPU's plan, then each MIG device's.
+    pub devices: Vec<DevicePlan>,
+    /// The plan for `all`.
+    pub all: Plan,
+}
+
+/// One device's plan, and its two names.
+#[derive(Debug)]
+pub struct DevicePlan {
+    /// `0`, or `0:1` for a MIG device.
+    pub index: String,
+    /// `GPU-…` or `MIG-…`.
+    pub uuid: String,
+    /// What a container given it alone receives.
+    pub plan: Plan,
+}
+
+/// The one planner call for a CDI spec: the host inventoried once, for
+/// `capabilities` (as `NVIDIA_DRIVER_CAPABILITIES` takes them); NVML asked
+/// when the host has MIG devices, which only it names; then each device
+/// planned alone for an image of `layout`, as a container given it would
+/// be. Refuses a host without GPUs.
+pub fn plan_each_device(
+    config: &Config,
+    capabilities: &str,
+    layout: ImageLayout,
+) -> Result<EachDevice> {
+    let flags = |devices: &str| -> Result<Effective> {
+        effective(
+            config,
+            Source::Flags {
+                devices,
+                capabilities,
+            },
+        )
     };
-    let inventory = discover_for_hook(config, &effective)?;
-    if inventory.driver_version != granted.driver_version {
-        return Err(Error::StaleSpec {
-            made_for: granted.driver_version.to_string(),
-            running: inventory.driver_version,
+    let none = flags("none")?;
+    let mut inventory = discover(config, &none, Discovery::Walk)?;
+    if inventory.gpus.is_empty() {
+        return Err(Error::NoGpu {
+            version: inventory.driver_version,
         });
     }
-    effective.request.devices = granted_devices(&inventory, granted.nodes);
-    planned(
-        config,
-        effective,
+    if !inventory.mig_instances.is_empty() {
+        inventory.nvml()?;
+    }
+    let image = image(config, &inventory, ImageSource::Layout(layout))?;
+    let common = build(&none, &mut inventory, &image)?;
+    let gpus = inventory
+        .gpus
+        .iter()
+        .map(|g| (g.index.to_string(), g.uuid.clone()));
+    let migs = inventory
+        .mig
+        .iter()
+        .flatten()
+        .map(|m| (format!("{}:{}", m.parent, m.index), m.uuid.clone()));
+    let names: Vec<(String, String)> = gpus.chain(migs).collect();
+    let mut devices = Vec::new();
+    for (index, uuid) in names {
+        let effective = flags(&index)?;
+        let plan = build(&effective, &mut inventory, &image)?;
+        devices.push(DevicePlan { index, uuid, plan });
+    }
+    let all = build(&flags("all")?, &mut inventory, &image)?;
+    Ok(EachDevice {
         inventory,
-        ImageSource::Layout(granted.layout),
-    )
+        common,
+        devices,
+        all,
+    })
 }
 
 /// The devices whose nodes are among `nodes`: a GPU by its `nvidiaN`
@@ -496,12 +719,11 @@ fn granted_devices(inventory: &Inventory, nodes: &[GrantedNode]) -> DeviceSelect
 
 /// Checks `requirements` on every GPU `plan` selected (a MIG device's
 /// parent), once each: a refusal here replaces "CUDA driver version is
-/// insufficient" at run time.
-/// The GPUs' `arch` and `brand` are NVML's answers once it was asked, unknown
-/// before.
+/// insufficient" at run time. A GPU's `arch` and `brand` are NVML's
+/// answers, asked of the inventory only when a rule's answer hangs on them.
 fn check_requirements(
     requirements: &Requirements,
-    inventory: &Inventory,
+    inventory: &mut Inventory,
     plan: &Plan,
     image: &Image,
     cuda: Option<CudaVersion>,
@@ -518,25 +740,31 @@ fn check_requirements(
             continue;
         }
         checked.push(device.gpu);
-        let nvml = inventory.nvml.as_ref().and_then(|r| {
-            r.gpus
-                .iter()
-                .find(|g| g.uuid.eq_ignore_ascii_case(&device.uuid))
-        });
-        facts.device = Some(DeviceFacts {
-            name: format!("GPU {} ({})", device.gpu, device.uuid),
-            arch: nvml.and_then(|g| {
-                let (major, minor) = g.compute_capability.split_once('.')?;
-                Some((major.parse().ok()?, minor.parse().ok()?))
-            }),
-            brand: nvml.map(|g| g.brand.clone()),
-        });
-        requirements.check(&facts)?;
+        facts.device = Some(device_facts(inventory.nvml.as_ref(), device));
+        requirements.check_learning(&mut facts, &mut |facts| {
+            if inventory.nvml.is_some() {
+                return Ok(false);
+            }
+            let report = inventory.nvml()?;
+            facts.device = Some(device_facts(Some(report), device));
+            Ok::<bool, Error>(true)
+        })?;
     }
     if checked.is_empty() {
         requirements.check(&facts)?;
     }
     Ok(())
+}
+
+/// What the `arch` and `brand` terms are checked against for `device`:
+/// NVML's answers when it was asked, unknown before.
+fn device_facts(nvml: Option<&nvml::Report>, device: &SelectedDevice) -> DeviceFacts {
+    let nvml = nvml.and_then(|r| r.gpu(&device.uuid));
+    DeviceFacts {
+        name: format!("GPU {} ({})", device.gpu, device.uuid),
+        arch: nvml.and_then(|g| g.compute_capability.version()),
+        brand: nvml.map(|g| g.brand.clone()),
+    }
 }
 
 #[cfg(test)]

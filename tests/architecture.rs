@@ -266,3 +266,127 @@ fn unsafe_code_lives_in_src_sys_alone() {
         found.join("\n")
     );
 }
+
+/// The non-test code of every source file of `src/`, comments removed,
+/// with its module path.
+fn code_by_module(src: &Path) -> Vec<(Vec<String>, PathBuf, String)> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|file| {
+            let module = module_of(src, &file);
+            if is_test(&module) {
+                return None;
+            }
+            let text = fs::read_to_string(&file).expect("read source");
+            let code = without_comments(non_test_code(&text));
+            Some((module, file, code))
+        })
+        .collect()
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+#[test]
+fn only_the_planner_calls_discovery() {
+    let mut found = Vec::new();
+    let mut planner_calls = 0;
+    for (module, file, code) in code_by_module(&src()) {
+        let calls = ["Inventory::discover", "discover_with_snapshot("]
+            .iter()
+            .map(|call| code.matches(call).count())
+            .sum::<usize>();
+        match module.first().map(String::as_str) {
+            Some("planner") => planner_calls += calls,
+            // Discovery itself.
+            Some("driver") => {}
+            _ if calls > 0 => found.push(file.display().to_string()),
+            _ => {}
+        }
+    }
+    assert!(
+        planner_calls >= 2,
+        "the reader found no discovery call in the planner"
+    );
+    assert!(
+        found.is_empty(),
+        "discovery called outside the planner (use planner::plan, plan_each_device or inventory): {}",
+        found.join(", ")
+    );
+}
+
+#[test]
+fn the_planner_offers_its_entry_points_only() {
+    let text = fs::read_to_string(src().join("planner.rs")).expect("read planner.rs");
+    let code = without_comments(non_test_code(&text));
+    let public: Vec<&str> = code
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub fn "))
+        .filter_map(|rest| rest.split(['(', '<']).next())
+        .collect();
+    assert_eq!(
+        public,
+        ["plan", "inventory", "plan_each_device"],
+        "a consumer must not sequence the planner's steps itself"
+    );
+}
+
+/// What consumers of the planner may share with each other: the CDI
+/// format (its spec, and the directories specs are read from) and a plan
+/// as container edits, which the runtime wrapper writes into a
+/// `config.json` as a CDI spec carries them.
+const SHARED: [&str; 6] = ["spec", "dirs", "edits", "apply", "Spec", "Callback"];
+
+#[test]
+fn consumers_do_not_call_each_other() {
+    // The hook, the CDI spec, the runtime wrapper and doctor each make their
+    // own planner call; the command lines (cli, compat) route to them.
+    let consumers = ["hook", "cdi", "runtime", "doctor"];
+    let fronts = ["cli", "compat"];
+    let mut found = Vec::new();
+    let mut seen = 0;
+    for (module, file, code) in code_by_module(&src()) {
+        let Some(from) = module.first().map(String::as_str) else {
+            continue;
+        };
+        if !consumers.contains(&from) {
+            continue;
+        }
+        for target in crate_references(&code) {
+            let Some(to) = target.first().map(String::as_str) else {
+                continue;
+            };
+            seen += 1;
+            let shared = to == "cdi" && target.get(1).is_some_and(|m| SHARED.contains(&m.as_str()));
+            if to != from && (fronts.contains(&to) || (consumers.contains(&to) && !shared)) {
+                found.push(format!("{}: crate::{}", file.display(), target.join("::")));
+            }
+        }
+    }
+    assert!(seen > 0, "the reader found no reference");
+    assert!(
+        found.is_empty(),
+        "a consumer calls another consumer or a command line:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn main_knows_no_command() {
+    let text = fs::read_to_string(src().join("main.rs")).expect("read main.rs");
+    let code = without_comments(&text);
+    for word in ["Command", "cli::", "compat::", "Config"] {
+        assert!(
+            !code.contains(word),
+            "main.rs names {word}: routing and commands belong to entry, cli and compat"
+        );
+    }
+    assert!(
+        code.contains("entry::run("),
+        "main.rs must hand the command line to entry::run"
+    );
+}

@@ -15,6 +15,7 @@ use harness::runtime::oci_config::{config_json, hooks_d_file, ContainerConfig};
 use oci_nvidia_hook::cdi::spec::{ContainerEdits, Spec, KIND};
 use oci_nvidia_hook::cdi::{Callback, Format, HOOK_STAGE};
 use oci_nvidia_hook::image::ImageLayout;
+use oci_nvidia_hook::planner::SpecMade;
 
 /// A hook entry found in a document, with where it was found.
 struct Entry {
@@ -216,9 +217,11 @@ fn the_hook_a_cdi_spec_gets_sets_env_and_runs_at_create_runtime() {
     let callback = Callback {
         program: hook_binary().to_path_buf(),
         config: Some("/etc/oci-nvidia-hook/config.toml".into()),
-        driver_version: "535.261.03".into(),
-        capabilities: "compute,utility".into(),
-        layout: ImageLayout::Debian,
+        made: SpecMade {
+            driver_version: "535.261.03".into(),
+            capabilities: "compute,utility".into(),
+            layout: ImageLayout::Debian,
+        },
     };
     let spec = Spec {
         cdi_version: "0.5.0".into(),

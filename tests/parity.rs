@@ -9,7 +9,7 @@
 //! on purpose" table of docs/differences-from-nvidia.md lists them, and none
 //! refuses an image that NVIDIA starts.
 //!
-//! Every row runs through the one planner (`planner::plan_for`) against a
+//! Every row runs through the one planner (`planner::plan`) against a
 //! simulated host's real files: no runtime. `tests/parity_runtime.rs` runs a
 //! sample of them through runc.
 
@@ -21,7 +21,7 @@ use harness::simhost::{Fixture, SimHost};
 use oci_nvidia_hook::bundle::Container;
 use oci_nvidia_hook::config::Config;
 use oci_nvidia_hook::image::ImageLayout;
-use oci_nvidia_hook::planner::{self, ImageSource, Source};
+use oci_nvidia_hook::planner::{self, ImageSource, Inputs, Source};
 use oci_nvidia_hook::request::Capabilities;
 
 /// The simulated host a row runs on.
@@ -278,10 +278,12 @@ fn outcome_of(case: &Case, hosts: &Hosts) -> String {
         device_mounts: case.mounts.iter().map(|m| expand(m, sim)).collect(),
         devices: Vec::new(),
     };
-    let planned = match planner::plan_for(
+    let planned = match planner::plan(
         &config,
-        Source::Container(&container),
-        ImageSource::Layout(ImageLayout::Debian),
+        Inputs::new(
+            Source::Container(&container),
+            ImageSource::Layout(ImageLayout::Debian),
+        ),
     ) {
         Ok(planned) => planned,
         Err(e) => return format!("refused: {e}"),
@@ -479,10 +481,9 @@ fn compat_used(sim: &SimHost, image: &Path) -> bool {
         device_mounts: Vec::new(),
         devices: Vec::new(),
     };
-    let planned = planner::plan_for(
+    let planned = planner::plan(
         &config,
-        Source::Container(&container),
-        ImageSource::Rootfs(image),
+        Inputs::new(Source::Container(&container), ImageSource::Rootfs(image)),
     )
     .expect("plan");
     planned.plan.loader_dirs.first().map(|d| d.as_path())

@@ -7,8 +7,8 @@
 use serde_json::{json, Map, Value};
 use thiserror::Error;
 
-use super::edits::HOOK_COMMAND;
 use super::spec::ContainerEdits;
+use crate::callback::HOOK_COMMAND;
 
 /// Why a spec could not be edited.
 #[derive(Debug, Error, PartialEq, Eq)]

@@ -7,13 +7,12 @@
 use std::path::PathBuf;
 
 use super::spec::{ContainerEdits, DeviceNode, Hook, Mount};
-use crate::image::ImageLayout;
+pub use crate::callback::{HOOK_COMMAND, HOOK_STAGE};
 use crate::plan::{self, Plan};
+use crate::planner::{Planned, SpecMade};
+use crate::program;
 
-/// The one environment every hook entry we generate runs with: explicit,
-/// never the runtime's or the container's.
-pub const HOOK_ENV: [&str; 1] =
-    ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"];
+pub use crate::program::HOOK_ENV;
 
 /// What keeps a `hooks.d` copy of our hook, or NVIDIA's, from injecting a
 /// second time into a container whose devices the runtime already added:
@@ -31,34 +30,29 @@ pub struct Callback {
     pub program: PathBuf,
     /// The configuration the spec was made with, absolute; `None` for the default path.
     pub config: Option<PathBuf>,
-    /// The driver version the spec was made for: the hook refuses another.
-    pub driver_version: String,
-    /// The capabilities whose files the spec mounts.
-    pub capabilities: String,
-    /// The library layout the spec's mounts follow.
-    pub layout: ImageLayout,
+    /// How the spec was made: the hook refuses another driver's.
+    pub made: SpecMade,
 }
 
-/// The subcommand the hook runs.
-pub const HOOK_COMMAND: &str = "cdi-hook";
-
-/// The only stage it runs at.
-pub const HOOK_STAGE: &str = "createRuntime";
-
 impl Callback {
+    /// The hook of a spec of `planned`'s edits; `None` for a void request.
+    pub fn for_planned(
+        program: PathBuf,
+        config: Option<PathBuf>,
+        planned: &Planned,
+    ) -> Option<Callback> {
+        Some(Callback {
+            program,
+            config,
+            made: planned.spec_made()?,
+        })
+    }
+
     /// The `createRuntime` hook entry, with its explicit environment.
     pub fn hook(&self) -> Hook {
-        let mut args: Vec<String> = vec![
-            "oci-nvidia-hook".into(),
-            HOOK_COMMAND.into(),
-            HOOK_STAGE.into(),
-            "--driver-version".into(),
-            self.driver_version.clone(),
-            "--capabilities".into(),
-            self.capabilities.clone(),
-            "--layout".into(),
-            layout_name(self.layout).into(),
-        ];
+        let mut args: Vec<String> =
+            vec![program::NAME.into(), HOOK_COMMAND.into(), HOOK_STAGE.into()];
+        args.extend(self.made.args());
         if let Some(config) = &self.config {
             args.push("--config".into());
             args.push(config.display().to_string());
@@ -70,14 +64,6 @@ impl Callback {
             env: HOOK_ENV.iter().map(|e| (*e).to_string()).collect(),
             timeout: None,
         }
-    }
-}
-
-/// A layout as the command line spells it.
-pub fn layout_name(layout: ImageLayout) -> &'static str {
-    match layout {
-        ImageLayout::Debian => "debian",
-        ImageLayout::Rpm => "rpm",
     }
 }
 

@@ -10,10 +10,8 @@ use super::edits::{self, Callback, VISIBLE_DEVICES_VOID};
 use super::spec::{required_version, ContainerEdits, Device, Spec, KIND};
 use super::{Error, Result};
 use crate::config::Config;
-use crate::driver::Inventory;
-use crate::image::{Image, ImageLayout};
-use crate::plan::Plan;
-use crate::planner::{self, ImageSource, Source};
+use crate::image::ImageLayout;
+use crate::planner::{self, EachDevice, SpecMade};
 
 /// How devices are named; a spec may use several at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,52 +72,29 @@ pub struct Options {
     pub config_path: Option<std::path::PathBuf>,
 }
 
-/// Generates the spec for this host.
+/// Generates the spec for this host, from the planner's plan for each device.
 pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
     let capabilities = options
         .capabilities
         .clone()
         .unwrap_or_else(|| config.supported().to_string());
-    let flags = |devices: &'static str| Source::Flags {
-        devices,
-        capabilities: &capabilities,
-    };
-    let none = planner::effective(config, flags("none"))?;
-    let mut inventory = planner::discover(config, &none)?;
-    if inventory.gpus.is_empty() {
-        return Err(Error::NoGpu {
-            version: inventory.driver_version,
-        });
-    }
-    // MIG devices are named by NVML's UUIDs and indices only.
-    if !inventory.mig_instances.is_empty() && inventory.mig.is_none() {
-        inventory.load_nvml()?;
-    }
-    let image = planner::image(config, &inventory, ImageSource::Layout(options.layout))?;
-    let common = planner::plan(&none, &mut inventory, &image)?;
+    let EachDevice {
+        inventory,
+        common,
+        devices: planned,
+        all,
+    } = planner::plan_each_device(config, &capabilities, options.layout)?;
 
     let mut devices = Vec::new();
-    let gpu_names: Vec<(String, String)> = inventory
-        .gpus
-        .iter()
-        .map(|g| (g.index.to_string(), g.uuid.clone()))
-        .collect();
-    let mig_names: Vec<(String, String)> = inventory
-        .mig
-        .iter()
-        .flatten()
-        .map(|m| (format!("{}:{}", m.parent, m.index), m.uuid.clone()))
-        .collect();
-    for (index, uuid) in gpu_names.iter().chain(&mig_names) {
-        let plan = plan_one(config, &capabilities, index, &mut inventory, &image)?;
+    for device in &planned {
         let edits = ContainerEdits {
-            device_nodes: edits::device_nodes(edits::nodes_beyond(&plan, &common)),
+            device_nodes: edits::device_nodes(edits::nodes_beyond(&device.plan, &common)),
             ..ContainerEdits::default()
         };
         for strategy in &options.strategies {
             let name = match strategy {
-                NameStrategy::Index => index,
-                NameStrategy::Uuid => uuid,
+                NameStrategy::Index => &device.index,
+                NameStrategy::Uuid => &device.uuid,
             };
             devices.push(Device {
                 name: name.clone(),
@@ -128,7 +103,6 @@ pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
             });
         }
     }
-    let all = plan_one(config, &capabilities, "all", &mut inventory, &image)?;
     devices.push(Device {
         name: "all".into(),
         container_edits: ContainerEdits {
@@ -141,9 +115,11 @@ pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
     let callback = Callback {
         program: options.program.clone(),
         config: options.config_path.clone(),
-        driver_version: inventory.driver_version.clone(),
-        capabilities: capabilities.clone(),
-        layout: options.layout,
+        made: SpecMade {
+            driver_version: inventory.driver_version,
+            capabilities,
+            layout: options.layout,
+        },
     };
     let mut spec = Spec {
         cdi_version: String::new(),
@@ -159,22 +135,4 @@ pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
     };
     spec.cdi_version = required_version(&spec).into();
     Ok(spec)
-}
-
-/// The plan for one device name, on the inventory already taken.
-fn plan_one(
-    config: &Config,
-    capabilities: &str,
-    devices: &str,
-    inventory: &mut Inventory,
-    image: &Image,
-) -> Result<Plan> {
-    let effective = planner::effective(
-        config,
-        Source::Flags {
-            devices,
-            capabilities,
-        },
-    )?;
-    Ok(planner::plan(&effective, inventory, image)?)
 }

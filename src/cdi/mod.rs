@@ -35,8 +35,6 @@ use crate::{driver, planner};
 pub enum Error {
     #[error("unknown device name strategy {value:?}: use index, uuid, or both (index,uuid)")]
     NameStrategy { value: String },
-    #[error("driver {version} shows no GPU in /proc/driver/nvidia/gpus: a CDI spec needs at least one device")]
-    NoGpu { version: String },
     #[error(transparent)]
     Planner(#[from] planner::Error),
     #[error(transparent)]

@@ -3,12 +3,10 @@
 //! the new one, never half of one, and a failure leaves no partial file.
 
 use std::fmt;
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::{Error, Result, Spec};
+use crate::atomic;
 
 /// Where a spec goes by default: the transient directory, regenerated at boot.
 pub const DEFAULT_OUTPUT: &str = "/var/run/cdi/nvidia.yaml";
@@ -63,46 +61,19 @@ impl Format {
 /// Writes `data` to `path` through a temporary file beside it, renamed
 /// over `path` once complete and synced; mode 0644.
 pub fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
-    let write_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| Error::Write { path, source }
+    let options = atomic::Options {
+        mode: MODE,
+        sync: true,
     };
-    let temp = temp_path(path);
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(MODE)
-        .custom_flags(libc_nofollow())
-        .open(&temp)
-        .map_err(write_err(&temp))?;
-    let written = file
-        .write_all(data)
-        .and_then(|()| file.set_permissions(fs::Permissions::from_mode(MODE)))
-        .and_then(|()| file.sync_all())
-        .map_err(write_err(&temp))
-        .and_then(|()| fs::rename(&temp, path).map_err(write_err(path)));
-    if written.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    written
-}
-
-/// `O_NOFOLLOW`: the temporary name is never a link someone planted.
-fn libc_nofollow() -> i32 {
-    nix::fcntl::OFlag::O_NOFOLLOW.bits()
-}
-
-/// A hidden name beside `path`, unique to this process.
-fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+    atomic::replace(path, data, options)
+        .map_err(|atomic::Error { path, source }| Error::Write { path, source })
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]

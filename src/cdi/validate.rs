@@ -16,8 +16,8 @@ use serde_json::Value;
 pub use host::Host;
 
 use super::spec::Spec;
-use crate::config::DriverConfig;
-use crate::driver::Inventory;
+use crate::config::Config;
+use crate::planner;
 use crate::request::Capabilities;
 
 /// One thing wrong with a spec: where, and what.
@@ -77,8 +77,8 @@ pub fn validate(text: &str, host: &mut Host<'_>) -> Report {
 
 /// The running driver's version, as the inventory reads it from the
 /// kernel module's procfs file; the error in words when there is none.
-pub fn running_driver(config: &DriverConfig) -> Result<String, String> {
-    Inventory::discover(config, &Capabilities::empty())
+pub fn running_driver(config: &Config) -> Result<String, String> {
+    planner::inventory(config, &Capabilities::empty())
         .map(|inventory| inventory.driver_version)
         .map_err(|e| e.to_string())
 }
@@ -206,6 +206,7 @@ mod tests {
     use crate::cdi::spec::{required_version, ContainerEdits, Device, DeviceNode, KIND};
     use crate::cdi::Format;
     use crate::image::ImageLayout;
+    use crate::planner::SpecMade;
 
     /// A spec as `cdi generate` shapes it, on nodes every host has.
     fn ours() -> Spec {
@@ -229,9 +230,11 @@ mod tests {
         let callback = Callback {
             program: "/bin/sh".into(),
             config: None,
-            driver_version: "535.261.03".into(),
-            capabilities: "compute,utility".into(),
-            layout: ImageLayout::Debian,
+            made: SpecMade {
+                driver_version: "535.261.03".into(),
+                capabilities: "compute,utility".into(),
+                layout: ImageLayout::Debian,
+            },
         };
         let mut spec = Spec {
             kind: KIND.into(),

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::{Error, Result};
+use crate::callback::SpecMade;
 use crate::cdi::{self, Format, Options, Spec};
 use crate::config::Config;
 use crate::image::ImageLayout;
@@ -35,7 +36,7 @@ fn spec(
     layout: ImageLayout,
 ) -> Result<Spec> {
     let strategies = cdi::parse_strategies(strategies)?;
-    let program = std::env::current_exe().map_err(|source| Error::Exe { source })?;
+    let program = crate::program::path().map_err(|source| Error::Exe { source })?;
     let config_path = config_path
         .map(std::path::absolute)
         .transpose()
@@ -106,14 +107,10 @@ fn create_default_dir(output: &Path) -> Result<()> {
 
 /// The driver version a spec of ours records in its hook's arguments.
 pub fn driver_of(spec: &Spec) -> Option<&str> {
-    spec.container_edits
-        .hooks
-        .iter()
-        .filter(|h| h.args.get(1).map(String::as_str) == Some(cdi::HOOK_COMMAND))
-        .find_map(|h| {
-            let at = h.args.iter().position(|a| a == "--driver-version")?;
-            h.args.get(at + 1).map(String::as_str)
-        })
+    spec.container_edits.hooks.iter().find_map(|h| {
+        let args: Vec<&str> = h.args.iter().map(String::as_str).collect();
+        SpecMade::recorded_driver(&args).flatten()
+    })
 }
 
 /// Prints the fully qualified names of the devices a spec for this host offers.
@@ -133,7 +130,7 @@ pub fn validate(config: &Config, file: &Path, out: &mut impl Write) -> Result<()
         path: file.to_path_buf(),
         source,
     })?;
-    let mut driver = || cdi::validate::running_driver(&config.driver);
+    let mut driver = || cdi::validate::running_driver(config);
     let report = cdi::validate::validate(
         &text,
         &mut cdi::validate::Host {

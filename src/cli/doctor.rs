@@ -5,7 +5,8 @@ use std::io::{self, IsTerminal, Write};
 use std::path::Path;
 
 use super::{DoctorArgs, Error, Result};
-use crate::doctor::{self, ceiling::Cuda, Loaded, Options, Render};
+use crate::doctor::{self, Loaded, Options, Render};
+use crate::driver::CudaVersion;
 
 /// Runs the checks `args` ask for and prints them; whether all passed.
 pub fn run(args: &DoctorArgs, config_path: Option<&Path>) -> Result<bool> {
@@ -19,7 +20,11 @@ pub fn run(args: &DoctorArgs, config_path: Option<&Path>) -> Result<bool> {
     if let Some(bad) = args.env.iter().find(|e| !e.contains('=')) {
         return Err(Error::Usage(format!("--env {bad:?}: expected KEY=VALUE")));
     }
-    if let Some(cuda) = args.cuda.as_deref().filter(|c| Cuda::parse(c).is_none()) {
+    if let Some(cuda) = args
+        .cuda
+        .as_deref()
+        .filter(|c| CudaVersion::parse(c).is_none())
+    {
         return Err(Error::Usage(format!(
             "--cuda {cuda:?}: expected a CUDA version such as 12.4"
         )));

@@ -14,7 +14,8 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::{Cli, Command, Layout};
+use super::{Cli, Command};
+use crate::callback::{SpecMade, HOOK_COMMAND};
 
 /// The command line `args` (the program name first) as clap would read it,
 /// or `None` when it is not one of the hook's own shapes.
@@ -33,16 +34,13 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
     let command = match words {
         ["prestart"] => Command::Prestart,
         ["create-runtime" | "createRuntime"] => Command::CreateRuntime,
-        ["cdi-hook", stage, "--driver-version", version, "--capabilities", capabilities, "--layout", layout] => {
+        [HOOK_COMMAND, stage, flags @ ..] => {
+            let made = SpecMade::parse(flags, |word| value(word).is_some())?;
             Command::CdiHook {
                 stage: value(stage)?.to_string(),
-                driver_version: value(version)?.to_string(),
-                capabilities: value(capabilities)?.to_string(),
-                layout: match *layout {
-                    "debian" => Layout::Debian,
-                    "rpm" => Layout::Rpm,
-                    _ => return None,
-                },
+                driver_version: made.driver_version,
+                capabilities: made.capabilities,
+                layout: made.layout.into(),
             }
         }
         _ => return None,
@@ -74,16 +72,15 @@ mod tests {
 
     #[test]
     fn the_hooks_own_command_lines_read_as_clap_reads_them() {
-        let cdi = [
-            "cdi-hook",
-            "createRuntime",
-            "--driver-version",
-            "535.261.03",
-            "--capabilities",
-            "compute,utility",
-            "--layout",
-            "debian",
-        ];
+        // As the one writer writes it.
+        let made = SpecMade {
+            driver_version: "535.261.03".into(),
+            capabilities: "compute,utility".into(),
+            layout: crate::image::ImageLayout::Debian,
+        };
+        let written = made.args();
+        let mut cdi = vec![HOOK_COMMAND, "createRuntime"];
+        cdi.extend(written.iter().map(String::as_str));
         let mut lines: Vec<Vec<&str>> = vec![
             vec!["prestart"],
             vec!["create-runtime"],

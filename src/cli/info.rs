@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::Result;
 use crate::config::Config;
 use crate::driver::{CudaVersion, Inventory, NodeState};
+use crate::planner;
 use crate::request::{Capabilities, Capability};
 
 /// `info --json`: the inventory plus the CUDA version.
@@ -21,7 +22,7 @@ struct Report<'a> {
 
 /// Inventories every capability and prints it.
 pub fn run(config: &Config, json: bool, out: &mut impl Write) -> Result<()> {
-    let inventory = Inventory::discover(&config.driver, &Capabilities::all())?;
+    let inventory = planner::inventory(config, &Capabilities::all())?;
     let cuda = inventory.cuda_version();
     if let Err(e) = &cuda {
         log::warn!("{e}");

@@ -8,7 +8,7 @@ use super::Result;
 use crate::bundle;
 use crate::config::Config;
 use crate::image::ImageLayout;
-use crate::planner::{self, ImageSource, Source};
+use crate::planner::{self, ImageSource, Inputs, Source};
 
 /// Where `list` takes its request from.
 #[derive(Debug, Clone, Copy)]
@@ -49,7 +49,7 @@ pub fn run(config: &Config, ask: Ask<'_>, json: bool, out: &mut impl Write) -> R
             )
         }
     };
-    let planned = planner::plan_for(config, source, image)?;
+    let planned = planner::plan(config, Inputs::new(source, image))?;
     for missing in planned
         .inventory
         .iter()

@@ -33,6 +33,10 @@ the environment.";
 #[derive(Debug, Error)]
 pub enum Error {
     #[error(transparent)]
+    Config(#[from] crate::config::Error),
+    #[error(transparent)]
+    Logging(#[from] crate::logging::Error),
+    #[error(transparent)]
     Driver(#[from] driver::Error),
     #[error(transparent)]
     Planner(#[from] planner::Error),
@@ -62,13 +66,6 @@ pub enum Error {
     Usage(String),
     #[error("doctor: checks failed")]
     Unhealthy,
-}
-
-impl Error {
-    /// Whether the reader of our output went away, which is not a failure (`list | head`).
-    pub fn is_broken_pipe(&self) -> bool {
-        matches!(self, Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe)
-    }
 }
 
 /// Result of a command.
@@ -274,6 +271,15 @@ pub enum Layout {
     Rpm,
 }
 
+impl From<ImageLayout> for Layout {
+    fn from(layout: ImageLayout) -> Self {
+        match layout {
+            ImageLayout::Debian => Layout::Debian,
+            ImageLayout::Rpm => Layout::Rpm,
+        }
+    }
+}
+
 impl From<Layout> for ImageLayout {
     fn from(layout: Layout) -> Self {
         match layout {
@@ -283,13 +289,25 @@ impl From<Layout> for ImageLayout {
     }
 }
 
-/// Runs `command` with `config` (read from `config_path` when one was
-/// given), writing to stdout.
-pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Result<()> {
+/// Runs `cli`'s command, writing to stdout. Each command but `doctor`
+/// loads the configuration (from `--config` when given) and sets up the
+/// log from it; `doctor` loads it itself: a broken one is a finding, and a
+/// failing check is its exit status, not an error line.
+pub fn run(cli: &Cli) -> Result<()> {
+    let config_path = cli.config.as_deref();
+    let loaded = || -> Result<Config> {
+        let config = crate::deadline::bounded_load(
+            cli.command.waited_for(),
+            || Config::load(config_path),
+            Config::deadline,
+        )?;
+        crate::logging::init(&config.log)?;
+        Ok(config)
+    };
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
-    match command {
-        Command::Info { json } => info::run(config, *json, &mut out)?,
+    match &cli.command {
+        Command::Info { json } => info::run(&loaded()?, *json, &mut out)?,
         Command::List {
             device,
             capabilities,
@@ -305,7 +323,7 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
                     layout: (*layout).into(),
                 },
             };
-            list::run(config, ask, *json, &mut out)?
+            list::run(&loaded()?, ask, *json, &mut out)?
         }
         Command::Cdi {
             command:
@@ -317,7 +335,7 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
                     layout,
                 },
         } => cdi::generate(
-            config,
+            &loaded()?,
             config_path,
             &cdi::Generate {
                 output,
@@ -332,25 +350,26 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
             command: CdiCommand::List {
                 device_name_strategy,
             },
-        } => cdi::list(config, device_name_strategy, &mut out)?,
+        } => cdi::list(&loaded()?, device_name_strategy, &mut out)?,
         Command::Cdi {
             command: CdiCommand::Validate { file },
-        } => cdi::validate(config, file, &mut out)?,
+        } => cdi::validate(&loaded()?, file, &mut out)?,
         Command::CdiHook {
             stage,
             driver_version,
             capabilities,
             layout,
         } => {
-            if stage != crate::cdi::HOOK_STAGE {
+            let config = loaded()?;
+            if stage != crate::callback::HOOK_STAGE {
                 return Err(Error::CdiStage {
                     stage: stage.clone(),
                 });
             }
             hook::run_granted(
-                config,
+                &config,
                 io::stdin(),
-                &hook::SpecMade {
+                &planner::SpecMade {
                     driver_version: driver_version.clone(),
                     capabilities: capabilities.clone(),
                     layout: (*layout).into(),
@@ -358,7 +377,12 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
             )?
         }
         Command::Runtime { args } => {
-            let error = Error::Runtime(crate::runtime::run(config, config_path, args));
+            // The wrapper's caller reads errors from the runtime's log.
+            let error = match loaded() {
+                Ok(config) => Error::Runtime(crate::runtime::run(&config, config_path, args)),
+                Err(e) => e,
+            };
+            crate::deadline::disarm();
             crate::runtime::log_failure(args, &one_line(&error));
             return Err(error);
         }
@@ -368,11 +392,12 @@ pub fn run(command: &Command, config: &Config, config_path: Option<&Path>) -> Re
                 return Err(Error::Unhealthy);
             }
         }
-        Command::Prestart | Command::CreateRuntime => hook::run(config, io::stdin())?,
+        Command::Prestart | Command::CreateRuntime => hook::run(&loaded()?, io::stdin())?,
         Command::Other(args) => {
+            loaded()?;
             return Err(Error::Stage {
                 stage: args.first().cloned().unwrap_or_default(),
-            })
+            });
         }
     }
     out.flush()?;

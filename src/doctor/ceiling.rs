@@ -70,45 +70,6 @@ pub fn first_driver(major: u32, minor: u32) -> Option<&'static str> {
         .map(|(_, driver)| *driver)
 }
 
-/// A CUDA version as images carry it: `12.6` of `12.6.3`, `CUDA_VERSION`,
-/// `version.json`'s `12.6.20240820` or a `libcudart.so.12.6.77` name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Cuda {
-    /// The major version.
-    pub major: u32,
-    /// The minor version.
-    pub minor: u32,
-}
-
-impl Cuda {
-    /// Reads `major.minor[.anything]`, with an optional leading `v`.
-    pub fn parse(text: &str) -> Option<Cuda> {
-        let text = text.trim();
-        let text = text.strip_prefix('v').unwrap_or(text);
-        let mut parts = text.split('.');
-        let major = parts.next()?.parse().ok()?;
-        let minor = match parts.next() {
-            Some(minor) => minor.parse().ok()?,
-            None => 0,
-        };
-        Some(Cuda { major, minor })
-    }
-
-    /// The version a driver reports (`cuDriverGetVersion`, 12020 for 12.2).
-    pub fn of_driver(version: CudaVersion) -> Cuda {
-        Cuda {
-            major: version.major().max(0) as u32,
-            minor: version.minor().max(0) as u32,
-        }
-    }
-}
-
-impl std::fmt::Display for Cuda {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
-    }
-}
-
 /// How an image's CUDA fares on a driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -122,10 +83,10 @@ pub enum Verdict {
 }
 
 /// Judges an image's CUDA against the CUDA the driver supports.
-pub fn judge(image: Cuda, driver: Cuda) -> Verdict {
+pub fn judge(image: CudaVersion, driver: CudaVersion) -> Verdict {
     if image <= driver {
         Verdict::Fits
-    } else if image.major == driver.major && image.major >= 11 {
+    } else if image.major() == driver.major() && image.major() >= 11 {
         Verdict::MinorAbove
     } else {
         Verdict::MajorAbove
@@ -163,8 +124,14 @@ pub fn data_center(model: &str) -> Option<bool> {
 }
 
 /// The three ways out when an image's CUDA is above the driver's.
-pub fn remedy(image: Cuda, driver: Cuda, driver_version: &str, model: Option<&str>) -> String {
-    let upgrade = match first_driver(image.major, image.minor) {
+pub fn remedy(
+    image: CudaVersion,
+    driver: CudaVersion,
+    driver_version: &str,
+    model: Option<&str>,
+) -> String {
+    let component = |n: i32| u32::try_from(n).unwrap_or(0);
+    let upgrade = match first_driver(component(image.major()), component(image.minor())) {
         Some(first) => format!(
             "upgrade the host driver to {first} or newer (the first with CUDA {image}, per \
              NVIDIA's release notes; this host runs {driver_version})"
@@ -184,7 +151,8 @@ pub fn remedy(image: Cuda, driver: Cuda, driver_version: &str, model: Option<&st
         "use an image built for CUDA {driver} or older; or {upgrade}; or use forward \
          compatibility: an image that ships cuda-compat-{}-{} (/usr/local/cuda/compat), which \
          works only on data-center GPUs ({gpu})",
-        image.major, image.minor
+        image.major(),
+        image.minor()
     )
 }
 
@@ -219,16 +187,16 @@ mod tests {
 
     #[test]
     fn judges_minor_and_major_above_the_driver() {
-        let v = |t: &str| Cuda::parse(t).unwrap();
+        let v = |t: &str| CudaVersion::parse(t).unwrap();
         assert_eq!(judge(v("12.2"), v("12.2")), Verdict::Fits);
         assert_eq!(judge(v("11.8"), v("12.2")), Verdict::Fits);
         assert_eq!(judge(v("12.6.3"), v("12.2")), Verdict::MinorAbove);
         assert_eq!(judge(v("13.0"), v("12.2")), Verdict::MajorAbove);
         // Before CUDA 11 there was no minor version compatibility.
         assert_eq!(judge(v("10.2"), v("10.1")), Verdict::MajorAbove);
-        assert_eq!(Cuda::of_driver(CudaVersion(12020)), v("12.2"));
-        assert_eq!(Cuda::parse("v12.6.20240820"), Some(v("12.6")));
-        assert_eq!(Cuda::parse("twelve"), None);
+        assert_eq!(CudaVersion(12020), v("12.2"));
+        assert_eq!(CudaVersion::parse("v12.6.20240820"), Some(v("12.6")));
+        assert_eq!(CudaVersion::parse("twelve"), None);
     }
 
     #[test]
@@ -247,8 +215,8 @@ mod tests {
     #[test]
     fn the_remedy_names_both_versions_the_first_driver_and_forward_compatibility() {
         let text = remedy(
-            Cuda::parse("12.6").unwrap(),
-            Cuda::parse("12.2").unwrap(),
+            CudaVersion::parse("12.6").unwrap(),
+            CudaVersion::parse("12.2").unwrap(),
             "535.261.03",
             Some("NVIDIA H100 80GB HBM3"),
         );

@@ -15,6 +15,9 @@ use super::hooks::{is_this_program, InstalledHook};
 use super::procs::Table;
 use super::{Check, HostRoot, Layer};
 use crate::driver::DriverRoot;
+// Where names are looked up when a process has no `PATH` (Go's LookPath
+// then finds nothing; this is only used for daemon.json's runtimes).
+use crate::program::SYSTEM_PATH;
 
 const L: Layer = Layer::Wiring;
 
@@ -30,10 +33,6 @@ const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 
 /// containerd's configuration file.
 const CONTAINERD_TOML: &str = "/etc/containerd/config.toml";
-
-/// Where names are looked up when a process has no `PATH` (Go's LookPath
-/// then finds nothing; this is only used for daemon.json's runtimes).
-const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// What the Docker checks found.
 #[derive(Debug, Default)]

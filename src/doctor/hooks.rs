@@ -329,7 +329,7 @@ fn judge_ours(
         }
         Err(e) => {
             let why = match e {
-                crate::driver::root::Error::NotFound { .. } => "does not exist".to_string(),
+                crate::driver::Error::NotFound { .. } => "does not exist".to_string(),
                 other => other.to_string(),
             };
             out.push(Check::fail(
@@ -384,9 +384,9 @@ fn judge_ours(
             name,
             format!("{shown}: runs oci-nvidia-hook at {stage}, but sets no env"),
             format!(
-                "add \"env\": [\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:\
-                 /sbin:/bin\"] to {shown}, as hooks.d/oci-nvidia-hook.json does: a hook \
-                 must never inherit an environment it did not choose"
+                "add \"env\": [\"{}\"] to {shown}, as hooks.d/oci-nvidia-hook.json does: a \
+                 hook must never inherit an environment it did not choose",
+                crate::program::HOOK_ENV[0]
             ),
         )),
         Some(_) => out.push(Check::ok(

@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::driver::{proc, DriverRoot, Inventory, NodeRole, NodeState};
 use crate::elf::Arch;
 use crate::ldcache::LdCache;
+use crate::planner;
 use crate::request::Capabilities;
 
 const L: Layer = Layer::Host;
@@ -47,7 +48,7 @@ pub(super) fn check(
     if !module(&nvidia, out) {
         return none;
     }
-    let inventory = match Inventory::discover(&config.driver, &Capabilities::all()) {
+    let inventory = match planner::inventory(config, &Capabilities::all()) {
         Ok(inventory) => inventory,
         Err(e) => {
             out.push(Check::fail(

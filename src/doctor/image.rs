@@ -17,13 +17,15 @@ use std::path::{Path, PathBuf};
 use nix::dir::Dir;
 use pathrs::Root;
 
-use super::ceiling::{self, Cuda, Verdict};
+use super::ceiling::{self, Verdict};
 use super::{Check, HostFacts, Layer, Options};
 use crate::bundle::Container;
 use crate::config::Config;
-use crate::planner::{self, ImageSource, Source};
+use crate::driver::CudaVersion;
+use crate::planner::{self, ImageSource, Inputs, Source};
 use crate::reopen::{Expect, Reopener};
 use crate::request::env_var;
+use crate::require::{self, Requirements};
 
 const L: Layer = Layer::Image;
 
@@ -46,7 +48,7 @@ const CUDART_DIRS: &[&str] = &[
 /// The image's CUDA version and where it was read.
 #[derive(Debug, Clone)]
 struct Found {
-    cuda: Cuda,
+    cuda: CudaVersion,
     from: String,
 }
 
@@ -129,7 +131,7 @@ fn read_bounded(file: impl Read, limit: u64) -> Result<Vec<u8>, String> {
 /// The image's CUDA version, from the most direct source there is.
 fn image_cuda(options: &Options, root: Option<&Root>, env: &[String]) -> Option<Found> {
     if let Some(text) = &options.cuda {
-        return Cuda::parse(text).map(|cuda| Found {
+        return CudaVersion::parse(text).map(|cuda| Found {
             cuda,
             from: "--cuda".into(),
         });
@@ -143,7 +145,7 @@ fn image_cuda(options: &Options, root: Option<&Root>, env: &[String]) -> Option<
         }
     }
     let value = env_var(env, "CUDA_VERSION").filter(|v| !v.is_empty())?;
-    Cuda::parse(value).map(|cuda| Found {
+    CudaVersion::parse(value).map(|cuda| Found {
         cuda,
         from: format!("CUDA_VERSION={value}"),
     })
@@ -167,7 +169,7 @@ fn version_json(root: &Root) -> Option<Found> {
     ["cuda_cudart", "cuda"].iter().find_map(|key| {
         let version = json.get(key)?.get("version")?.as_str()?;
         Some(Found {
-            cuda: Cuda::parse(version)?,
+            cuda: CudaVersion::parse(version)?,
             from: format!("{path} ({key} {version})"),
         })
     })
@@ -179,7 +181,7 @@ fn version_txt(root: &Root) -> Option<Found> {
     let text = String::from_utf8(read_in_image(root, path)?).ok()?;
     let version = text.trim().strip_prefix("CUDA Version ")?;
     Some(Found {
-        cuda: Cuda::parse(version)?,
+        cuda: CudaVersion::parse(version)?,
         from: format!("{path} ({version})"),
     })
 }
@@ -210,7 +212,7 @@ fn cudart_name(root: &Root) -> Option<Found> {
             if version.split('.').count() < 2 {
                 continue;
             }
-            let Some(cuda) = Cuda::parse(version) else {
+            let Some(cuda) = CudaVersion::parse(version) else {
                 continue;
             };
             if best.as_ref().is_none_or(|b| cuda > b.cuda) {
@@ -262,7 +264,7 @@ fn starts(
         Some(dir) => ImageSource::Rootfs(dir),
         None => ImageSource::Layout(Default::default()),
     };
-    match planner::plan_for(config, Source::Container(&container), image) {
+    match planner::plan(config, Inputs::new(Source::Container(&container), image)) {
         Ok(planned) if planned.effective.is_void() => out.push(Check::warn(
             L,
             "starts",
@@ -285,16 +287,17 @@ fn starts(
             let text = crate::oneline::error(&e);
             let wanted = required_cuda(&env).or(found.as_ref().map(|f| f.cuda));
             let remedy = match (&e, wanted, facts.cuda, &facts.inventory) {
-                (planner::Error::Require(_), Some(wanted), Some(driver), Some(inventory))
-                    if text.contains("cuda") =>
-                {
-                    ceiling::remedy(
-                        wanted,
-                        Cuda::of_driver(driver),
-                        &inventory.driver_version,
-                        inventory.gpus.first().map(|g| g.model.as_str()),
-                    )
-                }
+                (
+                    planner::Error::Require(require::Error::Unsatisfied(refusal)),
+                    Some(wanted),
+                    Some(driver),
+                    Some(inventory),
+                ) if refusal.wants_more_cuda() => ceiling::remedy(
+                    wanted,
+                    driver,
+                    &inventory.driver_version,
+                    inventory.gpus.first().map(|g| g.model.as_str()),
+                ),
                 _ if facts.failed => "fix the host driver layer first: the hook refuses \
                                        for what it found there"
                     .to_string(),
@@ -313,16 +316,11 @@ fn starts(
 }
 
 /// The CUDA version a `cuda>=X.Y` term of `NVIDIA_REQUIRE_CUDA` asks for,
-/// or the one a legacy image's `CUDA_VERSION` implies; for naming a driver
-/// in the remedy only (the hook's own grammar decides the refusal).
-fn required_cuda(env: &[String]) -> Option<Cuda> {
-    if let Some(rule) = env_var(env, "NVIDIA_REQUIRE_CUDA").filter(|r| !r.is_empty()) {
-        return rule
-            .split([' ', ','])
-            .filter_map(|term| term.strip_prefix("cuda>="))
-            .find_map(Cuda::parse);
-    }
-    env_var(env, "CUDA_VERSION").and_then(Cuda::parse)
+/// or the one a legacy image's `CUDA_VERSION` implies, read by the hook's
+/// own grammar; for naming a driver in the remedy only (the hook's checks
+/// decide the refusal).
+fn required_cuda(env: &[String]) -> Option<CudaVersion> {
+    Requirements::from_env(env).ok()?.cuda_asked()
 }
 
 /// The image's CUDA against the driver's ceiling.
@@ -353,7 +351,7 @@ fn ceiling_check(
         ));
         return;
     };
-    let driver = Cuda::of_driver(driver_cuda);
+    let driver = driver_cuda;
     let model = inventory.gpus.first().map(|g| g.model.as_str());
     let image = found.cuda;
     let both = format!(
@@ -382,7 +380,7 @@ fn ceiling_check(
                 .ok()
         })
         .and_then(|i| i.compat);
-    if let Some(compat) = compat.filter(|c| Cuda::of_driver(c.cuda) >= image) {
+    if let Some(compat) = compat.filter(|c| c.cuda >= image) {
         if model.and_then(ceiling::data_center) == Some(true) {
             out.push(Check::ok(
                 L,
@@ -432,11 +430,11 @@ mod tests {
             required_cuda(&env(&[
                 "NVIDIA_REQUIRE_CUDA=cuda>=12.6 brand=tesla,driver>=470,driver<471"
             ])),
-            Cuda::parse("12.6")
+            CudaVersion::parse("12.6")
         );
         assert_eq!(
             required_cuda(&env(&["CUDA_VERSION=11.8.0"])),
-            Cuda::parse("11.8")
+            CudaVersion::parse("11.8")
         );
         assert_eq!(required_cuda(&env(&["PATH=/bin"])), None);
     }
@@ -452,13 +450,13 @@ mod tests {
         let root = Root::open(dir.path()).unwrap();
         assert_eq!(
             version_txt(&root).unwrap().cuda,
-            Cuda::parse("12.4").unwrap()
+            CudaVersion::parse("12.4").unwrap()
         );
         fs::write(cuda.join("lib64/libcudart.so.12.5.82"), b"").unwrap();
         fs::write(cuda.join("lib64/libcudart.so.12"), b"").unwrap();
         let options = Options::default();
         let found = image_cuda(&options, Some(&root), &[]).unwrap();
-        assert_eq!(found.cuda, Cuda::parse("12.5").unwrap());
+        assert_eq!(found.cuda, CudaVersion::parse("12.5").unwrap());
         assert!(
             found.from.ends_with("libcudart.so.12.5.82"),
             "{}",
@@ -471,7 +469,7 @@ mod tests {
         )
         .unwrap();
         let found = image_cuda(&options, Some(&root), &[]).unwrap();
-        assert_eq!(found.cuda, Cuda::parse("12.6").unwrap());
+        assert_eq!(found.cuda, CudaVersion::parse("12.6").unwrap());
         assert!(found.from.contains("cuda_cudart 12.6.77"), "{}", found.from);
         // --cuda wins over the files.
         let options = Options {
@@ -480,7 +478,7 @@ mod tests {
         };
         assert_eq!(
             image_cuda(&options, Some(&root), &[]).unwrap().cuda,
-            Cuda::parse("13.0").unwrap()
+            CudaVersion::parse("13.0").unwrap()
         );
     }
 

@@ -67,8 +67,11 @@ pub(super) fn check(hook: Option<&InstalledHook>, facts: &HostFacts, out: &mut V
         out.push(Check::fail(
             L,
             "container",
-            "not started: no runc in /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, \
-             /sbin or /bin",
+            {
+                let dirs: Vec<&str> = crate::program::system_dirs().collect();
+                let (last, rest) = dirs.split_last().unwrap_or((&"", &[]));
+                format!("not started: no runc in {} or {last}", rest.join(", "))
+            },
             "install runc (`apt-get install runc`)",
         ));
         return;
@@ -320,8 +323,7 @@ fn libcuda(seen: &Seen, facts: &HostFacts, out: &mut Vec<Check>) {
 
 /// runc from the system directories, never the caller's `PATH`.
 fn find_runc() -> Option<PathBuf> {
-    crate::runtime::SYSTEM_DIRS
-        .iter()
+    crate::program::system_dirs()
         .map(|d| Path::new(d).join("runc"))
         .find(|p| p.is_file())
 }

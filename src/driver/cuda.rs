@@ -20,6 +20,35 @@ pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 pub struct CudaVersion(pub i32);
 
 impl CudaVersion {
+    /// `major.minor`, as `cuDriverGetVersion` encodes it; `None` past what
+    /// the encoding holds.
+    pub fn new(major: u32, minor: u32) -> Option<CudaVersion> {
+        if minor >= 100 {
+            return None;
+        }
+        let major = i32::try_from(major).ok()?;
+        let minor = i32::try_from(minor).ok()?;
+        Some(CudaVersion(
+            major.checked_mul(1000)?.checked_add(minor * 10)?,
+        ))
+    }
+
+    /// A CUDA version as images carry it: `12.6` of `12.6.3`,
+    /// `CUDA_VERSION`, `version.json`'s `12.6.20240820` or a
+    /// `libcudart.so.12.6.77` name: `major.minor[.anything]`, with an
+    /// optional leading `v`.
+    pub fn parse(text: &str) -> Option<CudaVersion> {
+        let text = text.trim();
+        let text = text.strip_prefix('v').unwrap_or(text);
+        let mut parts = text.split('.');
+        let major = parts.next()?.parse().ok()?;
+        let minor = match parts.next() {
+            Some(minor) => minor.parse().ok()?,
+            None => 0,
+        };
+        CudaVersion::new(major, minor)
+    }
+
     /// The major version, 12 for 12020.
     pub fn major(self) -> i32 {
         self.0 / 1000

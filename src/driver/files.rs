@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::catalog::{self, IpcKind};
-use super::root::{self, DriverRoot, Resolved};
+use super::root::{DriverRoot, Resolved};
+use super::Error;
 use crate::elf::{self, Arch};
 use crate::request::{Capabilities, Capability};
 
@@ -161,7 +162,7 @@ pub fn graphics_configs(root: &DriverRoot, scope: &Capabilities) -> Vec<HostFile
 fn lookup(root: &DriverRoot, inner: &Path) -> Option<Resolved> {
     match root.resolve(inner) {
         Ok(resolved) => Some(resolved),
-        Err(root::Error::NotFound { .. }) => None,
+        Err(Error::NotFound { .. }) => None,
         Err(e) => {
             log::warn!("skipping {}: {e}", inner.display());
             None

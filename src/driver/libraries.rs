@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::catalog::{self, LibrarySpec};
-use super::root::{self, DriverRoot};
+use super::root::DriverRoot;
+use super::Error;
 use crate::elf::{self, Arch};
 use crate::ldcache::LdCacheEntry;
 use crate::request::{Capabilities, Capability};
@@ -119,7 +120,7 @@ pub fn select(
 fn candidate(root: &DriverRoot, entry: &LdCacheEntry, suffix: &str) -> Option<PathBuf> {
     let resolved = match root.resolve(entry.path.as_ref()) {
         Ok(r) => r,
-        Err(root::Error::NotFound { .. }) => {
+        Err(Error::NotFound { .. }) => {
             log::debug!(
                 "skipping {} ({}): dangling cache entry",
                 entry.path,

@@ -312,7 +312,7 @@ mod tests {
             gpus: vec![nvml::GpuInfo {
                 uuid: "GPU-0AAAAAAA-0000-0000-0000-000000000000".into(),
                 brand: "nvidia".into(),
-                compute_capability: "8.0".into(),
+                compute_capability: nvml::ComputeCapability { major: 8, minor: 0 },
                 mig_enabled: true,
                 migs: vec![nvml::MigInfo {
                     index: 0,

@@ -38,7 +38,8 @@ pub use proc::Gpu;
 pub use root::DriverRoot;
 pub use snapshot::RootFiles;
 
-/// Why the host driver could not be inventoried.
+/// Why the host driver could not be inventoried, or a path not resolved
+/// inside its root.
 #[derive(Debug, Error)]
 pub enum Error {
     #[error("NVIDIA kernel module not loaded: {path} does not exist")]
@@ -67,6 +68,32 @@ pub enum Error {
     },
     #[error(transparent)]
     Nvml(#[from] child::Error),
+    #[error("{path} (in driver root {root}) does not exist")]
+    NotFound { root: PathBuf, path: PathBuf },
+    #[error("{path} (in driver root {root}) escapes the root through {via}")]
+    Escapes {
+        root: PathBuf,
+        path: PathBuf,
+        via: PathBuf,
+    },
+    #[error(
+        "{path} (in driver root {root}): more than {} symlinks",
+        root::MAX_LINKS
+    )]
+    TooManyLinks { root: PathBuf, path: PathBuf },
+    #[error("{path} (in driver root {root}): {component} is not a directory")]
+    NotADirectory {
+        root: PathBuf,
+        path: PathBuf,
+        component: PathBuf,
+    },
+    #[error("{path} (in driver root {root}): cannot inspect {at}: {source}")]
+    Inspect {
+        root: PathBuf,
+        path: PathBuf,
+        at: PathBuf,
+        source: io::Error,
+    },
 }
 
 /// Result of discovery.
@@ -99,7 +126,7 @@ pub struct Inventory {
     pub scope: Capabilities,
     /// The kernel module's procfs directory, `<proc-root>/driver/nvidia`.
     pub proc_dir: PathBuf,
-    /// MIG devices, once NVML was asked ([`Inventory::load_nvml`]); `None` before.
+    /// MIG devices, once NVML was asked ([`Inventory::nvml`]); `None` before.
     pub mig: Option<Vec<MigDevice>>,
     /// The MIG GPU and compute instances the kernel module lists, which
     /// `all` and MIG management bring: known from procfs, without NVML.
@@ -115,18 +142,20 @@ pub struct Inventory {
 impl Inventory {
     /// Inventories the host driver described by `config`, looking only for the files of `scope`.
     pub fn discover(config: &DriverConfig, scope: &Capabilities) -> Result<Inventory> {
-        Self::discover_from(config, scope, None)
+        Ok(Self::discover_from(config, scope, None)?.0)
     }
 
     /// [`Inventory::discover`], taking what the driver root holds from the
-    /// snapshot in `config`'s `snapshot_dir` when one is there and valid,
-    /// and leaving one there when not (see [`snapshot`]). For the hooks, which
-    /// run on every container start; commands an operator runs to look at
-    /// the host walk it whole and log all they find, every time.
+    /// snapshot in `config`'s `snapshot_dir` when one is there and valid;
+    /// when not, also the snapshot of what it found, for the caller to
+    /// leave there ([`Unstored::store`]): discovery only reads (see
+    /// [`snapshot`]). For the hooks, which run on every container start;
+    /// commands an operator runs to look at the host walk it whole and log
+    /// all they find, every time.
     pub fn discover_with_snapshot(
         config: &DriverConfig,
         scope: &Capabilities,
-    ) -> Result<Inventory> {
+    ) -> Result<(Inventory, Option<Unstored>)> {
         Self::discover_from(config, scope, config.snapshot_dir.as_deref())
     }
 
@@ -134,7 +163,7 @@ impl Inventory {
         config: &DriverConfig,
         scope: &Capabilities,
         snapshot_dir: Option<&Path>,
-    ) -> Result<Inventory> {
+    ) -> Result<(Inventory, Option<Unstored>)> {
         let _waiting = crate::deadline::waiting_for(|| {
             format!(
                 "the host driver (proc-root {}, root {})",
@@ -164,13 +193,13 @@ impl Inventory {
         let mig_instances = mig::instances(&nvidia, &gpus)?;
 
         let root = DriverRoot::new(&config.root);
-        let files = match snapshot_dir {
+        let (files, unstored) = match snapshot_dir {
             Some(dir) => root_files_snapshotted(&root, dir, &driver_version, scope)?,
-            None => root_files(&root, &driver_version, scope)?,
+            None => (root_files(&root, &driver_version, scope)?, None),
         };
         // Daemons come and go: their sockets are looked for every time.
         let ipcs = files::ipcs(&root, scope);
-        Ok(Inventory {
+        let inventory = Inventory {
             driver_version,
             gpus,
             nodes,
@@ -188,17 +217,15 @@ impl Inventory {
             mig: None,
             mig_instances,
             nvml: None,
-        })
+        };
+        Ok((inventory, unstored))
     }
 
     /// The CUDA version the driver supports, asked of its own libcuda in a
     /// child process. Loads driver code: call it only when the answer is needed.
     pub fn cuda_version(&self) -> Result<CudaVersion> {
-        let host = Arch::host();
         let libcuda = self
-            .libraries
-            .iter()
-            .find(|l| l.prefix == "libcuda.so" && l.arch == host.name)
+            .host_library("libcuda.so")
             .ok_or_else(|| Error::NoLibcuda {
                 prefix: "libcuda.so",
                 version: self.driver_version.clone(),
@@ -211,24 +238,38 @@ impl Inventory {
         Ok(CudaVersion(version))
     }
 
-    /// Asks NVML, in a child process with a time bound, for MIG devices and
-    /// per-GPU facts. Only requests that name MIG devices or requirements on
-    /// brand or architecture need it; whole-GPU requests never load NVML.
-    pub fn load_nvml(&mut self) -> Result<()> {
+    /// What NVML says of this host's GPUs and MIG devices: asked, in a
+    /// child process with a time bound, the first time only. The one way to
+    /// the facts only NVML knows (MIG devices, brand, compute capability),
+    /// for whoever needs them when they need them: requests that name MIG
+    /// devices, requirements on brand or architecture whose answer hangs on
+    /// them. Whole-GPU requests never load NVML.
+    pub fn nvml(&mut self) -> Result<&nvml::Report> {
+        let report = match self.nvml.take() {
+            Some(report) => report,
+            None => {
+                let lib = self
+                    .host_library("libnvidia-ml.so")
+                    .ok_or_else(|| Error::NoLibrary {
+                        prefix: "libnvidia-ml.so",
+                        version: self.driver_version.clone(),
+                        purpose: "NVML",
+                    })?;
+                let report = nvml::query(&lib.path, nvml::TIMEOUT)?;
+                self.mig = Some(mig::devices(&self.proc_dir, &self.gpus, &report)?);
+                report
+            }
+        };
+        Ok(self.nvml.insert(report))
+    }
+
+    /// The driver library `prefix` of this host's architecture: the one
+    /// this process can load (in a child).
+    fn host_library(&self, prefix: &str) -> Option<&Library> {
         let host = Arch::host();
-        let lib = self
-            .libraries
+        self.libraries
             .iter()
-            .find(|l| l.prefix == "libnvidia-ml.so" && l.arch == host.name)
-            .ok_or_else(|| Error::NoLibrary {
-                prefix: "libnvidia-ml.so",
-                version: self.driver_version.clone(),
-                purpose: "NVML",
-            })?;
-        let report = nvml::query(&lib.path, nvml::TIMEOUT)?;
-        self.mig = Some(mig::devices(&self.proc_dir, &self.gpus, &report)?);
-        self.nvml = Some(report);
-        Ok(())
+            .find(|l| l.prefix == prefix && l.arch == host.name)
     }
 
     /// The node with `role`; for GPUs and capabilities use [`Inventory::node_at`].
@@ -268,18 +309,41 @@ fn root_files(root: &DriverRoot, version: &str, scope: &Capabilities) -> Result<
     })
 }
 
-/// [`root_files`] from a valid snapshot in `dir`, or found and then left
-/// there for the next start. `root` must not have been used yet: what it
-/// examines is what the snapshot is checked against.
+/// A snapshot of what discovery found, not written yet: discovery only
+/// reads, so the one who inventories for the hooks leaves it for the next
+/// start.
+#[derive(Debug)]
+pub struct Unstored {
+    dir: PathBuf,
+    key: snapshot::Key,
+    files: RootFiles,
+    examined: Vec<(PathBuf, std::fs::Metadata)>,
+}
+
+impl Unstored {
+    /// Writes it, whole or not at all (the deadline waits for it, so no
+    /// temporary file is left behind); a snapshot that cannot be written is
+    /// only logged.
+    pub fn store(&self) {
+        let _held = crate::deadline::hold();
+        if let Err(e) = snapshot::store(&self.dir, &self.key, &self.files, &self.examined) {
+            log::debug!("inventory snapshot: {e}");
+        }
+    }
+}
+
+/// [`root_files`] from a valid snapshot in `dir`, or found, with the
+/// snapshot to leave there for the next start. `root` must not have been
+/// used yet: what it examines is what the snapshot is checked against.
 fn root_files_snapshotted(
     root: &DriverRoot,
     dir: &Path,
     version: &str,
     scope: &Capabilities,
-) -> Result<RootFiles> {
+) -> Result<(RootFiles, Option<Unstored>)> {
     if let Err(e) = snapshot::allowed() {
         log::debug!("inventory snapshot: {e}");
-        return root_files(root, version, scope);
+        return Ok((root_files(root, version, scope)?, None));
     }
     let key = snapshot::Key::new(root.path(), scope.to_string(), Arch::host(), version);
     match snapshot::load(dir, &key) {
@@ -288,7 +352,7 @@ fn root_files_snapshotted(
                 "inventory snapshot: the driver root's files from {}",
                 dir.display()
             );
-            return Ok(files);
+            return Ok((files, None));
         }
         // A bad one is said once: it is removed, and the next start
         // finds none (or the one this start leaves).
@@ -302,12 +366,13 @@ fn root_files_snapshotted(
         Err(e) => log::debug!("inventory snapshot: {e}"),
     }
     let files = root_files(root, version, scope)?;
-    // Written whole or not at all: no temporary file is left behind.
-    let _held = crate::deadline::hold();
-    if let Err(e) = snapshot::store(dir, &key, &files, &root.examined()) {
-        log::debug!("inventory snapshot: {e}");
-    }
-    Ok(files)
+    let unstored = Unstored {
+        dir: dir.to_path_buf(),
+        key,
+        files: files.clone(),
+        examined: root.examined(),
+    };
+    Ok((files, Some(unstored)))
 }
 
 /// Largest driver-root loader cache read: a host's of thousands of entries

@@ -13,41 +13,10 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use thiserror::Error;
+use super::{Error, Result};
 
 /// Symlinks followed in one resolution before giving up, as Linux's `MAXSYMLINKS`.
-const MAX_LINKS: usize = 40;
-
-/// Why a path could not be resolved inside the root.
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error("{path} (in driver root {root}) does not exist")]
-    NotFound { root: PathBuf, path: PathBuf },
-    #[error("{path} (in driver root {root}) escapes the root through {via}")]
-    Escapes {
-        root: PathBuf,
-        path: PathBuf,
-        via: PathBuf,
-    },
-    #[error("{path} (in driver root {root}): more than {MAX_LINKS} symlinks")]
-    TooManyLinks { root: PathBuf, path: PathBuf },
-    #[error("{path} (in driver root {root}): {component} is not a directory")]
-    NotADirectory {
-        root: PathBuf,
-        path: PathBuf,
-        component: PathBuf,
-    },
-    #[error("{path} (in driver root {root}): cannot inspect {at}: {source}")]
-    Io {
-        root: PathBuf,
-        path: PathBuf,
-        at: PathBuf,
-        source: io::Error,
-    },
-}
-
-/// Result of a resolution.
-pub type Result<T> = std::result::Result<T, Error>;
+pub(super) const MAX_LINKS: usize = 40;
 
 /// A host tree that holds a driver, the root all its paths are relative to.
 #[derive(Debug, Clone)]
@@ -240,7 +209,7 @@ impl DriverRoot {
     }
 
     fn io(&self, path: &Path, at: &Path, source: io::Error) -> Error {
-        Error::Io {
+        Error::Inspect {
             root: self.root.clone(),
             path: path.to_path_buf(),
             at: at.to_path_buf(),

@@ -37,15 +37,15 @@
 //! one that fails is only logged. This module never fails discovery.
 
 use std::ffi::OsStr;
-use std::fs::{self, File, Metadata};
-use std::io::{self, Write};
+use std::fs::{self, Metadata};
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use nix::errno::Errno;
-use nix::fcntl::{open, openat, renameat, OFlag};
+use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::{fstat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::{Deserialize, Serialize};
@@ -54,6 +54,7 @@ use thiserror::Error;
 use super::catalog;
 use super::files::HostFile;
 use super::libraries::{Library, MissingLibrary};
+use crate::atomic;
 use crate::elf::Arch;
 use crate::hostfile;
 use crate::request::Capability;
@@ -610,35 +611,19 @@ fn store_at(
         }
     }
     let dir_fd = open_dir(dir)?;
-    let temp = format!(".{}.{}.tmp", key.file_name(), std::process::id());
-    let io_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source: io::Error| Error::Io { path, source }
-    };
-    let fd = openat(
-        &dir_fd,
-        OsStr::new(&temp),
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o600),
-    )
-    .map_err(|errno| io_err(&dir.join(&temp))(errno.into()))?;
     // No fsync: /run is memory, and a torn file is refused as undecodable.
-    let written = File::from(fd)
-        .write_all(&data)
-        .map_err(io_err(&dir.join(&temp)))
-        .and_then(|()| {
-            renameat(
-                &dir_fd,
-                OsStr::new(&temp),
-                &dir_fd,
-                OsStr::new(&key.file_name()),
-            )
-            .map_err(|errno| io_err(&path)(errno.into()))
-        });
-    if written.is_err() {
-        let _ = unlinkat(&dir_fd, OsStr::new(&temp), UnlinkatFlags::NoRemoveDir);
-    }
-    written
+    let options = atomic::Options {
+        mode: 0o600,
+        sync: false,
+    };
+    atomic::replace_in(
+        dir_fd.as_fd(),
+        dir,
+        OsStr::new(&key.file_name()),
+        &data,
+        options,
+    )
+    .map_err(|atomic::Error { path, source }| Error::Io { path, source })
 }
 
 /// Whether snapshots may be used by this process: root's only.

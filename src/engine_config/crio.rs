@@ -69,7 +69,7 @@ pub fn add_runtime(
 /// for every container, its PATH the standard directories and the hook's
 /// own, as NVIDIA's tool writes it.
 pub fn oci_hook(hook: &Path) -> Result<String> {
-    let mut dirs = crate::runtime::SYSTEM_DIRS.to_vec();
+    let mut dirs: Vec<&str> = crate::program::system_dirs().collect();
     let dir = hook.parent().and_then(Path::to_str).unwrap_or("/");
     if !dirs.contains(&dir) {
         dirs.push(dir);

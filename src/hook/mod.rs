@@ -28,10 +28,13 @@ pub use state::{parse as parse_state, ContainerState, MAX_STATE, STATE_TIMEOUT};
 
 use crate::bundle;
 use crate::config::Config;
-use crate::image::ImageLayout;
+use crate::inject::userns::UserNamespace as UserNs;
 use crate::inject::{self, LinuxSys, Sources, Sys};
 use crate::plan::{NodeMode, Plan};
-use crate::planner::{self, Asked, Granted, ImageSource, Source};
+use crate::planner::{
+    self, Asked, Discovery, Granted, ImageSource, Inputs, LeftToOthers, Source, SpecMade,
+    UserNamespace,
+};
 use crate::{cgroup, request};
 
 /// Why the hook refused or failed; `main` prints it on one line.
@@ -232,13 +235,8 @@ fn configured_container(bundle: &Path, rootfs: &Path) -> Result<bundle::Containe
 /// Injects into `creating` what `ask` asks for, taking `steps`: the one
 /// sequence after the container is known, for the hook and `configure`.
 fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Result<()> {
-    let Creating {
-        id,
-        pid,
-        pidfd,
-        mut container,
-    } = creating;
     let proc = Path::new(PROC);
+    let id = &creating.id;
     let name_container = |source: planner::Error| match source {
         planner::Error::Request(source) => Error::Request {
             id: id.clone(),
@@ -246,41 +244,50 @@ fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Re
         },
         other => Error::Planner(other),
     };
-    let mut effective =
-        planner::effective(config, ask.source(&container)).map_err(name_container)?;
-    if effective.is_void() {
-        log::debug!("container {id}: NVIDIA_VISIBLE_DEVICES unset or void, nothing to do");
-        return Ok(());
-    }
     // A `user` namespace in config.json, or the one the runtime itself runs
     // in (rootless Podman's config.json has none). Its /dev cannot hold
     // usable device nodes, so the host's are bound; the device cgroup is
     // still granted unless the hook runs unprivileged too (rootless), where
     // it cannot be written and the runtime made none.
-    let userns = inject::userns::detect(proc, pid)?;
-    if userns.is_some() && !container.user_namespace {
-        container.user_namespace = true;
-        effective = planner::effective(config, ask.source(&container)).map_err(name_container)?;
-    }
+    let mut userns = Namespace::of(creating.pid);
     let started = Instant::now();
-    let mut inventory = planner::discover_for_hook(config, &effective)?;
-    let image = planner::image(config, &inventory, ImageSource::Rootfs(&container.rootfs))?;
-    let mut plan = planner::plan(&effective, &mut inventory, &image)?;
-    if !steps.nodes {
-        // The caller's runtime makes the nodes (NVIDIA's `--no-devbind`);
-        // they are still granted in the device cgroup.
-        log::debug!("container {id}: device nodes left to the runtime");
-        plan.devices.clear();
+    let planned = planner::plan(
+        config,
+        Inputs {
+            source: ask.source(&creating.container),
+            image: ImageSource::Rootfs(&creating.container.rootfs),
+            user_namespace: UserNamespace::Detect(&mut || {
+                Ok(userns.detect().map_err(Box::new)?.is_some())
+            }),
+            // The caller's runtime makes the nodes or grants the cgroup
+            // (NVIDIA's `--no-devbind`, `--no-cgroups`).
+            left: LeftToOthers {
+                nodes: !steps.nodes,
+                cgroup_rules: !steps.cgroup,
+                mounts: false,
+            },
+            discovery: Discovery::Snapshot,
+        },
+    )
+    .map_err(name_container)?;
+    if planned.effective.is_void() {
+        log::debug!("container {id}: NVIDIA_VISIBLE_DEVICES unset or void, nothing to do");
+        return Ok(());
     }
-    let planned = Instant::now();
+    let plan = &planned.plan;
+    if !steps.nodes {
+        // They are still granted in the device cgroup.
+        log::debug!("container {id}: device nodes left to the runtime");
+    }
+    let planned_at = Instant::now();
     if log::log_enabled!(log::Level::Debug) {
         log::debug!(
             "container {id}: planned {}",
-            serde_json::to_string(&plan).unwrap_or_default()
+            serde_json::to_string(plan).unwrap_or_default()
         );
     }
 
-    if userns.is_some_and(|ns| ns.rootless) {
+    if userns.detect()?.is_some_and(|ns| ns.rootless) {
         log::info!(
             "container {id}: user namespace: skipping the device cgroup, bind-mounting device nodes"
         );
@@ -289,20 +296,82 @@ fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Re
             log::info!("container {id}: user namespace: bind-mounting device nodes");
         }
         if steps.cgroup {
-            let held = || pid::still_held(proc, pid, pidfd.as_ref()).is_ok();
-            for outcome in cgroup::allow_held(proc, pid, &plan.cgroup_rules, &held)? {
+            let held = || pid::still_held(proc, creating.pid, creating.pidfd.as_ref()).is_ok();
+            for outcome in cgroup::allow_held(proc, creating.pid, &plan.cgroup_rules, &held)? {
                 log::debug!("container {id}: device cgroup: {outcome:?}");
             }
         } else {
             log::debug!("container {id}: device cgroup left to the runtime");
         }
     }
-    // userns::detect read /proc/<pid> by number: it was about the process
-    // checked only if that is still the one held.
-    pid::still_held(proc, pid, pidfd.as_ref())?;
     let granted = Instant::now();
+    let applied = apply(&creating, &mut userns, plan)?;
+    let summary = applied.summary;
+    log::debug!(
+        "container {id}: took {} µs: plan {}, cgroup {}, sources {}, inject {}",
+        started.elapsed().as_micros(),
+        (planned_at - started).as_micros(),
+        (granted - planned_at).as_micros(),
+        (applied.opened - granted).as_micros(),
+        applied.opened.elapsed().as_micros()
+    );
+    log::info!(
+        "container {id}: injected {} device nodes, {} mounts, {} links, {} loader entries ({})",
+        summary.devices,
+        summary.mounts,
+        summary.symlinks,
+        summary.loader_entries,
+        planned.effective.request.capabilities
+    );
+    Ok(())
+}
+
+/// The container's user namespace, looked at once: when the planner asks,
+/// or else when the plan is applied.
+struct Namespace {
+    pid: u32,
+    detected: Option<Option<UserNs>>,
+}
+
+impl Namespace {
+    /// Container process `pid`'s, not looked at yet.
+    fn of(pid: u32) -> Namespace {
+        Namespace {
+            pid,
+            detected: None,
+        }
+    }
+
+    /// Its user namespace; `None` when it runs in the initial one.
+    fn detect(&mut self) -> Result<Option<UserNs>> {
+        if let Some(detected) = self.detected {
+            return Ok(detected);
+        }
+        let detected = inject::userns::detect(Path::new(PROC), self.pid)?;
+        self.detected = Some(detected);
+        Ok(detected)
+    }
+}
+
+/// What applying a plan did, and when the host sources were open.
+struct Applied {
+    summary: inject::Summary,
+    opened: Instant,
+}
+
+/// The one way a plan reaches a container, for the hook, `configure` and
+/// the `cdi-hook`: its user namespace known, the process held checked
+/// again (the namespace was read from `/proc/<pid>` by number, so it was
+/// about the process checked only if that is still the one held), the
+/// host sources opened, files made as the container's root, its mount
+/// namespace entered, the plan applied.
+fn apply(creating: &Creating, userns: &mut Namespace, plan: &Plan) -> Result<Applied> {
+    let proc = Path::new(PROC);
+    let Creating { id, pid, pidfd, .. } = creating;
+    let userns = userns.detect()?;
+    pid::still_held(proc, *pid, pidfd.as_ref())?;
     let sys = LinuxSys::default();
-    let mut sources = Sources::open(&sys, &plan)?;
+    let mut sources = Sources::open(&sys, plan)?;
     let opened = Instant::now();
     // Files made in the container belong to its root, not to host root
     // (which its user namespace cannot represent: see `inject::userns`).
@@ -312,37 +381,9 @@ fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Re
         );
         inject::userns::act_as(uid, gid)?;
     }
-    sys.enter_mount_namespace(proc, pid, pidfd.as_ref().map(AsFd::as_fd))?;
-    let summary = inject::apply(&sys, &plan, &mut sources, &container.rootfs)?;
-    log::debug!(
-        "container {id}: took {} µs: plan {}, cgroup {}, sources {}, inject {}",
-        started.elapsed().as_micros(),
-        (planned - started).as_micros(),
-        (granted - planned).as_micros(),
-        (opened - granted).as_micros(),
-        opened.elapsed().as_micros()
-    );
-    log::info!(
-        "container {id}: injected {} device nodes, {} mounts, {} links, {} loader entries ({})",
-        summary.devices,
-        summary.mounts,
-        summary.symlinks,
-        summary.loader_entries,
-        effective.request.capabilities
-    );
-    Ok(())
-}
-
-/// How the spec that granted a container its devices was made: the
-/// `cdi-hook` arguments `cdi generate` (or the runtime wrapper) wrote.
-#[derive(Debug, Clone)]
-pub struct SpecMade {
-    /// The driver version it was made for.
-    pub driver_version: String,
-    /// The capabilities its mounts carry.
-    pub capabilities: String,
-    /// The layout of its container paths.
-    pub layout: ImageLayout,
+    sys.enter_mount_namespace(proc, *pid, pidfd.as_ref().map(AsFd::as_fd))?;
+    let summary = inject::apply(&sys, plan, &mut sources, &creating.container.rootfs)?;
+    Ok(Applied { summary, opened })
 }
 
 /// The `createRuntime` hook of a spec we generated. The runtime created
@@ -352,46 +393,30 @@ pub struct SpecMade {
 /// `/proc/driver/nvidia` showing the granted GPUs only. Outside the
 /// container, as the prestart hook; it touches no cgroup and execs nothing.
 pub fn run_granted(config: &Config, stdin: impl Read + AsFd, made: &SpecMade) -> Result<()> {
-    let Creating {
-        id,
-        pid,
-        pidfd,
-        container,
-    } = creating(stdin)?;
-    let proc = Path::new(PROC);
+    let creating = creating(stdin)?;
+    let id = &creating.id;
     let started = Instant::now();
-    let planned = planner::plan_granted(
+    let planned = planner::plan(
         config,
-        Granted {
-            nodes: &container.devices,
-            capabilities: &made.capabilities,
-            layout: made.layout,
-            driver_version: &made.driver_version,
+        Inputs {
+            source: Source::Granted(Granted {
+                nodes: &creating.container.devices,
+                made,
+            }),
+            image: ImageSource::Layout(made.layout),
+            user_namespace: UserNamespace::Declared,
+            left: LeftToOthers::SPEC_EDITS,
+            discovery: Discovery::Snapshot,
         },
     )?;
-    // The runtime owns the nodes, the cgroup and the mounts.
-    let plan = Plan {
-        devices: Vec::new(),
-        mounts: Vec::new(),
-        cgroup_rules: Vec::new(),
-        ..planned.plan
-    };
     if log::log_enabled!(log::Level::Debug) {
         log::debug!(
             "container {id}: granted {:?}, planned {}",
             planned.effective.request.devices,
-            serde_json::to_string(&plan).unwrap_or_default()
+            serde_json::to_string(&planned.plan).unwrap_or_default()
         );
     }
-    let userns = inject::userns::detect(proc, pid)?;
-    pid::still_held(proc, pid, pidfd.as_ref())?;
-    let sys = LinuxSys::default();
-    let mut sources = Sources::open(&sys, &plan)?;
-    if let Some((uid, gid)) = userns.and_then(|ns| ns.root) {
-        inject::userns::act_as(uid, gid)?;
-    }
-    sys.enter_mount_namespace(proc, pid, pidfd.as_ref().map(AsFd::as_fd))?;
-    let summary = inject::apply(&sys, &plan, &mut sources, &container.rootfs)?;
+    let summary = apply(&creating, &mut Namespace::of(creating.pid), &planned.plan)?.summary;
     log::info!(
         "container {id}: CDI: {} links, {} loader entries in {} µs",
         summary.symlinks,

@@ -35,7 +35,7 @@ fn config_supporting(caps: &str) -> Config {
 /// The plan for `source` on the synthetic three-GPU host, for a Debian image.
 fn plan_on(inventory: &Inventory, config: &Config, source: Source<'_>) -> Result<Plan> {
     let effective = effective(config, source)?;
-    plan(
+    build(
         &effective,
         &mut inventory.clone(),
         &ImageLayout::Debian.into(),
@@ -191,7 +191,7 @@ fn user_namespace_binds_device_nodes() {
     c.user_namespace = true;
     let effective = of_container(&Config::default(), &c).unwrap();
     assert_eq!(effective.node_mode, NodeMode::Bind);
-    let plan = plan(&effective, &mut inventory(), &ImageLayout::Debian.into()).unwrap();
+    let plan = build(&effective, &mut inventory(), &ImageLayout::Debian.into()).unwrap();
     assert_eq!(plan.node_mode, NodeMode::Bind);
 }
 
@@ -382,7 +382,7 @@ fn blank_capabilities_give_device_nodes_and_no_driver_files() {
     );
     let effective = of_container(&Config::default(), &c).unwrap();
     assert_eq!(effective.request.capabilities.to_string(), "");
-    let plan = plan(
+    let plan = build(
         &effective,
         &mut inventory.clone(),
         &ImageLayout::Debian.into(),
@@ -552,7 +552,7 @@ fn a_command_line_without_devices_or_capabilities_gets_the_driver_alone() {
     let effective = effective(&Config::default(), argv(&asked, None)).unwrap();
     assert_eq!(effective.request.devices, DeviceSelection::None);
     assert_eq!(effective.request.capabilities.to_string(), "");
-    let plan = plan(&effective, &mut inventory(), &ImageLayout::Debian.into()).unwrap();
+    let plan = build(&effective, &mut inventory(), &ImageLayout::Debian.into()).unwrap();
     assert!(plan.selected.is_empty(), "{plan:#?}");
     assert!(plan.loader_entries.is_empty(), "{plan:#?}");
     assert!(
@@ -646,4 +646,28 @@ fn a_command_line_request_for_a_user_namespace_binds_nodes() {
             .node_mode,
         NodeMode::Bind
     );
+}
+
+#[test]
+fn what_the_caller_leaves_to_others_is_not_in_the_plan() {
+    let whole = plan_on(&inventory(), &Config::default(), flags("0", "utility")).unwrap();
+    assert!(
+        !whole.devices.is_empty() && !whole.mounts.is_empty() && !whole.cgroup_rules.is_empty()
+    );
+    let mut plan = whole.clone();
+    LeftToOthers {
+        nodes: true,
+        ..LeftToOthers::NOTHING
+    }
+    .take_from(&mut plan);
+    assert!(plan.devices.is_empty());
+    assert_eq!(plan.cgroup_rules, whole.cgroup_rules, "still granted");
+    assert_eq!(plan.mounts, whole.mounts);
+    let mut plan = whole.clone();
+    LeftToOthers::SPEC_EDITS.take_from(&mut plan);
+    assert!(plan.devices.is_empty() && plan.mounts.is_empty() && plan.cgroup_rules.is_empty());
+    // What a runtime cannot do stays.
+    assert_eq!(plan.symlinks, whole.symlinks);
+    assert_eq!(plan.loader_entries, whole.loader_entries);
+    assert_eq!(plan.proc_mask, whole.proc_mask);
 }

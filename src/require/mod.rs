@@ -33,7 +33,7 @@ use thiserror::Error;
 use crate::driver::CudaVersion;
 use crate::request::env_var;
 pub use refusal::Unsatisfied;
-use term::{Key, Outcome, Term};
+use term::{Key, Op, Outcome, Term};
 
 /// Longest rule value we read; anything longer is refused, not parsed. Not
 /// NVIDIA's: a guard on what messages quote. Real CUDA images' rules are
@@ -264,10 +264,47 @@ impl Requirements {
         needs
     }
 
+    /// The CUDA version the first `cuda>=` term of the rules asks for (a
+    /// legacy image's `CUDA_VERSION` included), read by the rules' own
+    /// grammar: what a remedy names the driver for.
+    pub fn cuda_asked(&self) -> Option<CudaVersion> {
+        self.rules
+            .iter()
+            .flat_map(|r| &r.groups)
+            .flatten()
+            .filter_map(|text| Term::parse(text).ok())
+            .find(|term| term.key == Key::Cuda && term.op == Op::Ge)
+            .and_then(|term| CudaVersion::parse(&term.value))
+    }
+
     /// Checks every rule against one GPU's facts (called per selected GPU; a
     /// MIG device uses its parent's), stopping at the first that fails.
     pub fn check(&self, facts: &Facts) -> Result<()> {
         self.rules.iter().try_for_each(|rule| rule.check(facts))
+    }
+
+    /// [`Requirements::check`], asking `learn` for the facts a rule's
+    /// answer hangs on when it cannot be decided without them (an `arch`
+    /// or `brand` term whose value decides): `learn` fills them into
+    /// `facts` and says whether it knew more, and the rule is decided again
+    /// on them. Facts that cannot change the answer are never asked for.
+    pub fn check_learning<E: From<Error>>(
+        &self,
+        facts: &mut Facts,
+        learn: &mut dyn FnMut(&mut Facts) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<(), E> {
+        for rule in &self.rules {
+            match rule.check(facts) {
+                Err(unknown @ Error::UnknownFact { .. }) => {
+                    if !learn(facts)? {
+                        return Err(unknown.into());
+                    }
+                    rule.check(facts)?;
+                }
+                checked => checked?,
+            }
+        }
+        Ok(())
     }
 }
 

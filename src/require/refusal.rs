@@ -33,6 +33,12 @@ impl Unsatisfied {
     pub fn variable(&self) -> &str {
         self.source.variable()
     }
+
+    /// Whether a `cuda` term is among the false ones: the image asks for
+    /// more CUDA than the host gives.
+    pub fn wants_more_cuda(&self) -> bool {
+        self.failing.iter().any(|term| term.key == Key::Cuda)
+    }
 }
 
 impl fmt::Display for Unsatisfied {

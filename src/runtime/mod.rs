@@ -22,22 +22,13 @@ use std::process::Command;
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::atomic;
 use crate::bundle;
 use crate::cdi::apply;
 use crate::cdi::edits::{self, Callback};
 use crate::config::Config;
-use crate::planner::{self, ImageSource, Source};
-
-/// Where plain runtime names are looked up: the system's directories, never
-/// the caller's `PATH` (`doctor --run` finds runc here too).
-pub const SYSTEM_DIRS: [&str; 6] = [
-    "/usr/local/sbin",
-    "/usr/local/bin",
-    "/usr/sbin",
-    "/usr/bin",
-    "/sbin",
-    "/bin",
-];
+use crate::planner::{self, ImageSource, Inputs, Source};
+use crate::program;
 
 /// Why the wrapper stopped before the real runtime ran.
 #[derive(Debug, Error)]
@@ -139,8 +130,9 @@ pub fn find_runtime(config: &Config) -> Result<PathBuf> {
         let candidates: Vec<PathBuf> = if name.starts_with('/') {
             vec![PathBuf::from(name)]
         } else {
-            SYSTEM_DIRS
-                .iter()
+            // The system's directories, never the caller's `PATH`
+            // (`doctor --run` finds runc there too).
+            program::system_dirs()
                 .map(|dir| Path::new(dir).join(name))
                 .collect()
         };
@@ -171,11 +163,17 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
         path: path.clone(),
         source,
     })?;
-    // Most containers ask for no GPU: decide that from the light reading
-    // before decoding the whole spec.
+    // Most containers ask for no GPU: the planner decides that from the
+    // light reading, before the whole spec is decoded.
     let container = bundle::parse(bundle, &path, &data)?;
-    let effective = planner::effective(config, Source::Container(&container))?;
-    if effective.is_void() {
+    let planned = planner::plan(
+        config,
+        Inputs::new(
+            Source::Container(&container),
+            ImageSource::Rootfs(&container.rootfs),
+        ),
+    )?;
+    if planned.effective.is_void() {
         return Ok(());
     }
     let mut spec: Value = serde_json::from_slice(&data).map_err(|e| Error::Spec {
@@ -186,25 +184,13 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
         log::debug!("{}: edited already", path.display());
         return Ok(());
     }
-    let planned = planner::plan_for(
-        config,
-        Source::Container(&container),
-        ImageSource::Rootfs(&container.rootfs),
-    )?;
-    let Some(inventory) = &planned.inventory else {
-        return Ok(());
-    };
-    let program = fs::canonicalize("/proc/self/exe").map_err(Error::Exe)?;
+    let program = program::path().map_err(Error::Exe)?;
     let config_path = config_path
         .map(std::path::absolute)
         .transpose()
         .map_err(Error::Exe)?;
-    let callback = Callback {
-        program,
-        config: config_path,
-        driver_version: inventory.driver_version.clone(),
-        capabilities: planned.effective.request.capabilities.to_string(),
-        layout: planned.layout,
+    let Some(callback) = Callback::for_planned(program, config_path, &planned) else {
+        return Ok(());
     };
     apply::apply(&mut spec, &edits::container_edits(&planned.plan, &callback))?;
     let mut text = serde_json::to_vec(&spec).map_err(|e| Error::Spec {
@@ -222,8 +208,8 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
     Ok(())
 }
 
-/// Replaces `path` with `data` through a temporary file beside it: the
-/// runtime reads the old spec or the new one, never half of one.
+/// Replaces `path` with `data` through a temporary file beside it, in
+/// its mode: the runtime reads the old spec or the new one, never half of one.
 fn replace(path: &Path, data: &[u8]) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     // Written whole or not at all: the deadline stops it before, not midway.
@@ -232,26 +218,6 @@ fn replace(path: &Path, data: &[u8]) -> Result<()> {
     let mode = fs::metadata(path)
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o600);
-    let temp = path.with_file_name(format!(".config.json.{}.tmp", std::process::id()));
-    let write_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| Error::Write { path, source }
-    };
-    let written = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&temp)
-        .and_then(|mut file| {
-            file.write_all(data)?;
-            file.set_permissions(fs::Permissions::from_mode(mode))?;
-            file.sync_all()
-        })
-        .map_err(write_err(&temp))
-        .and_then(|()| fs::rename(&temp, path).map_err(write_err(path)));
-    if written.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    written
+    atomic::replace(path, data, atomic::Options { mode, sync: true })
+        .map_err(|atomic::Error { path, source }| Error::Write { path, source })
 }

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::rules::is_bind;
 use super::{edits_of, list, Problem};
-use crate::cdi::HOOK_COMMAND;
+use crate::callback::{SpecMade, HOOK_COMMAND};
 
 /// What the host checks read besides the files the spec names.
 pub struct Host<'a> {
@@ -83,11 +83,7 @@ fn recorded_driver(hook: &Value) -> Option<Option<&str>> {
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    if args.get(1) != Some(&HOOK_COMMAND) {
-        return None;
-    }
-    let at = args.iter().position(|a| *a == "--driver-version");
-    Some(at.and_then(|i| args.get(i + 1).copied()))
+    SpecMade::recorded_driver(&args)
 }
 
 /// One device node: its host node (`hostPath`, else `path` under the dev

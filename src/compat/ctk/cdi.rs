@@ -144,7 +144,13 @@ fn generate(args: &GenerateArgs, config: &Config) -> Result<()> {
             layout: Layout::Debian,
         },
     };
-    Ok(cli::run(&ours, config, None)?)
+    // Our own command, as `oci-nvidia-hook cdi generate` runs it: the same
+    // planner call. It reads the same default config file; the logger this
+    // front set up (its `--debug`, `--quiet`) stays.
+    Ok(cli::run(&cli::Cli {
+        config: None,
+        command: ours,
+    })?)
 }
 
 /// The part of any vendor's spec `list` reads.

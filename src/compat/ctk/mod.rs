@@ -32,22 +32,13 @@ pub enum Error {
     Usage(String),
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
+    #[error(transparent)]
+    Log(#[from] crate::logging::Error),
 }
 
 impl From<crate::cli::Error> for Error {
     fn from(e: crate::cli::Error) -> Self {
         Error::Cli(Box::new(e))
-    }
-}
-
-impl Error {
-    /// Whether the reader of our output went away, which is not a failure.
-    pub fn is_broken_pipe(&self) -> bool {
-        match self {
-            Error::Output(e) => e.kind() == io::ErrorKind::BrokenPipe,
-            Error::Cli(e) => e.is_broken_pipe(),
-            _ => false,
-        }
     }
 }
 
@@ -126,7 +117,9 @@ pub fn config(ctk: &Ctk) -> crate::config::Result<Config> {
 }
 
 /// Runs `ctk`'s command (logging set up), writing to stdout.
-pub fn run(ctk: &Ctk, config: &Config) -> Result<()> {
+pub fn run(ctk: &Ctk) -> Result<()> {
+    let config = &self::config(ctk)?;
+    crate::logging::init(&config.log)?;
     let stdout = io::stdout();
     let mut out = stdout.lock();
     match &ctk.command {

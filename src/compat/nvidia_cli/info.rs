@@ -4,7 +4,7 @@
 //!
 //! Every fact comes from the inventory: the driver version and GPUs from
 //! `/proc`, the CUDA version from the driver's own `libcuda`, and brand and
-//! architecture from NVML in the bounded child ([`Inventory::load_nvml`]).
+//! architecture from NVML in the bounded child ([`Inventory::nvml`]).
 //! Where NVML cannot be loaded (no kernel driver answers, as on simulated
 //! hosts) NVIDIA's CLI fails outright; this one prints what it knows and
 //! `Unknown` for those two facts, with a warning on stderr.
@@ -14,6 +14,7 @@ use std::io::Write;
 use super::Result;
 use crate::config::Config;
 use crate::driver::Inventory;
+use crate::planner;
 use crate::request::Capabilities;
 
 /// What `info` prints for a fact it could not learn: NVIDIA's word for a
@@ -46,7 +47,7 @@ struct Row {
 /// Inventories the driver, asks NVML what only it knows, and prints.
 pub fn run(config: &Config, csv: bool, out: &mut impl Write) -> Result<()> {
     // libcuda (compute) gives the CUDA version, libnvidia-ml (utility) NVML.
-    let mut inventory = Inventory::discover(&config.driver, &Capabilities::default_set())?;
+    let mut inventory = planner::inventory(config, &Capabilities::default_set())?;
     let cuda = match inventory.cuda_version() {
         Ok(version) => version.to_string(),
         Err(e) => {
@@ -54,7 +55,7 @@ pub fn run(config: &Config, csv: bool, out: &mut impl Write) -> Result<()> {
             UNKNOWN.to_string()
         }
     };
-    if let Err(e) = inventory.load_nvml() {
+    if let Err(e) = inventory.nvml() {
         log::warn!("{e}: brand and architecture shown as {UNKNOWN}");
     }
     let report = report(&inventory, cuda);
@@ -71,11 +72,7 @@ fn report(inventory: &Inventory, cuda: String) -> Report {
         .gpus
         .iter()
         .map(|gpu| {
-            let nvml = inventory.nvml.as_ref().and_then(|r| {
-                r.gpus
-                    .iter()
-                    .find(|g| g.uuid.eq_ignore_ascii_case(&gpu.uuid))
-            });
+            let nvml = inventory.nvml.as_ref().and_then(|r| r.gpu(&gpu.uuid));
             Row {
                 index: gpu.index,
                 minor: gpu.minor,
@@ -83,7 +80,8 @@ fn report(inventory: &Inventory, cuda: String) -> Report {
                 brand: nvml.map_or(UNKNOWN, |g| brand(&g.brand)).to_string(),
                 uuid: gpu.uuid.clone(),
                 bus: bus_location(&gpu.bus),
-                arch: nvml.map_or_else(|| UNKNOWN.to_string(), |g| g.compute_capability.clone()),
+                arch: nvml
+                    .map_or_else(|| UNKNOWN.to_string(), |g| g.compute_capability.to_string()),
             }
         })
         .collect();

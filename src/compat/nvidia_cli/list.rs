@@ -13,18 +13,20 @@ use super::Result;
 use crate::config::Config;
 use crate::image::ImageLayout;
 use crate::plan::{MountKind, Plan};
-use crate::planner::{self, ImageSource, Source};
+use crate::planner::{self, ImageSource, Inputs, Source};
 
 /// Plans `list`'s request and prints the sections it asks for.
 pub fn run(config: &Config, list: &List, out: &mut impl Write) -> Result<()> {
-    let planned = planner::plan_for(
+    let planned = planner::plan(
         config,
-        Source::Argv {
-            asked: &list.asked,
-            container: None,
-        },
-        // Host paths do not depend on the image's layout.
-        ImageSource::Layout(ImageLayout::Debian),
+        Inputs::new(
+            Source::Argv {
+                asked: &list.asked,
+                container: None,
+            },
+            // Host paths do not depend on the image's layout.
+            ImageSource::Layout(ImageLayout::Debian),
+        ),
     )?;
     for path in listing(&planned.plan, list.sections) {
         writeln!(out, "{}", path.display())?;

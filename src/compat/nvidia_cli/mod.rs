@@ -30,6 +30,10 @@ use crate::{driver, hook, planner};
 #[derive(Debug, Error)]
 pub enum Error {
     #[error(transparent)]
+    Config(#[from] config::Error),
+    #[error(transparent)]
+    Logging(#[from] crate::logging::Error),
+    #[error(transparent)]
     Driver(#[from] driver::Error),
     #[error(transparent)]
     Planner(#[from] planner::Error),
@@ -37,13 +41,6 @@ pub enum Error {
     Hook(#[from] hook::Error),
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
-}
-
-impl Error {
-    /// Whether the reader of our output went away, which is not a failure (`list | head`).
-    pub fn is_broken_pipe(&self) -> bool {
-        matches!(self, Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe)
-    }
 }
 
 /// Result of a command.
@@ -83,8 +80,14 @@ fn with_options(invocation: &Invocation, mut config: Config) -> Config {
 /// Names of stderr a `--debug` may give.
 const STDERR: [&str; 3] = ["/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"];
 
-/// Runs `invocation`'s command with `config` (logging set up), writing to stdout.
-pub fn run(invocation: &Invocation, config: &Config) -> Result<()> {
+/// Runs `invocation`'s command, writing to stdout: with its configuration
+/// ([`config`]), the log set up from it.
+pub fn run(invocation: &Invocation) -> Result<()> {
+    let entry = matches!(invocation.command, args::Command::Configure(_))
+        .then_some("nvidia-container-cli configure");
+    let config =
+        &crate::deadline::bounded_load(entry, || self::config(invocation), Config::deadline)?;
+    crate::logging::init(&config.log)?;
     log_ignored(&invocation.globals);
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());

@@ -275,3 +275,48 @@ fn largest_rules_with_unknown_facts_evaluate_in_a_small_stack() {
         .join();
     assert!(run.is_ok());
 }
+
+#[test]
+fn facts_are_learned_only_when_a_rule_cannot_be_decided_without_them() {
+    let unknown = || {
+        let mut facts = host_535();
+        if let Some(device) = &mut facts.device {
+            device.arch = None;
+            device.brand = None;
+        }
+        facts
+    };
+    let check = |rule: &str, learned: Option<(u32, u32)>| {
+        let mut asked = 0;
+        let mut facts = unknown();
+        let result = parse(rule).check_learning(&mut facts, &mut |facts: &mut Facts| {
+            asked += 1;
+            let Some(arch) = learned else {
+                return Ok::<bool, Error>(false);
+            };
+            if let Some(device) = &mut facts.device {
+                device.arch = Some(arch);
+                device.brand = Some("Tesla".into());
+            }
+            Ok(true)
+        });
+        (result, asked)
+    };
+    // The CUDA term decides whatever the architecture: nothing is asked.
+    assert!(matches!(check("cuda>=12.0 arch>=9.0", None), (Ok(()), 0)));
+    assert!(matches!(
+        check("cuda>=99.0,arch>=9.0", None),
+        (Err(Error::Unsatisfied(_)), 0)
+    ));
+    // The architecture decides: it is asked for once, and decides.
+    assert!(matches!(check("arch>=8.0", Some((8, 0))), (Ok(()), 1)));
+    assert!(matches!(
+        check("arch>=9.0", Some((8, 0))),
+        (Err(Error::Unsatisfied(_)), 1)
+    ));
+    // Nothing more to learn: the rule stays undecided.
+    assert!(matches!(
+        check("arch>=8.0", None),
+        (Err(Error::UnknownFact { .. }), 1)
+    ));
+}
