@@ -12,6 +12,7 @@ use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::sys::stat::Mode;
 
@@ -24,10 +25,12 @@ const INJECTED: &str = "injected fault";
 
 /// Makes `inner`'s privileged calls, but refuses the one numbered
 /// `fail_at` (from 0) of those that change the container: mknod,
-/// clone_in_host, bind_mount, mount_tmpfs, remount_read_only.
+/// clone_in_host, bind_mount, mount_tmpfs, remount_read_only. Or, with a
+/// `stall`, makes that one only after sleeping that long (a hung mount).
 struct Faulty<S> {
     inner: S,
     fail_at: usize,
+    stall: Option<Duration>,
     calls: Cell<usize>,
 }
 
@@ -36,15 +39,20 @@ impl<S: Sys> Faulty<S> {
         Faulty {
             inner,
             fail_at,
+            stall: None,
             calls: Cell::new(0),
         }
     }
 
-    /// Counts a call; the `fail_at`-th is refused.
+    /// Counts a call; the `fail_at`-th is refused, or stalled.
     fn call(&self, what: &'static str, path: &Path) -> Result<()> {
         let n = self.calls.get();
         self.calls.set(n + 1);
         if n == self.fail_at {
+            if let Some(stall) = self.stall {
+                std::thread::sleep(stall);
+                return Ok(());
+            }
             return Err(Error::Mount {
                 target: path.to_path_buf(),
                 what,
@@ -458,4 +466,35 @@ fn a_change_that_cannot_be_undone_is_told_in_the_same_error() {
             .contains("libcuda.so in the container: it exists as a directory"),
         "the cause comes first: {err}"
     );
+}
+
+#[test]
+fn a_deadline_that_runs_out_halfway_stops_and_undoes_the_injection() {
+    let world = World::new();
+    fs::create_dir_all(world.rootfs().join("proc/driver/nvidia")).unwrap();
+    let before = tree(&world.rootfs());
+    // The deadline is the process's own: armed in a child, so that no other
+    // test's injection sees it. The third change stalls past the bound; the
+    // alarm, held off during injection, only marks the time as run out.
+    let outcome = crate::child::query("a deadline halfway", Duration::from_secs(20), || {
+        let mut sys = Faulty::new(FakeSys::default(), 2);
+        sys.stall = Some(Duration::from_millis(300));
+        crate::deadline::arm("prestart", Duration::from_millis(100), Instant::now());
+        let result = world.apply(&sys);
+        crate::deadline::disarm();
+        let undone_latest_first = *sys.inner.unmounts.borrow() == mounted_latest_first(&sys.inner);
+        Ok(match result {
+            Err(Error::Deadline(expired)) => (expired.to_string(), undone_latest_first),
+            Err(other) => (format!("another error: {other}"), false),
+            Ok(_) => ("injected whole".to_string(), false),
+        })
+    })
+    .unwrap();
+    let (said, undone_latest_first) = outcome;
+    assert!(said.contains("prestart"), "stopped by the deadline: {said}");
+    assert!(
+        undone_latest_first,
+        "every mount detached, the latest first: {said}"
+    );
+    assert_eq!(tree(&world.rootfs()), before, "{said}");
 }
