@@ -4,7 +4,11 @@
 
 CARGO  ?= cargo
 PREFIX ?= /usr/local
-BIN    := target/release/oci-nvidia-hook
+# The shipped binary links against glibc $(GLIBC_FLOOR)'s symbol set (through
+# zig: integration/zigbuild), so it runs on every glibc from that one up.
+GLIBC_FLOOR := 2.17
+TARGET      := x86_64-unknown-linux-gnu
+BIN         := target/$(TARGET)/release/oci-nvidia-hook
 # systemd and udev read both /usr/lib and /usr/local/lib.
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
@@ -14,7 +18,7 @@ UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 .PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor lint install install-units fuzz deb rpm package-docs
 
 build:
-	$(CARGO) build --release --locked
+	CARGO=$(CARGO) integration/zigbuild --release --locked --target $(TARGET).$(GLIBC_FLOOR)
 
 deps:
 	integration/install-deps
