@@ -5,7 +5,8 @@
 CARGO  ?= cargo
 PREFIX ?= /usr/local
 # The shipped binary links against glibc $(GLIBC_FLOOR)'s symbol set (through
-# zig: integration/zigbuild), so it runs on every glibc from that one up.
+# zig: integration/zigbuild), so it runs on every glibc from that one up;
+# packaging/build refuses to package a binary that needs a newer one.
 GLIBC_FLOOR := 2.17
 TARGET      := x86_64-unknown-linux-gnu
 BIN         := target/$(TARGET)/release/oci-nvidia-hook
@@ -131,4 +132,4 @@ package-docs:
 	$(CARGO) run --locked --quiet --example package-docs -- $(PKGDOCS) >/dev/null
 
 deb rpm: build package-docs
-	packaging/build --binary $(BIN) --docs $(PKGDOCS) --out $(PKGOUT) $@
+	packaging/build --binary $(BIN) --glibc-floor $(GLIBC_FLOOR) --docs $(PKGDOCS) --out $(PKGOUT) $@
