@@ -24,8 +24,9 @@ build:
 deps:
 	integration/install-deps
 
-# Unit tests, then the integration tests on simulated hosts (root only).
-test: deps
+# Unit tests, then the integration tests on simulated hosts (root only);
+# tests/bullseye.rs runs the shipped binary, so it is built first.
+test: deps build
 	$(CARGO) test --locked --features _test_as_root
 
 # A real-flavour simulated 4-GPU host (NVIDIA 535 libraries): its inventory,
