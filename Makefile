@@ -4,7 +4,12 @@
 
 CARGO  ?= cargo
 PREFIX ?= /usr/local
-BIN    := target/release/oci-nvidia-hook
+# The shipped binary links against glibc $(GLIBC_FLOOR)'s symbol set (through
+# zig: integration/zigbuild), so it runs on every glibc from that one up;
+# packaging/build refuses to package a binary that needs a newer one.
+GLIBC_FLOOR := 2.17
+TARGET      := x86_64-unknown-linux-gnu
+BIN         := target/$(TARGET)/release/oci-nvidia-hook
 # systemd and udev read both /usr/lib and /usr/local/lib.
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
@@ -14,13 +19,14 @@ UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 .PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor lint install install-units fuzz deb rpm package-docs
 
 build:
-	$(CARGO) build --release --locked
+	CARGO=$(CARGO) integration/zigbuild --release --locked --target $(TARGET).$(GLIBC_FLOOR)
 
 deps:
 	integration/install-deps
 
-# Unit tests, then the integration tests on simulated hosts (root only).
-test: deps
+# Unit tests, then the integration tests on simulated hosts (root only);
+# tests/bullseye.rs runs the shipped binary, so it is built first.
+test: deps build
 	$(CARGO) test --locked --features _test_as_root
 
 # A real-flavour simulated 4-GPU host (NVIDIA 535 libraries): its inventory,
@@ -128,4 +134,4 @@ package-docs:
 	$(CARGO) run --locked --quiet --example package-docs -- $(PKGDOCS) >/dev/null
 
 deb rpm: build package-docs
-	packaging/build --binary $(BIN) --docs $(PKGDOCS) --out $(PKGOUT) $@
+	packaging/build --binary $(BIN) --glibc-floor $(GLIBC_FLOOR) --docs $(PKGDOCS) --out $(PKGOUT) $@

@@ -15,9 +15,10 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, renameat2, AtFlags, OFlag, RenameFlags};
+use nix::fcntl::{openat, renameat, AtFlags, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::{linkat, symlinkat, unlinkat, UnlinkatFlags};
+use rustix::fs::{renameat_with, RenameFlags};
 
 use super::journal::{Change, Journal};
 use super::slot::{symlink_err, Slot, Target};
@@ -166,12 +167,14 @@ impl Staged {
     fn put(&self, existing: bool) -> nix::Result<Option<OsString>> {
         let dir = self.slot.dir.as_fd();
         let (temp, name) = (self.temp.as_os_str(), self.slot.name.as_os_str());
-        let exchange = || {
-            renameat2(dir, temp, dir, name, RenameFlags::RENAME_EXCHANGE)
-                .map(|()| Some(self.temp.clone()))
+        // rustix's renameat2 is the system call itself: glibc has no
+        // renameat2 wrapper before 2.28, and the binary runs on 2.17.
+        let renameat2 = |flags| {
+            renameat_with(dir, temp, dir, name, flags)
+                .map_err(|e| Errno::from_raw(e.raw_os_error()))
         };
-        let create =
-            || renameat2(dir, temp, dir, name, RenameFlags::RENAME_NOREPLACE).map(|()| None);
+        let exchange = || renameat2(RenameFlags::EXCHANGE).map(|()| Some(self.temp.clone()));
+        let create = || renameat2(RenameFlags::NOREPLACE).map(|()| None);
         let put = match (existing, if existing { exchange() } else { create() }) {
             (true, Err(Errno::ENOENT)) => create(),
             (false, Err(Errno::EEXIST)) => exchange(),

@@ -4,6 +4,9 @@
 //!
 //! - the shipped config sets every documented key to its default, each with
 //!   its meaning; `--version` names the commit; a man page per command;
+//! - the .deb depends on the glibc the binary needs (its own symbol
+//!   versions), the .rpm requires no newer one, and packaging/check-glibc
+//!   holds both to a floor;
 //! - both .deb files and both .rpm files hold exactly what
 //!   `packaging/files` lists, with its modes; lintian finds no error and no
 //!   warning that an override does not explain;
@@ -43,6 +46,7 @@ use crate::built::{Built, VERSION};
 use crate::files::{expected, Expected, Format, CONFFILE, PACKAGES};
 use crate::host::{dpkg, status, HostGuard};
 use clap::CommandFactory;
+use harness::glibc;
 use harness::mounts::{assert_mounts_unchanged, host_mounts};
 use harness::project::{documents, hook_binary, repo};
 use harness::runtime::bundle::{copy_template, template_rootfs, work_root, write_hook_config};
@@ -363,6 +367,71 @@ fn debs_hold_exactly_the_listed_files() {
     assert!(file["hook"]["env"]
         .as_array()
         .is_some_and(|e| !e.is_empty()));
+}
+
+/// The .deb's `Depends` is libc6 at the binary's own highest `GLIBC_`
+/// version (goblin's reading of it), not dpkg-shlibdeps' own, and the
+/// .rpm's `Requires` need no newer one; `packaging/check-glibc` passes
+/// both packages at that version and fails them, naming the binary, at the
+/// one below it.
+#[test]
+#[cfg_attr(
+    not(feature = "_test_as_root"),
+    ignore = "needs the packaging tools: run `make test`"
+)]
+fn packages_need_the_glibc_their_binary_needs() {
+    require_tool("dpkg-shlibdeps", "dpkg-dev");
+    require_tool("rpm", "rpm");
+    let built = built::current();
+    let needed = glibc::needed(hook_binary());
+    let highest = needed.last().expect("the binary needs a GLIBC_ version");
+    let (deb, rpm) = (built.deb("oci-nvidia-hook"), built.rpm("oci-nvidia-hook"));
+    let stdout = |cmd: &mut Command| {
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{cmd:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let depends = stdout(Command::new("dpkg-deb").arg("-f").arg(&deb).arg("Depends"));
+    assert_eq!(depends.trim(), format!("libc6 (>= {highest})"));
+    let requires = stdout(Command::new("rpm").args(["-qp", "--requires"]).arg(&rpm));
+    let rpm_highest = requires
+        .lines()
+        .filter_map(|l| l.split_once("(GLIBC_"))
+        .filter_map(|(_, v)| v.split_once(')'))
+        .map(|(v, _)| glibc::GlibcVersion::parse(v))
+        .max();
+    assert_eq!(rpm_highest.as_ref(), Some(highest), "{requires}");
+
+    let check = |args: &[&str]| {
+        Command::new(repo().join("packaging/check-glibc"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let highest_text = highest.to_string();
+    let (deb_arg, rpm_arg) = (deb.to_str().unwrap(), rpm.to_str().unwrap());
+    let out = check(&["--highest", hook_binary().to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), highest_text);
+    let out = check(&[&highest_text, deb_arg, rpm_arg]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let below = needed
+        .iter()
+        .rev()
+        .nth(1)
+        .map_or("2.0".to_string(), ToString::to_string);
+    let out = check(&[&below, deb_arg, rpm_arg]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for named in [
+        format!("{deb_arg}:/usr/bin/oci-nvidia-hook needs glibc {highest}"),
+        format!("{rpm_arg} requires glibc {highest}"),
+    ] {
+        assert!(stderr.contains(&named), "{stderr}");
+    }
 }
 
 /// Each .rpm lists exactly the files packaging/files lists for RPM, with

@@ -11,6 +11,7 @@ pub mod cdi_schema;
 pub mod cli;
 pub mod compat;
 pub mod direct;
+pub mod glibc;
 pub mod host_root;
 pub mod info;
 pub mod json;

@@ -13,8 +13,19 @@ use super::run::{Run, RunFiles, Serial, RUN_LIMIT};
 
 /// Runs one container and returns what happened. Panics on a missing tool,
 /// a bundle that cannot be made, and as [`Run::collect`] does.
-pub fn run(_serial: &Serial, scenario: &Scenario) -> Run {
+pub fn run(serial: &Serial, scenario: &Scenario) -> Run {
     scenario.runtime.require_tools();
+    run_through(serial, scenario, |argv| scenario.runtime.in_namespace(argv))
+}
+
+/// [`run`], with the runtime's command line run by the command `wrap`
+/// makes of it (tests/bullseye.rs: inside another system's root); the
+/// runtime's tools are the wrapper's to provide.
+pub fn run_through(
+    _serial: &Serial,
+    scenario: &Scenario,
+    wrap: impl FnOnce(Vec<String>) -> std::process::Command,
+) -> Run {
     assert!(
         scenario.decoy_minors.is_empty() || !scenario.runtime.is_podman(),
         "decoy nodes need a runtime that takes config.json, not podman"
@@ -30,7 +41,7 @@ pub fn run(_serial: &Serial, scenario: &Scenario) -> Run {
         hooks_dir: bundle.hooks_dir(),
     };
     let started = Instant::now();
-    let finished = run_bounded(scenario.runtime.in_namespace(argv), RUN_LIMIT);
+    let finished = run_bounded(wrap(argv), RUN_LIMIT);
     let elapsed = started.elapsed();
     drop(guard);
 

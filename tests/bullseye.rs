@@ -1,0 +1,266 @@
+//! The shipped binary (`make build`: linked for glibc 2.17, docs/install.md)
+//! on an old system: a Debian 11 (bullseye, glibc 2.31) root made once by
+//! `debootstrap --variant=minbase --include=runc` into
+//! `/var/cache/oci-nvidia-hook/bullseye` (outside the repository; reused
+//! when there), entered with `pivot_root` in a private mount namespace
+//! (shared/TESTBED.md: the hook's `setns` escapes a plain chroot). There,
+//! on a simulated real-535 host bound in at its own path:
+//!
+//! - `--version`, `info`, `list`, `cdi generate` and `doctor` run;
+//! - bullseye's own runc (1.0.0-rc93) starts a container with the binary as
+//!   its prestart hook, and the container gets its nodes, the loader cache
+//!   and a libcuda that answers (the checker, as tests/runtimes.rs judges).
+//!
+//! The container's rootfs and its checker are the other suites' (built on
+//! this host by integration/rootfs): what is old here is the system the hook
+//! and runc run on. Every mount lives in the namespace and vanishes with
+//! it. Needs root, debootstrap (integration/install-deps) and the shipped
+//! binary (`make build`; `make test` builds it first):
+//! `cargo test --features _test_as_root --test bullseye`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use harness::glibc::{self, GlibcVersion};
+use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::project::{hook_binary, repo};
+use harness::runtime::bundle::{Hook, Scenario};
+use harness::runtime::container::run_through;
+use harness::runtime::expected::node_specs;
+use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::oci_config::path_str;
+use harness::runtime::process::{run_bounded, Finished};
+use harness::runtime::run::serial;
+use harness::runtime::runtimes::{find_tool, Runtime};
+use harness::simhost::{require_root, Fixture, SimHost};
+
+/// Where the bullseye root is kept between runs.
+const ROOT: &str = "/var/cache/oci-nvidia-hook/bullseye";
+/// The glibc the shipped binary is linked for (the Makefile's GLIBC_FLOOR).
+const FLOOR: &str = "2.17";
+
+/// The binary `make build` ships, checked to need no newer glibc than the floor.
+fn shipped_binary() -> PathBuf {
+    let bin = repo().join("target/x86_64-unknown-linux-gnu/release/oci-nvidia-hook");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `make build` first (`make test` does)",
+        bin.display()
+    );
+    let highest = glibc::needed(&bin).pop().expect("a GLIBC_ version");
+    assert!(
+        highest <= GlibcVersion::parse(FLOOR),
+        "{} needs glibc {highest}, newer than {FLOOR}",
+        bin.display()
+    );
+    bin
+}
+
+/// The bullseye root with runc, made by debootstrap the first time (into
+/// a side directory, renamed into place only once complete).
+fn bullseye_root() -> PathBuf {
+    let root = PathBuf::from(ROOT);
+    if root.join("usr/sbin/runc").is_file() {
+        return root;
+    }
+    let debootstrap = find_tool("debootstrap").expect(
+        "debootstrap is not on PATH: install it (integration/install-deps, or `make test`)",
+    );
+    let partial = PathBuf::from(format!("{ROOT}.partial"));
+    let _ = std::fs::remove_dir_all(&partial);
+    let status = Command::new(debootstrap)
+        .args(["--variant=minbase", "--include=runc", "bullseye"])
+        .arg(&partial)
+        .status()
+        .expect("run debootstrap");
+    assert!(status.success(), "debootstrap bullseye failed: {status}");
+    std::fs::rename(&partial, &root).expect("move the bullseye root into place");
+    root
+}
+
+/// The command that runs `argv` inside the bullseye root: a private mount
+/// namespace, the root bound on itself with /proc, /dev, /sys, cgroups and
+/// a fresh /run, the repository's target directory (simulated hosts,
+/// bundles) at its own path, the shipped binary over the test binary's
+/// path (which bundles name as their hook), then `pivot_root`.
+fn in_bullseye(shipped: &Path, argv: &[&str]) -> Command {
+    const SETUP: &str = r#"set -e
+root=$1 target=$2 shipped=$3 hook=$4; shift 4
+mount --bind "$root" "$root"
+mount -t proc proc "$root/proc"
+mount --rbind /dev "$root/dev"
+mount -t sysfs sysfs "$root/sys"
+mount --rbind /sys/fs/cgroup "$root/sys/fs/cgroup"
+mount -t tmpfs tmpfs "$root/run"
+mkdir -p "$root$target" "$root/.oldroot"
+mount --rbind "$target" "$root$target"
+mount --bind "$shipped" "$root$hook"
+cd "$root"
+pivot_root . .oldroot
+umount -l /.oldroot
+cd /
+exec "$@""#;
+    let target = hook_binary()
+        .ancestors()
+        .nth(2)
+        .expect("the target directory above target/debug/oci-nvidia-hook");
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        SETUP,
+        "sh",
+        ROOT,
+    ])
+    .arg(target)
+    .arg(shipped)
+    .arg(hook_binary())
+    .args(argv)
+    .env_clear()
+    .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    cmd
+}
+
+/// Runs `argv` in the bullseye root, bounded in time.
+fn run_in_bullseye(shipped: &Path, argv: &[&str]) -> Finished {
+    let finished = run_bounded(in_bullseye(shipped, argv), Duration::from_secs(60));
+    assert!(!finished.timed_out, "{argv:?} in bullseye was killed");
+    finished
+}
+
+/// The shipped binary's command in bullseye (at the test binary's path,
+/// where the setup bound it), with the host's config; stdout on success.
+fn hook_in_bullseye(shipped: &Path, host: &SimHost, args: &[&str]) -> Finished {
+    let (bin, config) = (path_str(hook_binary()), path_str(&host.config));
+    let mut argv = vec![bin.as_str(), "--config", config.as_str()];
+    argv.extend(args);
+    run_in_bullseye(shipped, &argv)
+}
+
+fn succeeded(what: &str, finished: &Finished) -> String {
+    assert!(
+        finished.status.is_some_and(|s| s.success()),
+        "{what} failed in bullseye: {:?}\n{}",
+        finished.status,
+        finished.stderr
+    );
+    finished.stdout.clone()
+}
+
+/// The root really is bullseye (glibc 2.31, runc 1.0.0-rc93), and the
+/// shipped binary's commands run there and answer as on this host.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn commands_run_on_bullseye() {
+    require_root();
+    let _serial = serial();
+    let shipped = shipped_binary();
+    bullseye_root();
+    let host = SimHost::shared(Fixture::real(4));
+    let before = host_mounts();
+
+    let os = succeeded(
+        "cat",
+        &run_in_bullseye(&shipped, &["cat", "/etc/debian_version"]),
+    );
+    assert!(os.starts_with("11."), "not bullseye: {os}");
+    let libc = run_in_bullseye(&shipped, &["/lib/x86_64-linux-gnu/libc.so.6"]);
+    assert!(
+        libc.stdout.contains("release version 2.31"),
+        "{}",
+        libc.stdout
+    );
+    let runc = succeeded(
+        "runc --version",
+        &run_in_bullseye(&shipped, &["runc", "--version"]),
+    );
+    assert!(
+        runc.contains("1.0.0~rc93") || runc.contains("1.0.0-rc93"),
+        "{runc}"
+    );
+
+    let version = succeeded(
+        "--version",
+        &hook_in_bullseye(&shipped, &host, &["--version"]),
+    );
+    assert!(version.starts_with("oci-nvidia-hook "), "{version}");
+    let info = succeeded(
+        "info",
+        &hook_in_bullseye(&shipped, &host, &["info", "--json"]),
+    );
+    let info: serde_json::Value = serde_json::from_str(&info).expect("info --json");
+    assert_eq!(
+        info,
+        host.json(&["info", "--json"]),
+        "info differs from this host's"
+    );
+    let list = succeeded("list", &hook_in_bullseye(&shipped, &host, &["list"]));
+    assert_eq!(
+        list,
+        host.stdout(&["list"]),
+        "list differs from this host's"
+    );
+    let cdi = succeeded(
+        "cdi generate",
+        &hook_in_bullseye(&shipped, &host, &["cdi", "generate", "--output", "-"]),
+    );
+    assert!(cdi.contains("nvidia.com/gpu"), "{cdi}");
+    assert_eq!(
+        cdi,
+        host.stdout(&["cdi", "generate", "--output", "-"]),
+        "the CDI spec differs from this host's"
+    );
+    let doctor = hook_in_bullseye(&shipped, &host, &["doctor"]);
+    let code = doctor.status.and_then(|s| s.code());
+    assert!(
+        matches!(code, Some(0 | 1)) && !doctor.stdout.is_empty(),
+        "doctor in bullseye: {code:?}\n{}\n{}",
+        doctor.stdout,
+        doctor.stderr
+    );
+    assert!(!doctor.stderr.contains("GLIBC_"), "{}", doctor.stderr);
+    assert_mounts_unchanged(&before, "the bullseye commands");
+}
+
+/// Bullseye's runc runs the shipped binary as a prestart hook: the
+/// container gets its four GPUs' nodes, the loader cache and libcuda.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn bullseye_runc_runs_the_prestart_hook() {
+    let serial = serial();
+    let shipped = shipped_binary();
+    bullseye_root();
+    let host = SimHost::shared(Fixture::real(4));
+    let before = host_mounts();
+    let scenario = Scenario {
+        name: "bullseye_prestart",
+        runtime: Runtime::RuncV1,
+        host: &host,
+        env: &[("NVIDIA_VISIBLE_DEVICES", "all")],
+        hook: Hook::Prestart,
+        decoy_minors: &[],
+        reuse_rootfs: false,
+        prepare: None,
+    };
+    // runc's state is under the bundle, the same path inside and out: the
+    // harness's drop guard deletes what is left with this host's runc.
+    let run = run_through(&serial, &scenario, |argv| {
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        in_bullseye(&shipped, &argv)
+    });
+    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
+    assert_injected(
+        &run,
+        &host,
+        &Expected {
+            nodes: &node_specs(&host, &minors),
+            real_libraries: true,
+        },
+    );
+    drop(serial);
+    assert_mounts_unchanged(&before, "the bullseye container");
+}
