@@ -18,8 +18,7 @@ use harness::project::hook_binary;
 use harness::runtime::bundle::{template_rootfs, work_root, write_hook_config};
 use harness::runtime::cleanup::remove_tree_safely;
 use harness::runtime::daemons::{DaemonSetup, Daemons};
-use harness::runtime::expected::node_specs;
-use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::injected::assert_every_gpu_injected;
 use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT};
 use harness::runtime::process::run_bounded;
 use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
@@ -126,29 +125,7 @@ fn dockerd_runs_the_runtime_runtime_configure_registered() {
         "docker info lists the runtime: {runtimes}"
     );
 
-    let tar = work.join("rootfs.tar");
-    let status = Command::new("tar")
-        .arg("-C")
-        .arg(template_rootfs(&host))
-        .arg("-cf")
-        .arg(&tar)
-        .arg(".")
-        .status()
-        .expect("run tar");
-    assert!(status.success(), "tar of the template rootfs failed");
-    let imported = daemons.docker(&[
-        "import",
-        "-c",
-        "ENV PATH=/usr/bin:/bin",
-        &path_str(&tar),
-        IMAGE,
-    ]);
-    assert!(
-        imported.status.is_some_and(|s| s.success()),
-        "docker import: {}\n{}",
-        imported.stderr,
-        daemons.logs()
-    );
+    daemons.import_rootfs(&template_rootfs(&host), IMAGE);
     let out_dir = work.join("run/out");
     fs::create_dir_all(&out_dir).unwrap();
     let volume = format!("{}:/out", path_str(&out_dir));
@@ -180,15 +157,7 @@ fn dockerd_runs_the_runtime_runtime_configure_registered() {
             hook_log: &hook_log,
         },
     );
-    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
-    assert_injected(
-        &run,
-        &host,
-        &Expected {
-            nodes: &node_specs(&host, &minors),
-            real_libraries: true,
-        },
-    );
+    assert_every_gpu_injected(&run, &host);
     drop(daemons);
     remove_tree_safely(&work);
 }

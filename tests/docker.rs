@@ -98,29 +98,8 @@ impl Docker {
     }
 
     fn import_image(&self) {
-        let tar = self.daemons.dir.join("rootfs.tar");
-        let status = Command::new("tar")
-            .arg("-C")
-            .arg(template_rootfs(&self.host))
-            .arg("-cf")
-            .arg(&tar)
-            .arg(".")
-            .status()
-            .expect("run tar");
-        assert!(status.success(), "tar of the template rootfs failed");
-        let out = self.daemons.docker(&[
-            "import",
-            "-c",
-            "ENV PATH=/usr/bin:/bin",
-            &path_str(&tar),
-            IMAGE,
-        ]);
-        assert!(
-            out.status.is_some_and(|s| s.success()),
-            "docker import failed: {}\n{}",
-            out.stderr,
-            self.daemons.logs()
-        );
+        self.daemons
+            .import_rootfs(&template_rootfs(&self.host), IMAGE);
     }
 
     /// `docker run --rm ARGS IMAGE sh -c SCRIPT`, where SCRIPT first makes

@@ -731,29 +731,8 @@ fn docker_with_packaged_link(host: &SimHost, log: &Path) -> Run {
         .find(|p| p.exists());
     assert_eq!(found.as_deref(), Some(Path::new(RUNTIME_HOOK_LINK)));
 
-    let tar = dir.join("rootfs.tar");
-    let status = Command::new("tar")
-        .arg("-C")
-        .arg(template_rootfs(host))
-        .arg("-cf")
-        .arg(&tar)
-        .arg(".")
-        .status()
-        .unwrap();
-    assert!(status.success(), "tar of the template rootfs");
     let image = "onh-packaged:test";
-    let out = daemons.docker(&[
-        "import",
-        "-c",
-        "ENV PATH=/usr/bin:/bin",
-        &path_str(&tar),
-        image,
-    ]);
-    assert!(
-        out.status.is_some_and(|s| s.success()),
-        "docker import: {}",
-        out.stderr
-    );
+    daemons.import_rootfs(&template_rootfs(host), image);
 
     let out_dir = dir.join("run").join("out");
     std::fs::create_dir_all(&out_dir).unwrap();

@@ -247,6 +247,35 @@ impl Daemons {
         run_bounded(cmd, RUN_LIMIT)
     }
 
+    /// Imports `rootfs` into dockerd as `image` (`tar`, then `docker
+    /// import` with a PATH), since no registry is reachable; fails the test
+    /// if either fails.
+    pub fn import_rootfs(&self, rootfs: &Path, image: &str) {
+        let tar = self.dir.join("rootfs.tar");
+        let status = Command::new("tar")
+            .arg("-C")
+            .arg(rootfs)
+            .arg("-cf")
+            .arg(&tar)
+            .arg(".")
+            .status()
+            .expect("run tar");
+        assert!(status.success(), "tar of {} failed", rootfs.display());
+        let out = self.docker(&[
+            "import",
+            "-c",
+            "ENV PATH=/usr/bin:/bin",
+            &path_str(&tar),
+            image,
+        ]);
+        assert!(
+            out.status.is_some_and(|s| s.success()),
+            "docker import failed: {}\n{}",
+            out.stderr,
+            self.logs()
+        );
+    }
+
     /// `ctr -a … -n NAMESPACE ARGS`, bounded, in the daemons' namespace with
     /// our links on its PATH (`ctr run --gpus` looks `nvidia-container-cli` up there).
     pub fn ctr(&self, namespace: &str, args: &[&str]) -> Finished {
