@@ -27,8 +27,7 @@ use harness::mounts::{assert_mounts_unchanged, host_mounts};
 use harness::project::{hook_binary, repo};
 use harness::runtime::bundle::{Hook, Scenario};
 use harness::runtime::container::run_through;
-use harness::runtime::expected::node_specs;
-use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::injected::assert_every_gpu_injected;
 use harness::runtime::oci_config::path_str;
 use harness::runtime::process::{run_bounded, Finished};
 use harness::runtime::run::serial;
@@ -252,15 +251,7 @@ fn bullseye_runc_runs_the_prestart_hook() {
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         in_bullseye(&shipped, &argv)
     });
-    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
-    assert_injected(
-        &run,
-        &host,
-        &Expected {
-            nodes: &node_specs(&host, &minors),
-            real_libraries: true,
-        },
-    );
+    assert_every_gpu_injected(&run, &host);
     drop(serial);
     assert_mounts_unchanged(&before, "the bullseye container");
 }

@@ -30,7 +30,7 @@ use harness::refusal::failure;
 use harness::runtime::bundle::{template_rootfs, write_hook_config, BundleExtras, Hook, Scenario};
 use harness::runtime::expected::{node_specs, LIB_DIR};
 use harness::runtime::host_state::{listing_diff, tree_listing};
-use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::injected::{assert_every_gpu_injected, assert_injected, Expected};
 use harness::runtime::oci_config::{path_str, NVIDIA_MAJOR};
 use harness::runtime::prepared::{prepare, Prepared};
 use harness::runtime::process::run_bounded;
@@ -671,15 +671,7 @@ fn nvidias_legacy_hook_command_line_configures_a_runc_container() {
         },
     );
     let run = run_prepared(&prepared);
-    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
-    assert_injected(
-        &run,
-        &host,
-        &Expected {
-            nodes: &node_specs(&host, &minors),
-            real_libraries: true,
-        },
-    );
+    assert_every_gpu_injected(&run, &host);
     let log = run.hook_log.clone().unwrap_or_default();
     let ctx = run.describe();
     assert!(

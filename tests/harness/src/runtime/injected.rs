@@ -6,7 +6,7 @@
 //! runs the checker and nvidia-smi (runtimes.rs, rootless.rs); each adds
 //! what is particular to it (decoys, bind mounts, the hook's log).
 
-use super::expected::{NodeSpec, LIB_DIR};
+use super::expected::{node_specs, NodeSpec, LIB_DIR};
 use super::run::Run;
 use crate::simhost::SimHost;
 
@@ -24,6 +24,20 @@ pub struct Expected<'a> {
     /// The host has NVIDIA's real libraries (not the MIG host's stand-ins):
     /// libcuda answers and nvidia-smi runs to its "no driver" failure.
     pub real_libraries: bool,
+}
+
+/// [`assert_injected`] for a container given every GPU of `host`, which
+/// has NVIDIA's real libraries.
+pub fn assert_every_gpu_injected(run: &Run, host: &SimHost) {
+    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
+    assert_injected(
+        run,
+        host,
+        &Expected {
+            nodes: &node_specs(host, &minors),
+            real_libraries: true,
+        },
+    );
 }
 
 /// The container ran to the end and got what `expected` says, plus the
