@@ -33,12 +33,22 @@ pub fn cli_link() -> PathBuf {
 }
 
 /// A layer for `/etc` holding `config` as `oci-nvidia-hook/config.toml`,
-/// beside `config` (`<config>.etc/`), made afresh.
+/// beside `config` (`<config>.etc/`), made afresh. Tests sharing a host
+/// run the CLI side by side, so the copy is put in place by a rename: a
+/// run never reads a half-written config.
 pub fn etc_layer(config: &Path) -> PathBuf {
     let layer = config.with_extension("etc");
     let dir = layer.join("oci-nvidia-hook");
     std::fs::create_dir_all(&dir).expect("create the /etc layer");
-    std::fs::copy(config, dir.join("config.toml")).expect("copy the config into the /etc layer");
+    let text = std::fs::read(config).expect("read the config for the /etc layer");
+    let target = dir.join("config.toml");
+    if std::fs::read(&target).ok().as_deref() != Some(&text[..]) {
+        static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let temp = dir.join(format!(".config.toml.{}.{n}", std::process::id()));
+        std::fs::write(&temp, &text).expect("write the config into the /etc layer");
+        std::fs::rename(&temp, &target).expect("put the config in the /etc layer");
+    }
     layer
 }
 
