@@ -207,14 +207,22 @@ fn the_cycle_finder_finds_a_cycle() {
     assert!(find_cycle(&acyclic).is_none());
 }
 
+/// A directory of this run's for a made-up `src/` tree.
+fn scratch_tree(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("architecture-{name}-{}", std::process::id()))
+}
+
+/// Writes `text` to `rel` below `dir`, making its directories.
+fn write_file(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
 #[test]
 fn the_reader_sees_use_lines_groups_and_super_paths() {
-    let dir = std::env::temp_dir().join(format!("architecture-{}", std::process::id()));
-    let write = |rel: &str, text: &str| {
-        let path = dir.join(rel);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, text).unwrap();
-    };
+    let dir = scratch_tree("imports");
+    let write = |rel: &str, text: &str| write_file(&dir, rel, text);
     write("lib.rs", "pub mod driver;\npub mod plan;\n");
     write("plan.rs", "use crate::{driver::Inventory, request};\n");
     write("driver/mod.rs", "mod a;\nmod b;\nuse crate::plan::Plan;\n");
@@ -338,8 +346,111 @@ fn the_planner_offers_its_entry_points_only() {
 /// What consumers of the planner may share with each other: the CDI
 /// format (its spec, and the directories specs are read from) and a plan
 /// as container edits, which the runtime wrapper writes into a
-/// `config.json` as a CDI spec carries them.
-const SHARED: [&str; 6] = ["spec", "dirs", "edits", "apply", "Spec", "Callback"];
+/// `config.json` as a CDI spec carries them, and the error editing returns.
+const SHARED: [&str; 7] = [
+    "spec", "dirs", "edits", "apply", "Spec", "Callback", "Error",
+];
+
+/// The types deriving `thiserror::Error` in `code`: `enum Error`, `struct Expired`.
+fn error_types(code: &str) -> Vec<String> {
+    let mut types = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("#[derive(") {
+        rest = &rest[at + "#[derive(".len()..];
+        let end = rest.find(")]").unwrap_or(rest.len());
+        let derives_error = rest[..end]
+            .split(',')
+            .any(|d| matches!(d.trim(), "Error" | "thiserror::Error"));
+        if !derives_error {
+            continue;
+        }
+        let item = rest[end..]
+            .split_whitespace()
+            .skip_while(|w| *w != "enum" && *w != "struct")
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        types.push(
+            item.split(['{', '(', '<', ';'])
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    types
+}
+
+/// Where `src` breaks "one error type per module": each top-level module
+/// has at most one type deriving `thiserror::Error`, in its own file
+/// (`src/x.rs` or `src/x/mod.rs`); its submodules return that one.
+fn error_types_out_of_place(src: &Path) -> (usize, Vec<String>) {
+    let mut by_module: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut found = Vec::new();
+    let mut total = 0;
+    for (module, file, code) in code_by_module(src) {
+        let Some(top) = module.first() else { continue };
+        for item in error_types(&code) {
+            total += 1;
+            let at = format!("{}: {item}", file.display());
+            if module.len() > 1 {
+                found.push(format!("{at} (in a submodule: use crate::{top}::Error)"));
+            }
+            by_module.entry(top.clone()).or_default().push(at);
+        }
+    }
+    for (top, items) in by_module {
+        if items.len() > 1 {
+            found.push(format!(
+                "{top} has {} error types: {}",
+                items.len(),
+                items.join(", ")
+            ));
+        }
+    }
+    (total, found)
+}
+
+#[test]
+fn each_module_has_one_error_type() {
+    let (total, found) = error_types_out_of_place(&src());
+    assert!(total >= 20, "the reader found {total} error types");
+    assert!(
+        found.is_empty(),
+        "one thiserror error type per module, in the module's own file:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_error_reader_finds_a_second_error_and_one_in_a_submodule() {
+    let dir = scratch_tree("errors");
+    let write = |rel: &str, text: &str| write_file(&dir, rel, text);
+    write(
+        "driver/mod.rs",
+        "#[derive(Debug, Error)]\npub enum Error {}\n#[derive(Debug, Clone)]\nstruct Plain;\n",
+    );
+    write(
+        "driver/snapshot.rs",
+        "/// Why.\n#[derive(Debug, thiserror::Error, PartialEq)]\n#[error(\"x\")]\npub struct Refused { a: u8 }\n",
+    );
+    write(
+        "plan.rs",
+        "#[derive(Debug, Error)]\npub enum Error {}\n#[derive(Debug, Error)]\npub enum Other {}\n",
+    );
+    write(
+        "image.rs",
+        "#[derive(Debug, Error)]\npub enum Error {}\n#[cfg(test)]\nmod tests {\n#[derive(Debug, Error)]\nenum T {}\n}\n",
+    );
+    let (total, found) = error_types_out_of_place(&dir);
+    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(total, 5, "{found:?}");
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found[0].contains("struct Refused"), "{found:?}");
+    assert!(
+        found.iter().any(|f| f.starts_with("plan has 2")),
+        "{found:?}"
+    );
+}
 
 #[test]
 fn consumers_do_not_call_each_other() {
