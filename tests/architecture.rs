@@ -338,7 +338,7 @@ fn the_planner_offers_its_entry_points_only() {
         .collect();
     assert_eq!(
         public,
-        ["plan", "inventory", "plan_each_device"],
+        ["plan", "inventory", "examine", "plan_each_device"],
         "a consumer must not sequence the planner's steps itself"
     );
 }
@@ -350,6 +350,88 @@ fn the_planner_offers_its_entry_points_only() {
 const SHARED: [&str; 7] = [
     "spec", "dirs", "edits", "apply", "Spec", "Callback", "Error",
 ];
+
+/// The planner's entry points, as a consumer calls them.
+const PLANNER_CALLS: [&str; 4] = [
+    "planner::plan(",
+    "planner::inventory(",
+    "planner::examine(",
+    "planner::plan_each_device(",
+];
+
+/// `code` cut into the functions it defines (each from its `fn` line to
+/// the next one's), with the name of each.
+fn functions(code: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in code.lines() {
+        let trimmed = line.trim_start();
+        let rest = ["fn ", "pub fn ", "pub(crate) fn ", "pub(super) fn "]
+            .iter()
+            .find_map(|start| trimmed.strip_prefix(start));
+        if let Some(rest) = rest {
+            let name = rest.split(['(', '<']).next().unwrap_or_default();
+            out.push((name.to_string(), String::new()));
+        }
+        if let Some((_, body)) = out.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    out
+}
+
+/// The planner calls in `code`.
+fn planner_calls(code: &str) -> usize {
+    PLANNER_CALLS
+        .iter()
+        .map(|call| code.matches(call).count())
+        .sum()
+}
+
+#[test]
+fn each_consumer_makes_one_planner_call() {
+    let mut found = Vec::new();
+    let mut doctor = Vec::new();
+    let mut seen = 0;
+    for (module, file, code) in code_by_module(&src()) {
+        if module.first().map(String::as_str) == Some("planner") {
+            continue;
+        }
+        for (name, body) in functions(&code) {
+            let calls = planner_calls(&body);
+            seen += calls;
+            if calls > 1 {
+                found.push(format!("{}: {name} makes {calls}", file.display()));
+            }
+            if calls > 0 && module.first().map(String::as_str) == Some("doctor") {
+                doctor.push(format!("{}: {name}", file.display()));
+            }
+        }
+    }
+    assert!(seen >= 8, "the reader found {seen} planner calls");
+    assert!(
+        found.is_empty(),
+        "a function calls the planner more than once (one call returns all it needs):\n{}",
+        found.join("\n")
+    );
+    // Doctor is one consumer, spread over its layers' files.
+    assert_eq!(
+        doctor.len(),
+        1,
+        "doctor must make one planner call (planner::examine): {doctor:?}"
+    );
+}
+
+#[test]
+fn the_function_reader_counts_planner_calls_per_function() {
+    let code = "fn a() {\n    planner::plan(c, i)?;\n    planner::inventory(c, s)?;\n}\n\
+                pub(super) fn b() {\n    planner::examine(c, s, None)\n}\n";
+    let counted: Vec<(String, usize)> = functions(code)
+        .into_iter()
+        .map(|(name, body)| (name, planner_calls(&body)))
+        .collect();
+    assert_eq!(counted, [("a".to_string(), 2), ("b".to_string(), 1)]);
+}
 
 /// The types deriving `thiserror::Error` in `code`: `enum Error`, `struct Expired`.
 fn error_types(code: &str) -> Vec<String> {
