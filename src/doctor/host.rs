@@ -519,7 +519,7 @@ pub(super) fn run_bounded(
     let mut child = Command::new(program)
         .args(args)
         .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("PATH", crate::program::SYSTEM_PATH)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

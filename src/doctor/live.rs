@@ -405,7 +405,7 @@ impl Work {
                 None => {}
             }
         }
-        let exe = std::env::current_exe().map_err(|source| Error::CurrentExe { source })?;
+        let exe = crate::program::path().map_err(|source| Error::CurrentExe { source })?;
         // Host files are bind-mounted read-only, not copied: nothing to
         // copy, and they stay executable where $TMPDIR is mounted noexec.
         let mut mounts: Vec<(PathBuf, PathBuf)> =
@@ -518,7 +518,7 @@ impl Work {
             .arg(self.dir.join("bundle"))
             .arg(&self.id)
             .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("PATH", crate::program::SYSTEM_PATH)
             .stdin(Stdio::null())
             .stdout(File::create(&stdout_path)?)
             .stderr(File::create(&stderr_path)?)
@@ -566,7 +566,7 @@ impl Work {
             .arg(self.state())
             .args(args)
             .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("PATH", crate::program::SYSTEM_PATH)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
