@@ -2,14 +2,14 @@
 //! inventory to the effective request and the [`Plan`].
 //!
 //! Every consumer makes one call: [`plan`] for one container (the hooks,
-//! the runtime wrapper, `list`, NVIDIA's CLI, `doctor`), [`plan_each_device`]
-//! for a CDI spec, [`inventory`] for the commands that show the host. The
-//! steps (the effective request, discovery, the image, the plan, the
-//! requirement checks, what the caller leaves to others) are ordered here
-//! and nowhere else, so a host and a request are shown the same way
-//! everywhere: policy (device mounts against
-//! the variable, unprivileged containers, supported capabilities, MIG
-//! privilege), discovery's scope (NVML only where `/proc` cannot answer),
+//! the runtime wrapper, `list`, NVIDIA's CLI), [`plan_each_device`]
+//! for a CDI spec, [`inventory`] for the commands that show the host, and
+//! [`examine`] for `doctor`, which shows the host and plans a container on
+//! it. The steps (the effective request, discovery, the image, the plan,
+//! the requirement checks, what the caller leaves to others) are ordered
+//! here and nowhere else, so a host and a request are shown the same way
+//! everywhere: policy (device mounts against the variable, unprivileged
+//! containers, supported capabilities, MIG privilege), discovery's scope (NVML only where `/proc` cannot answer),
 //! the image's layout and compat libraries, and the requirement checks all
 //! live here, not on a consumer's side. It never touches a container.
 
@@ -153,7 +153,8 @@ impl Effective {
 pub struct Planned {
     /// The request as policy let it stand.
     pub effective: Effective,
-    /// The host inventory, scoped to the request; `None` for a void request.
+    /// The host inventory it was planned on, scoped to the request (or
+    /// to [`examine`]'s scope); `None` for a void request.
     pub inventory: Option<Inventory>,
     /// What the container receives.
     pub plan: Plan,
@@ -445,6 +446,13 @@ impl<'a> Inputs<'a> {
 /// and its requirement checks; and the plan less what the caller leaves to
 /// others. A void request stops after the first step, with an empty plan.
 pub fn plan(config: &Config, inputs: Inputs<'_>) -> Result<Planned> {
+    plan_on(config, inputs, None)
+}
+
+/// [`plan`]'s steps, on the inventory `taken` when the caller's one
+/// planner call took it already ([`examine`]), else discovered for the
+/// request.
+fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Result<Planned> {
     let Inputs {
         source,
         image,
@@ -470,7 +478,16 @@ pub fn plan(config: &Config, inputs: Inputs<'_>) -> Result<Planned> {
             effective.node_mode = NodeMode::Bind;
         }
     }
-    let inventory = discover(config, &effective, discovery)?;
+    let inventory = match taken {
+        Some(taken) => {
+            let mut inventory = taken.clone();
+            if effective.needs_nvml() {
+                inventory.nvml()?;
+            }
+            inventory
+        }
+        None => discover(config, &effective, discovery)?,
+    };
     if let Source::Granted(granted) = source {
         // A spec made for another driver names files that changed.
         if inventory.driver_version != granted.made.driver_version {
@@ -509,6 +526,33 @@ fn discover(config: &Config, effective: &Effective, discovery: Discovery) -> Res
 /// (`info`, `doctor`, `cdi validate`) look at it: walked whole.
 pub fn inventory(config: &Config, scope: &Capabilities) -> Result<Inventory> {
     Ok(Inventory::discover(&config.driver, scope)?)
+}
+
+/// What `doctor` looks at: the host, and a container planned on it.
+#[derive(Debug)]
+pub struct Examined {
+    /// The host inventory for the scope asked for, walked whole.
+    pub inventory: Inventory,
+    /// The container's plan (or why the hook would refuse it), made on
+    /// that inventory as the hook would make it; `None` when none was asked.
+    pub container: Option<Result<Planned>>,
+}
+
+/// The one planner call for `doctor`: the host inventoried for `scope`, as
+/// [`inventory`] does, and, when `container` is given, its request planned
+/// on that inventory as [`plan`] plans it (NVML asked on a copy, so the
+/// host's inventory stays as discovery left it). Fails when discovery does.
+pub fn examine(
+    config: &Config,
+    scope: &Capabilities,
+    container: Option<Inputs<'_>>,
+) -> Result<Examined> {
+    let inventory = inventory(config, scope)?;
+    let container = container.map(|inputs| plan_on(config, inputs, Some(&inventory)));
+    Ok(Examined {
+        inventory,
+        container,
+    })
 }
 
 /// Examines the image the plan is for.

@@ -207,14 +207,22 @@ fn the_cycle_finder_finds_a_cycle() {
     assert!(find_cycle(&acyclic).is_none());
 }
 
+/// A directory of this run's for a made-up `src/` tree.
+fn scratch_tree(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("architecture-{name}-{}", std::process::id()))
+}
+
+/// Writes `text` to `rel` below `dir`, making its directories.
+fn write_file(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
 #[test]
 fn the_reader_sees_use_lines_groups_and_super_paths() {
-    let dir = std::env::temp_dir().join(format!("architecture-{}", std::process::id()));
-    let write = |rel: &str, text: &str| {
-        let path = dir.join(rel);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, text).unwrap();
-    };
+    let dir = scratch_tree("imports");
+    let write = |rel: &str, text: &str| write_file(&dir, rel, text);
     write("lib.rs", "pub mod driver;\npub mod plan;\n");
     write("plan.rs", "use crate::{driver::Inventory, request};\n");
     write("driver/mod.rs", "mod a;\nmod b;\nuse crate::plan::Plan;\n");
@@ -330,7 +338,7 @@ fn the_planner_offers_its_entry_points_only() {
         .collect();
     assert_eq!(
         public,
-        ["plan", "inventory", "plan_each_device"],
+        ["plan", "inventory", "examine", "plan_each_device"],
         "a consumer must not sequence the planner's steps itself"
     );
 }
@@ -338,8 +346,193 @@ fn the_planner_offers_its_entry_points_only() {
 /// What consumers of the planner may share with each other: the CDI
 /// format (its spec, and the directories specs are read from) and a plan
 /// as container edits, which the runtime wrapper writes into a
-/// `config.json` as a CDI spec carries them.
-const SHARED: [&str; 6] = ["spec", "dirs", "edits", "apply", "Spec", "Callback"];
+/// `config.json` as a CDI spec carries them, and the error editing returns.
+const SHARED: [&str; 7] = [
+    "spec", "dirs", "edits", "apply", "Spec", "Callback", "Error",
+];
+
+/// The planner's entry points, as a consumer calls them.
+const PLANNER_CALLS: [&str; 4] = [
+    "planner::plan(",
+    "planner::inventory(",
+    "planner::examine(",
+    "planner::plan_each_device(",
+];
+
+/// `code` cut into the functions it defines (each from its `fn` line to
+/// the next one's), with the name of each.
+fn functions(code: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in code.lines() {
+        let trimmed = line.trim_start();
+        let rest = ["fn ", "pub fn ", "pub(crate) fn ", "pub(super) fn "]
+            .iter()
+            .find_map(|start| trimmed.strip_prefix(start));
+        if let Some(rest) = rest {
+            let name = rest.split(['(', '<']).next().unwrap_or_default();
+            out.push((name.to_string(), String::new()));
+        }
+        if let Some((_, body)) = out.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    out
+}
+
+/// The planner calls in `code`.
+fn planner_calls(code: &str) -> usize {
+    PLANNER_CALLS
+        .iter()
+        .map(|call| code.matches(call).count())
+        .sum()
+}
+
+#[test]
+fn each_consumer_makes_one_planner_call() {
+    let mut found = Vec::new();
+    let mut doctor = Vec::new();
+    let mut seen = 0;
+    for (module, file, code) in code_by_module(&src()) {
+        if module.first().map(String::as_str) == Some("planner") {
+            continue;
+        }
+        for (name, body) in functions(&code) {
+            let calls = planner_calls(&body);
+            seen += calls;
+            if calls > 1 {
+                found.push(format!("{}: {name} makes {calls}", file.display()));
+            }
+            if calls > 0 && module.first().map(String::as_str) == Some("doctor") {
+                doctor.push(format!("{}: {name}", file.display()));
+            }
+        }
+    }
+    assert!(seen >= 8, "the reader found {seen} planner calls");
+    assert!(
+        found.is_empty(),
+        "a function calls the planner more than once (one call returns all it needs):\n{}",
+        found.join("\n")
+    );
+    // Doctor is one consumer, spread over its layers' files.
+    assert_eq!(
+        doctor.len(),
+        1,
+        "doctor must make one planner call (planner::examine): {doctor:?}"
+    );
+}
+
+#[test]
+fn the_function_reader_counts_planner_calls_per_function() {
+    let code = "fn a() {\n    planner::plan(c, i)?;\n    planner::inventory(c, s)?;\n}\n\
+                pub(super) fn b() {\n    planner::examine(c, s, None)\n}\n";
+    let counted: Vec<(String, usize)> = functions(code)
+        .into_iter()
+        .map(|(name, body)| (name, planner_calls(&body)))
+        .collect();
+    assert_eq!(counted, [("a".to_string(), 2), ("b".to_string(), 1)]);
+}
+
+/// The types deriving `thiserror::Error` in `code`: `enum Error`, `struct Expired`.
+fn error_types(code: &str) -> Vec<String> {
+    let mut types = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("#[derive(") {
+        rest = &rest[at + "#[derive(".len()..];
+        let end = rest.find(")]").unwrap_or(rest.len());
+        let derives_error = rest[..end]
+            .split(',')
+            .any(|d| matches!(d.trim(), "Error" | "thiserror::Error"));
+        if !derives_error {
+            continue;
+        }
+        let item = rest[end..]
+            .split_whitespace()
+            .skip_while(|w| *w != "enum" && *w != "struct")
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        types.push(
+            item.split(['{', '(', '<', ';'])
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    types
+}
+
+/// Where `src` breaks "one error type per module": each top-level module
+/// has at most one type deriving `thiserror::Error`, in its own file
+/// (`src/x.rs` or `src/x/mod.rs`); its submodules return that one.
+fn error_types_out_of_place(src: &Path) -> (usize, Vec<String>) {
+    let mut by_module: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut found = Vec::new();
+    let mut total = 0;
+    for (module, file, code) in code_by_module(src) {
+        let Some(top) = module.first() else { continue };
+        for item in error_types(&code) {
+            total += 1;
+            let at = format!("{}: {item}", file.display());
+            if module.len() > 1 {
+                found.push(format!("{at} (in a submodule: use crate::{top}::Error)"));
+            }
+            by_module.entry(top.clone()).or_default().push(at);
+        }
+    }
+    for (top, items) in by_module {
+        if items.len() > 1 {
+            found.push(format!(
+                "{top} has {} error types: {}",
+                items.len(),
+                items.join(", ")
+            ));
+        }
+    }
+    (total, found)
+}
+
+#[test]
+fn each_module_has_one_error_type() {
+    let (total, found) = error_types_out_of_place(&src());
+    assert!(total >= 20, "the reader found {total} error types");
+    assert!(
+        found.is_empty(),
+        "one thiserror error type per module, in the module's own file:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_error_reader_finds_a_second_error_and_one_in_a_submodule() {
+    let dir = scratch_tree("errors");
+    let write = |rel: &str, text: &str| write_file(&dir, rel, text);
+    write(
+        "driver/mod.rs",
+        "#[derive(Debug, Error)]\npub enum Error {}\n#[derive(Debug, Clone)]\nstruct Plain;\n",
+    );
+    write(
+        "driver/snapshot.rs",
+        "/// Why.\n#[derive(Debug, thiserror::Error, PartialEq)]\n#[error(\"x\")]\npub struct Refused { a: u8 }\n",
+    );
+    write(
+        "plan.rs",
+        "#[derive(Debug, Error)]\npub enum Error {}\n#[derive(Debug, Error)]\npub enum Other {}\n",
+    );
+    write(
+        "image.rs",
+        "#[derive(Debug, Error)]\npub enum Error {}\n#[cfg(test)]\nmod tests {\n#[derive(Debug, Error)]\nenum T {}\n}\n",
+    );
+    let (total, found) = error_types_out_of_place(&dir);
+    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(total, 5, "{found:?}");
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found[0].contains("struct Refused"), "{found:?}");
+    assert!(
+        found.iter().any(|f| f.starts_with("plan has 2")),
+        "{found:?}"
+    );
+}
 
 #[test]
 fn consumers_do_not_call_each_other() {

@@ -4,23 +4,10 @@
 //! makes the mounts and runs our hook. The spec is edited as JSON: every
 //! field we do not touch is kept as it was, in its order.
 
-use serde_json::{json, Map, Value};
-use thiserror::Error;
-
 use super::spec::ContainerEdits;
+use super::Error;
 use crate::callback::HOOK_COMMAND;
-
-/// Why a spec could not be edited.
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum Error {
-    #[error("config.json: {field} is not {expected}")]
-    Shape {
-        /// The JSON path of the field.
-        field: &'static str,
-        /// What it should be.
-        expected: &'static str,
-    },
-}
+use serde_json::{json, Map, Value};
 
 /// Result of editing.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -222,12 +209,16 @@ mod tests {
     #[test]
     fn a_spec_of_the_wrong_shape_is_refused_naming_the_field() {
         let mut spec = json!({"process": {"env": "A=1"}});
-        assert_eq!(
-            apply(&mut spec, &edits()),
-            Err(Error::Shape {
-                field: "process.env",
-                expected: "an array"
-            })
+        let err = apply(&mut spec, &edits());
+        assert!(
+            matches!(
+                err,
+                Err(Error::Shape {
+                    field: "process.env",
+                    expected: "an array"
+                })
+            ),
+            "{err:?}"
         );
     }
 }

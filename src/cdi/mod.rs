@@ -45,6 +45,13 @@ pub enum Error {
     Write { path: PathBuf, source: io::Error },
     #[error("cannot create directory {path} for the spec: {source}")]
     CreateDir { path: PathBuf, source: io::Error },
+    #[error("config.json: {field} is not {expected}")]
+    Shape {
+        /// The JSON path of the field.
+        field: &'static str,
+        /// What it should be.
+        expected: &'static str,
+    },
 }
 
 /// Result of CDI work.

@@ -14,20 +14,110 @@ pub mod runtime_hook;
 pub const RUNTIME_NAME: &str = "nvidia-container-runtime";
 
 use std::ffi::{OsStr, OsString};
+use std::io;
 use std::path::Path;
 
 use clap::Parser;
 use thiserror::Error;
 
 use crate::cli::{self, Cli};
+use crate::{config, driver, engine_config, hook, logging, planner};
+use nvidia_cli::NAME as CLI;
+use runtime_hook::NAME as HOOK;
 
-/// Why a command line under one of NVIDIA's names was refused.
+/// Why a command line under one of NVIDIA's names was refused, or why the
+/// command it asked for failed.
 #[derive(Debug, Error)]
 pub enum Error {
+    // nvidia-container-runtime-hook's command line.
+    #[error("{HOOK}: no command: expected prestart, poststart or poststop")]
+    HookNoCommand,
+    #[error("{HOOK}: unknown command {command:?}: expected prestart, poststart or poststop")]
+    HookUnknownCommand { command: String },
+    #[error("{HOOK}: flag {flag} needs a value")]
+    HookMissingValue { flag: String },
+    #[error("{HOOK}: unknown flag {flag:?} (known: -config PATH, -debug, -version)")]
+    HookUnknownFlag { flag: String },
+    #[error("{HOOK}: unexpected argument {argument:?} after {command}")]
+    HookExtra { command: String, argument: String },
+    // nvidia-container-cli's command line.
+    #[error("{CLI}{command}: {problem}; NVIDIA's CLI takes {known}", command = at(.command))]
+    CliOption {
+        command: Option<&'static str>,
+        problem: nvidia_cli::OptionProblem,
+        known: String,
+    },
+    #[error("{CLI}: no command: expected info, list or configure")]
+    CliNoCommand,
+    #[error("{CLI}: unknown command {command:?}: expected info, list or configure")]
+    CliUnknownCommand { command: String },
+    #[error("{CLI} {command}: unexpected argument {argument:?}")]
+    CliExtra {
+        command: &'static str,
+        argument: String,
+    },
+    #[error("{CLI} configure: no ROOTFS argument (usage: configure [OPTION...] --pid=PID ROOTFS)")]
+    NoRootfs,
+    #[error("{CLI} configure: invalid rootfs directory {rootfs:?}: it must be an absolute path other than /")]
+    BadRootfs { rootfs: String },
+    #[error("{CLI} configure: --pid={value:?} is not a process id")]
+    BadPid { value: String },
+    #[error(
+        "{CLI} configure: --pid=PID is required: without it NVIDIA's CLI configures its \
+         calling process in its own mount namespace, which this implementation never does"
+    )]
+    NoPid,
+    #[error("{CLI} configure: --cuda-compat-mode={value:?} is not a mode (known: ldconfig, mount, disabled)")]
+    BadCudaCompatMode { value: String },
+    #[error(
+        "{CLI} configure: --imex-channel={value:?} is refused: this implementation injects no \
+         IMEX channel; use NVIDIA's CLI for containers that need one"
+    )]
+    ImexChannel { value: String },
+    #[error("{CLI}: {option}={value:?} must be an absolute path")]
+    NotAbsolute { option: &'static str, value: String },
+    #[error("{CLI}: {option} is not valid UTF-8")]
+    NotUtf8 { option: &'static str },
+    // nvidia-ctk's command line.
+    #[error("{0}")]
+    Usage(String),
+    // Running the command.
     #[error(transparent)]
-    RuntimeHook(#[from] runtime_hook::Error),
+    Config(#[from] config::Error),
     #[error(transparent)]
-    NvidiaCli(#[from] nvidia_cli::args::Error),
+    Log(#[from] logging::Error),
+    #[error(transparent)]
+    Driver(#[from] driver::Error),
+    #[error(transparent)]
+    Planner(#[from] planner::Error),
+    #[error(transparent)]
+    Hook(#[from] hook::Error),
+    #[error(transparent)]
+    Engine(#[from] engine_config::Error),
+    #[error(transparent)]
+    Ours(Box<cli::Error>),
+    #[error("cannot write output: {0}")]
+    Output(#[from] io::Error),
+}
+
+impl From<cli::Error> for Error {
+    fn from(e: cli::Error) -> Self {
+        Error::Ours(Box::new(e))
+    }
+}
+
+/// The parsers' tests compare refusals whole: two errors are equal when
+/// their variants and operands are (the `Debug` text says both).
+#[cfg(test)]
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        format!("{self:?}") == format!("{other:?}")
+    }
+}
+
+/// ` COMMAND` for an error of a command's options, nothing for a global one.
+fn at(command: &Option<&'static str>) -> String {
+    command.map(|c| format!(" {c}")).unwrap_or_default()
 }
 
 /// What a command line asks for, whichever name the binary was run as.

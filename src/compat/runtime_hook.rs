@@ -12,27 +12,11 @@
 
 use std::path::PathBuf;
 
-use thiserror::Error;
-
+use super::Error;
 use crate::cli::{Cli, Command};
 
 /// The name Docker looks up on its PATH.
 pub const NAME: &str = "nvidia-container-runtime-hook";
-
-/// Why the command line was refused.
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum Error {
-    #[error("{NAME}: no command: expected prestart, poststart or poststop")]
-    NoCommand,
-    #[error("{NAME}: unknown command {command:?}: expected prestart, poststart or poststop")]
-    UnknownCommand { command: String },
-    #[error("{NAME}: flag {flag} needs a value")]
-    MissingValue { flag: String },
-    #[error("{NAME}: unknown flag {flag:?} (known: -config PATH, -debug, -version)")]
-    UnknownFlag { flag: String },
-    #[error("{NAME}: unexpected argument {argument:?} after {command}")]
-    Extra { command: String, argument: String },
-}
 
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
@@ -51,7 +35,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, Error> {
     let mut args = args.iter();
     let command = loop {
         let Some(arg) = args.next() else {
-            return Err(Error::NoCommand);
+            return Err(Error::HookNoCommand);
         };
         let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
             break arg;
@@ -67,7 +51,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, Error> {
                     None => args
                         .next()
                         .cloned()
-                        .ok_or_else(|| Error::MissingValue { flag: arg.clone() })?,
+                        .ok_or_else(|| Error::HookMissingValue { flag: arg.clone() })?,
                 };
                 config = Some(PathBuf::from(value));
             }
@@ -75,12 +59,12 @@ pub fn parse(args: &[String]) -> Result<Parsed, Error> {
             "debug" => log::debug!("{NAME}: -debug ignored: the config file sets the log level"),
             "version" => return Ok(Parsed::Version),
             _ => {
-                return Err(Error::UnknownFlag { flag: arg.clone() });
+                return Err(Error::HookUnknownFlag { flag: arg.clone() });
             }
         }
     };
     if let Some(extra) = args.next() {
-        return Err(Error::Extra {
+        return Err(Error::HookExtra {
             command: command.clone(),
             argument: extra.clone(),
         });
@@ -91,7 +75,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, Error> {
             command: Command::Prestart,
         })),
         "poststart" | "poststop" => Ok(Parsed::Nothing),
-        other => Err(Error::UnknownCommand {
+        other => Err(Error::HookUnknownCommand {
             command: other.to_string(),
         }),
     }
@@ -145,24 +129,24 @@ mod tests {
     fn other_stages_and_flags_are_refused_naming_them() {
         assert_eq!(
             parse_args(&["createContainer"]),
-            Err(Error::UnknownCommand {
+            Err(Error::HookUnknownCommand {
                 command: "createContainer".into()
             })
         );
-        assert_eq!(parse_args(&[]), Err(Error::NoCommand));
+        assert_eq!(parse_args(&[]), Err(Error::HookNoCommand));
         assert_eq!(
             parse_args(&["-config"]),
-            Err(Error::MissingValue {
+            Err(Error::HookMissingValue {
                 flag: "-config".into()
             })
         );
         assert_eq!(
             parse_args(&["-x", "prestart"]),
-            Err(Error::UnknownFlag { flag: "-x".into() })
+            Err(Error::HookUnknownFlag { flag: "-x".into() })
         );
         assert_eq!(
             parse_args(&["prestart", "extra"]),
-            Err(Error::Extra {
+            Err(Error::HookExtra {
                 command: "prestart".into(),
                 argument: "extra".into()
             })

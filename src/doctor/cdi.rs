@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::{Check, HostFacts, HostRoot, Layer};
+use super::{Check, Error, HostFacts, HostRoot, Layer};
 use crate::cdi::dirs::{spec_files, SPEC_DIRS};
 use crate::cdi::Spec;
 
@@ -47,8 +47,16 @@ pub(super) fn check(
         for file in spec_files(&host.path(dir)) {
             result.any = true;
             let parsed = std::fs::read(&file)
-                .map_err(|e| e.to_string())
-                .and_then(|data| serde_yaml::from_slice::<Spec>(&data).map_err(|e| e.to_string()));
+                .map_err(|source| Error::Read {
+                    file: file.clone(),
+                    source,
+                })
+                .and_then(|data| {
+                    serde_yaml::from_slice::<Spec>(&data).map_err(|source| Error::Yaml {
+                        file: file.clone(),
+                        source,
+                    })
+                });
             match parsed {
                 Ok(spec) => specs.push(Loaded {
                     file,
@@ -59,7 +67,7 @@ pub(super) fn check(
                     L,
                     "CDI",
                     &file,
-                    &e,
+                    &e.to_string(),
                     format!(
                         "regenerate it (`oci-nvidia-hook cdi generate --output {}`) or remove \
                          it: engines refuse its devices",

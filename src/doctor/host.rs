@@ -15,12 +15,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::procs::Table;
-use super::{Check, HostFacts, Layer};
+use super::{Check, Error, HostFacts, Layer};
 use crate::config::Config;
 use crate::driver::{proc, DriverRoot, Inventory, NodeRole, NodeState};
 use crate::elf::Arch;
 use crate::ldcache::LdCache;
-use crate::planner;
+use crate::planner::{self, Inputs};
 use crate::request::Capabilities;
 
 const L: Layer = Layer::Host;
@@ -32,15 +32,18 @@ const SMI_TIMEOUT: Duration = Duration::from_secs(10);
 /// `nvidia-smi` load NVML, CUDA programs libcuda, through the host's cache.
 const LOADER_CHECKED: &[&str] = &["libnvidia-ml.so.1", "libcuda.so.1"];
 
-/// Checks the host driver and returns what later layers need.
+/// Checks the host driver and returns what later layers need: its
+/// inventory, and `container` (the described image's) planned on it.
 pub(super) fn check(
     config: &Config,
     processes: &Table,
     host_smi: bool,
+    container: Option<Inputs<'_>>,
     out: &mut Vec<Check>,
 ) -> HostFacts {
     let none = HostFacts {
         inventory: None,
+        container: None,
         cuda: None,
         failed: true,
     };
@@ -48,8 +51,9 @@ pub(super) fn check(
     if !module(&nvidia, out) {
         return none;
     }
-    let inventory = match planner::inventory(config, &Capabilities::all()) {
-        Ok(inventory) => inventory,
+    // Doctor's one planner call: the host, and the image's container on it.
+    let (inventory, planned) = match planner::examine(config, &Capabilities::all(), container) {
+        Ok(examined) => (examined.inventory, examined.container),
         Err(e) => {
             out.push(Check::fail(
                 L,
@@ -74,6 +78,7 @@ pub(super) fn check(
     }
     HostFacts {
         inventory: Some(inventory),
+        container: planned,
         cuda,
         failed: false,
     }
@@ -510,16 +515,19 @@ pub(super) fn run_bounded(
     program: &Path,
     args: &[&str],
     timeout: Duration,
-) -> Result<(bool, String), String> {
+) -> Result<(bool, String), Error> {
     let mut child = Command::new(program)
         .args(args)
         .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("PATH", crate::program::SYSTEM_PATH)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run it: {e}"))?;
+        .map_err(|source| Error::Spawn {
+            program: program.to_path_buf(),
+            source,
+        })?;
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -528,9 +536,17 @@ pub(super) fn run_bounded(
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("no answer within {} s: killed", timeout.as_secs()));
+                return Err(Error::Hung {
+                    program: program.to_path_buf(),
+                    timeout,
+                });
             }
-            Err(e) => return Err(format!("cannot wait for it: {e}")),
+            Err(source) => {
+                return Err(Error::Wait {
+                    program: program.to_path_buf(),
+                    source,
+                })
+            }
         }
     };
     let mut text = String::new();
@@ -577,7 +593,8 @@ mod tests {
         let started = Instant::now();
         let err =
             run_bounded(Path::new("/bin/sleep"), &["5"], Duration::from_millis(100)).unwrap_err();
-        assert!(err.contains("killed"), "{err}");
+        assert!(matches!(err, Error::Hung { .. }), "{err:?}");
+        assert!(err.to_string().contains("killed"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(3));
         let (ok, text) = run_bounded(
             Path::new("/bin/sh"),

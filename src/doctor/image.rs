@@ -18,7 +18,7 @@ use nix::dir::Dir;
 use pathrs::Root;
 
 use super::ceiling::{self, Verdict};
-use super::{Check, HostFacts, Layer, Options};
+use super::{Check, Error, HostFacts, Layer, Options};
 use crate::bundle::Container;
 use crate::config::Config;
 use crate::driver::CudaVersion;
@@ -52,13 +52,40 @@ struct Found {
     from: String,
 }
 
-/// Checks the image `options` describe against this host.
-pub(super) fn check(config: &Config, options: &Options, facts: &HostFacts, out: &mut Vec<Check>) {
+/// The image `options` describe, read before the host is planned for:
+/// what reading it found, and the container the hook would be asked to start.
+pub(super) struct Described {
+    /// The checks of reading its config and opening its rootfs.
+    checks: Vec<Check>,
+    /// Its CUDA version and where it was read.
+    found: Option<Found>,
+    /// Its rootfs, when one was given and opened.
+    rootfs: Option<PathBuf>,
+    /// The container of it, as a runtime would describe it to the hook.
+    container: Container,
+    /// What the container was assumed to ask for, said after "starts".
+    assumed: &'static str,
+}
+
+impl Described {
+    /// The planner's inputs for the container: as the hook plans it.
+    pub(super) fn inputs(&self) -> Inputs<'_> {
+        let image = match &self.rootfs {
+            Some(dir) => ImageSource::Rootfs(dir),
+            None => ImageSource::Layout(Default::default()),
+        };
+        Inputs::new(Source::Container(&self.container), image)
+    }
+}
+
+/// Reads the image `options` describe.
+pub(super) fn describe(options: &Options) -> Described {
+    let mut checks = Vec::new();
     let mut env = match &options.image_config {
         Some(file) => match image_env(file) {
             Ok(env) => env,
             Err(reason) => {
-                out.push(Check::fail(
+                checks.push(Check::fail(
                     L,
                     "image config",
                     format!("{}: {reason}", file.display()),
@@ -75,7 +102,7 @@ pub(super) fn check(config: &Config, options: &Options, facts: &HostFacts, out: 
         Some(dir) => match Root::open(dir) {
             Ok(root) => Some(root),
             Err(e) => {
-                out.push(Check::fail(
+                checks.push(Check::fail(
                     L,
                     "image rootfs",
                     format!(
@@ -93,39 +120,87 @@ pub(super) fn check(config: &Config, options: &Options, facts: &HostFacts, out: 
     };
     let found = image_cuda(options, root.as_ref(), &env);
     // A rootfs that did not open was reported above: plan for its layout alone.
-    let rootfs = options.image_rootfs.as_deref().filter(|_| root.is_some());
-    starts(config, rootfs, &env, &found, facts, out);
-    ceiling_check(config, options, found.as_ref(), facts, out);
+    let rootfs = options.image_rootfs.clone().filter(|_| root.is_some());
+    let mut assumed = "";
+    if env_var(&env, "NVIDIA_VISIBLE_DEVICES").is_none() {
+        // `docker run --gpus all` and `--device nvidia.com/gpu=all` add it.
+        env.push("NVIDIA_VISIBLE_DEVICES=all".into());
+        assumed = " (asked with NVIDIA_VISIBLE_DEVICES=all, as --gpus all asks)";
+    }
+    let container = Container {
+        rootfs: rootfs.clone().unwrap_or_else(|| PathBuf::from("/")),
+        env,
+        user_namespace: false,
+        privileged: false,
+        device_mounts: Vec::new(),
+        devices: Vec::new(),
+    };
+    Described {
+        checks,
+        found,
+        rootfs,
+        container,
+        assumed,
+    }
+}
+
+/// Checks the image `described` against this host: the plan `facts`
+/// carry for its container, and its CUDA version against the driver's.
+pub(super) fn check(
+    config: &Config,
+    options: &Options,
+    described: Described,
+    facts: &HostFacts,
+    out: &mut Vec<Check>,
+) {
+    out.extend(described.checks);
+    starts(
+        &described.container.env,
+        described.assumed,
+        described.found.as_ref(),
+        facts,
+        out,
+    );
+    ceiling_check(config, options, described.found.as_ref(), facts, out);
 }
 
 /// `Env` of an OCI image config (`config.Env`) or of `docker inspect`
 /// output (`[0].Config.Env`).
-fn image_env(file: &Path) -> Result<Vec<String>, String> {
-    let data = read_bounded(
-        std::fs::File::open(file).map_err(|e| e.to_string())?,
-        MAX_CONFIG,
-    )?;
-    let json: serde_json::Value = serde_json::from_slice(&data).map_err(|e| e.to_string())?;
+fn image_env(file: &Path) -> Result<Vec<String>, Error> {
+    let data = std::fs::File::open(file)
+        .and_then(|f| read_bounded(f, MAX_CONFIG))
+        .map_err(|source| Error::Read {
+            file: file.to_path_buf(),
+            source,
+        })?
+        .ok_or_else(|| Error::TooLarge {
+            file: file.to_path_buf(),
+            limit: MAX_CONFIG,
+        })?;
+    let json: serde_json::Value = serde_json::from_slice(&data).map_err(|source| Error::Json {
+        file: file.to_path_buf(),
+        source,
+    })?;
     let config = match &json {
         serde_json::Value::Array(items) => items.first().and_then(|i| i.get("Config")),
         other => other.get("config").or_else(|| other.get("Config")),
     };
     let env = config
         .and_then(|c| c.get("Env"))
-        .ok_or("no config.Env in it")?;
-    serde_json::from_value(env.clone()).map_err(|e| format!("config.Env: {e}"))
+        .ok_or_else(|| Error::NoEnv {
+            file: file.to_path_buf(),
+        })?;
+    serde_json::from_value(env.clone()).map_err(|source| Error::Env {
+        file: file.to_path_buf(),
+        source,
+    })
 }
 
-/// Reads at most `limit` bytes.
-fn read_bounded(file: impl Read, limit: u64) -> Result<Vec<u8>, String> {
+/// Reads at most `limit` bytes; `None` when there are more.
+fn read_bounded(file: impl Read, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
     let mut data = Vec::new();
-    file.take(limit + 1)
-        .read_to_end(&mut data)
-        .map_err(|e| e.to_string())?;
-    if data.len() as u64 > limit {
-        return Err(format!("more than {limit} bytes"));
-    }
-    Ok(data)
+    file.take(limit + 1).read_to_end(&mut data)?;
+    Ok((data.len() as u64 <= limit).then_some(data))
 }
 
 /// The image's CUDA version, from the most direct source there is.
@@ -158,7 +233,7 @@ fn read_in_image(root: &Root, path: &str) -> Option<Vec<u8>> {
     let file = reopener
         .reopen(handle.as_fd(), Path::new(path), Expect::File)
         .ok()?;
-    read_bounded(file, MAX_READ).ok()
+    read_bounded(file, MAX_READ).ok().flatten()
 }
 
 /// `/usr/local/cuda/version.json`: the runtime's version (`cuda_cudart`),
@@ -226,17 +301,17 @@ fn cudart_name(root: &Root) -> Option<Found> {
     best
 }
 
-/// Whether a container of this image starts here: the hook's planner, as a
-/// runtime would call it, with the GPUs the user will ask for.
+/// Whether a container of the image starts: the hook's own planner and
+/// requirement checks, as a runtime would call it, with the GPUs the user
+/// will ask for (`facts` carry the plan made on the host's inventory).
 fn starts(
-    config: &Config,
-    rootfs: Option<&Path>,
     env: &[String],
-    found: &Option<Found>,
+    assumed: &str,
+    found: Option<&Found>,
     facts: &HostFacts,
     out: &mut Vec<Check>,
 ) {
-    if facts.inventory.is_none() {
+    let (Some(inventory), Some(planned)) = (&facts.inventory, &facts.container) else {
         out.push(Check::warn(
             L,
             "starts",
@@ -244,27 +319,8 @@ fn starts(
             "fix the host driver layer first",
         ));
         return;
-    }
-    let mut env = env.to_vec();
-    let mut assumed = "";
-    if env_var(&env, "NVIDIA_VISIBLE_DEVICES").is_none() {
-        // `docker run --gpus all` and `--device nvidia.com/gpu=all` add it.
-        env.push("NVIDIA_VISIBLE_DEVICES=all".into());
-        assumed = " (asked with NVIDIA_VISIBLE_DEVICES=all, as --gpus all asks)";
-    }
-    let container = Container {
-        rootfs: rootfs.map_or_else(|| PathBuf::from("/"), Path::to_path_buf),
-        env: env.clone(),
-        user_namespace: false,
-        privileged: false,
-        device_mounts: Vec::new(),
-        devices: Vec::new(),
     };
-    let image = match rootfs {
-        Some(dir) => ImageSource::Rootfs(dir),
-        None => ImageSource::Layout(Default::default()),
-    };
-    match planner::plan(config, Inputs::new(Source::Container(&container), image)) {
+    match planned {
         Ok(planned) if planned.effective.is_void() => out.push(Check::warn(
             L,
             "starts",
@@ -284,14 +340,13 @@ fn starts(
             ),
         )),
         Err(e) => {
-            let text = crate::oneline::error(&e);
-            let wanted = required_cuda(&env).or(found.as_ref().map(|f| f.cuda));
-            let remedy = match (&e, wanted, facts.cuda, &facts.inventory) {
+            let text = crate::oneline::error(e);
+            let wanted = required_cuda(env).or(found.map(|f| f.cuda));
+            let remedy = match (e, wanted, facts.cuda) {
                 (
                     planner::Error::Require(require::Error::Unsatisfied(refusal)),
                     Some(wanted),
                     Some(driver),
-                    Some(inventory),
                 ) if refusal.wants_more_cuda() => ceiling::remedy(
                     wanted,
                     driver,

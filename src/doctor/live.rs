@@ -26,7 +26,7 @@ use serde_json::json;
 
 use super::hooks::InstalledHook;
 use super::inside::Seen;
-use super::{Check, HostFacts, Layer};
+use super::{Check, Error, HostFacts, Layer};
 use crate::elf::Arch;
 use crate::ldcache::LdCache;
 
@@ -88,16 +88,19 @@ pub(super) fn check(hook: Option<&InstalledHook>, facts: &HostFacts, out: &mut V
             return;
         }
     };
-    let outcome = work
-        .prepare(hook)
-        .and_then(|()| work.run(&runc).map_err(|e| e.to_string()));
+    let outcome = work.prepare(hook).and_then(|()| {
+        work.run(&runc).map_err(|source| Error::Runc {
+            runc: runc.clone(),
+            source,
+        })
+    });
     let left = work.clean_up(&runc);
     let cgroup = if cgroup2() { "v2" } else { "v1" };
     match outcome {
         Err(e) => out.push(Check::fail(
             L,
             "container",
-            e,
+            e.to_string(),
             "fix what the message names; `oci-nvidia-hook list` shows what the hook would \
              inject",
         )),
@@ -362,11 +365,14 @@ impl Work {
     }
 
     /// Builds the rootfs from host files and writes `config.json`.
-    fn prepare(&self, hook: &InstalledHook) -> Result<(), String> {
+    fn prepare(&self, hook: &InstalledHook) -> Result<(), Error> {
         let rootfs = self.rootfs();
         let host = Arch::host();
         let mkdir = |p: &Path| {
-            fs::create_dir_all(p).map_err(|e| format!("cannot create {}: {e}", p.display()))
+            fs::create_dir_all(p).map_err(|source| Error::Create {
+                path: p.to_path_buf(),
+                source,
+            })
         };
         for dir in ["dev", "proc", "sys", "tmp", "etc"] {
             mkdir(&rootfs.join(dir))?;
@@ -378,10 +384,16 @@ impl Work {
             _ => "/lib64/ld-linux-x86-64.so.2",
         };
         let mut binds = vec![PathBuf::from(loader)];
-        let cache = fs::read("/etc/ld.so.cache")
-            .map_err(|e| format!("cannot read the host's /etc/ld.so.cache: {e}"))?;
+        let cache_path = Path::new("/etc/ld.so.cache");
+        let cache = fs::read(cache_path).map_err(|source| Error::HostCache {
+            path: cache_path.to_path_buf(),
+            source,
+        })?;
         let cache = LdCache::parse_where(&cache, |s| GLIBC.iter().any(|g| g.as_bytes() == s))
-            .map_err(|e| format!("cannot parse the host's /etc/ld.so.cache: {e}"))?;
+            .map_err(|source| Error::HostCacheParse {
+                path: cache_path.to_path_buf(),
+                source,
+            })?;
         for soname in GLIBC {
             let entry = cache
                 .entries
@@ -389,13 +401,11 @@ impl Work {
                 .find(|e| e.soname == *soname && e.arch() == host.cache_flags);
             match entry {
                 Some(entry) => binds.push(PathBuf::from(&entry.path)),
-                None if *soname == "libc.so.6" => {
-                    return Err("the host's loader cache lists no libc.so.6".into())
-                }
+                None if *soname == "libc.so.6" => return Err(Error::NoLibc { soname }),
                 None => {}
             }
         }
-        let exe = std::env::current_exe().map_err(|e| format!("cannot name this program: {e}"))?;
+        let exe = crate::program::path().map_err(|source| Error::CurrentExe { source })?;
         // Host files are bind-mounted read-only, not copied: nothing to
         // copy, and they stay executable where $TMPDIR is mounted noexec.
         let mut mounts: Vec<(PathBuf, PathBuf)> =
@@ -406,19 +416,24 @@ impl Work {
             if let Some(parent) = point.parent() {
                 mkdir(parent)?;
             }
-            File::create(&point)
-                .map_err(|e| format!("cannot create mount point {}: {e}", point.display()))?;
+            File::create(&point).map_err(|source| Error::MountPoint {
+                path: point.clone(),
+                source,
+            })?;
         }
         // The host's layout decides where the hook puts libraries, as for
         // an image of the host's own distribution.
-        if Path::new("/etc/debian_version").is_file() {
-            fs::copy("/etc/debian_version", rootfs.join("etc/debian_version"))
-                .map_err(|e| format!("cannot copy the host's /etc/debian_version: {e}"))?;
+        let debian = Path::new("/etc/debian_version");
+        if debian.is_file() {
+            fs::copy(debian, rootfs.join("etc/debian_version")).map_err(|source| Error::Copy {
+                path: debian.to_path_buf(),
+                source,
+            })?;
         }
         let config = self.config(hook, &mounts);
-        let text = serde_json::to_vec_pretty(&config).map_err(|e| e.to_string())?;
-        fs::write(self.dir.join("bundle/config.json"), text)
-            .map_err(|e| format!("cannot write config.json: {e}"))
+        let text = serde_json::to_vec_pretty(&config).map_err(|source| Error::Encode { source })?;
+        let path = self.dir.join("bundle/config.json");
+        fs::write(&path, text).map_err(|source| Error::Write { path, source })
     }
 
     /// The container: `doctor --inside` asking for every GPU, the hook as installed.
@@ -503,7 +518,7 @@ impl Work {
             .arg(self.dir.join("bundle"))
             .arg(&self.id)
             .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("PATH", crate::program::SYSTEM_PATH)
             .stdin(Stdio::null())
             .stdout(File::create(&stdout_path)?)
             .stderr(File::create(&stderr_path)?)
@@ -551,7 +566,7 @@ impl Work {
             .arg(self.state())
             .args(args)
             .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("PATH", crate::program::SYSTEM_PATH)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -26,7 +26,11 @@ mod live;
 mod procs;
 pub mod report;
 
+use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use thiserror::Error;
 
 use serde::Serialize;
 
@@ -208,6 +212,65 @@ impl HostRoot {
     }
 }
 
+/// Why something doctor looks at could not be read or run: its text
+/// becomes a check's finding, after the name of what it was.
+#[derive(Debug, Error)]
+pub enum Error {
+    // A host program run with a time bound.
+    #[error("cannot run it: {source}")]
+    Spawn { program: PathBuf, source: io::Error },
+    #[error("no answer within {} s: killed", timeout.as_secs())]
+    Hung { program: PathBuf, timeout: Duration },
+    #[error("cannot wait for it: {source}")]
+    Wait { program: PathBuf, source: io::Error },
+    // An image config or a CDI spec.
+    #[error("{source}")]
+    Read { file: PathBuf, source: io::Error },
+    #[error("more than {limit} bytes")]
+    TooLarge { file: PathBuf, limit: u64 },
+    #[error("{source}")]
+    Json {
+        file: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("no config.Env in it")]
+    NoEnv { file: PathBuf },
+    #[error("config.Env: {source}")]
+    Env {
+        file: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{source}")]
+    Yaml {
+        file: PathBuf,
+        source: serde_yaml::Error,
+    },
+    // The live check's throwaway container.
+    #[error("cannot create {}: {source}", path.display())]
+    Create { path: PathBuf, source: io::Error },
+    #[error("cannot create mount point {}: {source}", path.display())]
+    MountPoint { path: PathBuf, source: io::Error },
+    #[error("cannot read the host's {}: {source}", path.display())]
+    HostCache { path: PathBuf, source: io::Error },
+    #[error("cannot parse the host's {}: {source}", path.display())]
+    HostCacheParse {
+        path: PathBuf,
+        source: crate::ldcache::Error,
+    },
+    #[error("the host's loader cache lists no {soname}")]
+    NoLibc { soname: &'static str },
+    #[error("cannot name this program: {source}")]
+    CurrentExe { source: io::Error },
+    #[error("cannot copy the host's {}: {source}", path.display())]
+    Copy { path: PathBuf, source: io::Error },
+    #[error("{source}")]
+    Encode { source: serde_json::Error },
+    #[error("cannot write {}: {source}", path.file_name().unwrap_or_default().to_string_lossy())]
+    Write { path: PathBuf, source: io::Error },
+    #[error("{source}")]
+    Runc { runc: PathBuf, source: io::Error },
+}
+
 /// What `doctor` was asked to look at.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -270,6 +333,9 @@ impl<'a> Loaded<'a> {
 pub(crate) struct HostFacts {
     /// The inventory, when the module is loaded and discovery worked.
     pub inventory: Option<Inventory>,
+    /// The plan for the described image's container, made on that
+    /// inventory; `None` when no image was described or discovery failed.
+    pub container: Option<crate::planner::Result<crate::planner::Planned>>,
     /// The CUDA version the driver's own libcuda reported.
     pub cuda: Option<crate::driver::CudaVersion>,
     /// Whether a host check failed: later failures may follow from it.
@@ -285,7 +351,15 @@ pub fn diagnose(
     let host_root = HostRoot::new(options.host_root.clone().unwrap_or_else(|| "/".into()));
     let processes = procs::Table::scan(&host_root);
     let mut checks = Vec::new();
-    let mut facts = host::check(&loaded.config, &processes, options.host_smi, &mut checks);
+    // The image is read first: the host's one planner call plans its container.
+    let described = options.has_image().then(|| image::describe(options));
+    let mut facts = host::check(
+        &loaded.config,
+        &processes,
+        options.host_smi,
+        described.as_ref().map(image::Described::inputs),
+        &mut checks,
+    );
     facts.failed = any_failed(&checks);
     let wired = hooks::check(loaded, &host_root, &mut checks);
     let docker = engines::docker(&host_root, &processes, &mut checks);
@@ -301,8 +375,8 @@ pub fn diagnose(
         },
         &mut checks,
     );
-    if options.has_image() {
-        image::check(&loaded.config, options, &facts, &mut checks);
+    if let Some(described) = described {
+        image::check(&loaded.config, options, described, &facts, &mut checks);
     }
     if options.run {
         let hook = wired.hook.as_ref().or(docker.hook.as_ref());

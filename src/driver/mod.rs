@@ -94,6 +94,28 @@ pub enum Error {
         at: PathBuf,
         source: io::Error,
     },
+    // A driver snapshot not used or not written: logged, never returned by discovery.
+    #[error("not running as root (euid {euid}): snapshots are root's only")]
+    SnapshotNotRoot { euid: u32 },
+    #[error("no snapshot at {path}")]
+    SnapshotMissing { path: PathBuf },
+    #[error("cannot use {path}: {source}")]
+    SnapshotIo { path: PathBuf, source: io::Error },
+    #[error("refusing {path}: {reason}")]
+    SnapshotUnsafe { path: PathBuf, reason: String },
+    #[error("cannot decode {path}: {reason}")]
+    SnapshotDecode { path: PathBuf, reason: String },
+    #[error("{path} was made for another build, driver root, scope or driver")]
+    SnapshotOtherKey { path: PathBuf },
+    #[error("refusing {path}: it has no stamp for {input}, which the inventory depends on")]
+    SnapshotIncomplete { path: PathBuf, input: PathBuf },
+    #[error("{path} is stale: {examined} changed since it was made")]
+    SnapshotStale { path: PathBuf, examined: PathBuf },
+    #[error(
+        "not writing {path}: {examined} changed less than {} s ago",
+        snapshot::SETTLED
+    )]
+    SnapshotUnsettled { path: PathBuf, examined: PathBuf },
 }
 
 /// Result of discovery.

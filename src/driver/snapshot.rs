@@ -49,11 +49,11 @@ use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::{fstat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
 use super::catalog;
 use super::files::HostFile;
 use super::libraries::{Library, MissingLibrary};
+use super::Error;
 use crate::atomic;
 use crate::elf::Arch;
 use crate::hostfile;
@@ -69,29 +69,6 @@ pub const SETTLED: u64 = 2;
 /// Largest snapshot read; a host's is a few KiB.
 pub const MAX_SIZE: usize = 1024 * 1024;
 
-/// Why a snapshot was not used or not written; logged, never returned by discovery.
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error("not running as root (euid {euid}): snapshots are root's only")]
-    NotRoot { euid: u32 },
-    #[error("no snapshot at {path}")]
-    Missing { path: PathBuf },
-    #[error("cannot use {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
-    #[error("refusing {path}: {reason}")]
-    Unsafe { path: PathBuf, reason: String },
-    #[error("cannot decode {path}: {reason}")]
-    Decode { path: PathBuf, reason: String },
-    #[error("{path} was made for another build, driver root, scope or driver")]
-    OtherKey { path: PathBuf },
-    #[error("refusing {path}: it has no stamp for {input}, which the inventory depends on")]
-    Incomplete { path: PathBuf, input: PathBuf },
-    #[error("{path} is stale: {examined} changed since it was made")]
-    Stale { path: PathBuf, examined: PathBuf },
-    #[error("not writing {path}: {examined} changed less than {SETTLED} s ago")]
-    Unsettled { path: PathBuf, examined: PathBuf },
-}
-
 impl Error {
     /// Whether the snapshot itself is bad (unsafe, malformed, incomplete,
     /// unreadable), rather than absent, stale or made for another key: one
@@ -99,10 +76,10 @@ impl Error {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            Error::Io { .. }
-                | Error::Unsafe { .. }
-                | Error::Decode { .. }
-                | Error::Incomplete { .. }
+            Error::SnapshotIo { .. }
+                | Error::SnapshotUnsafe { .. }
+                | Error::SnapshotDecode { .. }
+                | Error::SnapshotIncomplete { .. }
         )
     }
 }
@@ -190,7 +167,7 @@ fn seal(mut body: Vec<u8>) -> Vec<u8> {
 
 /// The body of a sealed file, if its checksum holds.
 fn unseal<'d>(path: &Path, data: &'d [u8]) -> Result<&'d [u8]> {
-    let bad = |reason: &str| Error::Decode {
+    let bad = |reason: &str| Error::SnapshotDecode {
         path: path.to_path_buf(),
         reason: reason.to_string(),
     };
@@ -326,7 +303,7 @@ struct Snapshot {
 pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
     let path = dir.join(key.file_name());
     let dir_fd = open_dir(dir)?;
-    let io_err = |source: io::Error| Error::Io {
+    let io_err = |source: io::Error| Error::SnapshotIo {
         path: path.clone(),
         source,
     };
@@ -339,14 +316,14 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
         Mode::empty(),
     ) {
         Ok(fd) => fd,
-        Err(Errno::ENOENT) => return Err(Error::Missing { path }),
+        Err(Errno::ENOENT) => return Err(Error::SnapshotMissing { path }),
         Err(errno) => return Err(io_err(errno.into())),
     };
     let stat = fstat(&fd).map_err(|errno| io_err(errno.into()))?;
     owned_by_root(&path, stat.st_mode, stat.st_uid, SFlag::S_IFREG)?;
     let size = usize::try_from(stat.st_size).unwrap_or(usize::MAX);
     if size > MAX_SIZE {
-        return Err(Error::Unsafe {
+        return Err(Error::SnapshotUnsafe {
             path,
             reason: format!("{size} bytes, more than {MAX_SIZE}"),
         });
@@ -354,12 +331,12 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
     let (file, size) = hostfile::reopen_regular(fd.as_fd(), &stat).map_err(io_err)?;
     let data = hostfile::read_opened(file, size, MAX_SIZE).map_err(io_err)?;
     let snapshot: Snapshot =
-        serde_json::from_slice(unseal(&path, &data)?).map_err(|e| Error::Decode {
+        serde_json::from_slice(unseal(&path, &data)?).map_err(|e| Error::SnapshotDecode {
             path: path.clone(),
             reason: e.to_string(),
         })?;
     if snapshot.key != *key {
-        return Err(Error::OtherKey { path });
+        return Err(Error::SnapshotOtherKey { path });
     }
     let files = decode(&path, snapshot.libraries, snapshot.missing_libraries, key)?;
     let inputs: Vec<&Path> = [key.root.as_path(), snapshot.cache.as_path()]
@@ -382,7 +359,7 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
         .iter()
         .find(|input| !snapshot.stamps.iter().any(|s| s.path == **input))
     {
-        return Err(Error::Incomplete {
+        return Err(Error::SnapshotIncomplete {
             path,
             input: input.to_path_buf(),
         });
@@ -392,7 +369,7 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|errno| Error::Io {
+    .map_err(|errno| Error::SnapshotIo {
         path: key.root.clone(),
         source: errno.into(),
     })?;
@@ -401,7 +378,7 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
         .iter()
         .find(|s| !s.holds(&key.root, &root_fd))
     {
-        return Err(Error::Stale {
+        return Err(Error::SnapshotStale {
             path,
             examined: stale.path.clone(),
         });
@@ -414,7 +391,7 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
                 .iter()
                 .map(|(_, known)| *known)
                 .find(|known| known == name)
-                .ok_or_else(|| Error::Decode {
+                .ok_or_else(|| Error::SnapshotDecode {
                     path: path.clone(),
                     reason: format!("unknown program {name:?}"),
                 })
@@ -440,7 +417,7 @@ fn confined<'a>(path: &Path, root: &Path, paths: impl IntoIterator<Item = &'a Pa
         } else {
             continue;
         };
-        return Err(Error::Unsafe {
+        return Err(Error::SnapshotUnsafe {
             path: path.to_path_buf(),
             reason: format!("{} {reason}", named.display()),
         });
@@ -458,7 +435,7 @@ pub fn discard(dir: &Path, key: &Key) -> Result<()> {
         UnlinkatFlags::NoRemoveDir,
     ) {
         Ok(()) | Err(Errno::ENOENT) => Ok(()),
-        Err(errno) => Err(Error::Io {
+        Err(errno) => Err(Error::SnapshotIo {
             path: dir.join(key.file_name()),
             source: errno.into(),
         }),
@@ -472,7 +449,7 @@ fn decode(
     missing: Vec<MissingRecord>,
     key: &Key,
 ) -> Result<RootFiles> {
-    let unknown = |what: &str, name: &str| Error::Decode {
+    let unknown = |what: &str, name: &str| Error::SnapshotDecode {
         path: path.to_path_buf(),
         reason: format!("unknown {what} {name:?}"),
     };
@@ -552,7 +529,7 @@ fn store_at(
         u64::try_from(newest).is_ok_and(|t| t.saturating_add(SETTLED) <= now)
     };
     if let Some((unsettled, _)) = examined.iter().find(|(_, m)| !settled(m)) {
-        return Err(Error::Unsettled {
+        return Err(Error::SnapshotUnsettled {
             path,
             examined: unsettled.clone(),
         });
@@ -596,15 +573,17 @@ fn store_at(
         configs: files.configs.clone(),
         cache: files.cache.clone(),
     };
-    let data = seal(serde_json::to_vec(&snapshot).map_err(|e| Error::Decode {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?);
+    let data = seal(
+        serde_json::to_vec(&snapshot).map_err(|e| Error::SnapshotDecode {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?,
+    );
     match fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(source) => {
-            return Err(Error::Io {
+            return Err(Error::SnapshotIo {
                 path: dir.to_path_buf(),
                 source,
             })
@@ -623,7 +602,7 @@ fn store_at(
         &data,
         options,
     )
-    .map_err(|atomic::Error { path, source }| Error::Io { path, source })
+    .map_err(|atomic::Error { path, source }| Error::SnapshotIo { path, source })
 }
 
 /// Whether snapshots may be used by this process: root's only.
@@ -632,14 +611,14 @@ pub fn allowed() -> Result<()> {
     if euid == 0 {
         Ok(())
     } else {
-        Err(Error::NotRoot { euid })
+        Err(Error::SnapshotNotRoot { euid })
     }
 }
 
 /// `dir`, opened without following a link, if it is a directory of root's
 /// that no one else can write.
 fn open_dir(dir: &Path) -> Result<OwnedFd> {
-    let io_err = |errno: Errno| Error::Io {
+    let io_err = |errno: Errno| Error::SnapshotIo {
         path: dir.to_path_buf(),
         source: errno.into(),
     };
@@ -650,7 +629,7 @@ fn open_dir(dir: &Path) -> Result<OwnedFd> {
     ) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => {
-            return Err(Error::Missing {
+            return Err(Error::SnapshotMissing {
                 path: dir.to_path_buf(),
             })
         }
@@ -676,7 +655,7 @@ fn owned_by_root(path: &Path, mode: u32, uid: u32, kind: SFlag) -> Result<()> {
     } else {
         return Ok(());
     };
-    Err(Error::Unsafe {
+    Err(Error::SnapshotUnsafe {
         path: path.to_path_buf(),
         reason,
     })
@@ -795,7 +774,7 @@ mod tests {
     #[test]
     fn a_stored_snapshot_gives_back_what_was_found() {
         let host = Host::new();
-        assert!(matches!(host.load(), Err(Error::Missing { .. })));
+        assert!(matches!(host.load(), Err(Error::SnapshotMissing { .. })));
         host.store();
         assert_eq!(host.load().unwrap(), host.files);
         let mode = fs::metadata(&host.snapshots).unwrap().permissions().mode();
@@ -809,7 +788,10 @@ mod tests {
         let host = Host::new();
         let now = later() - 60;
         let err = store_at(&host.snapshots, &host.key, &host.files, &host.examined, now);
-        assert!(matches!(err, Err(Error::Unsettled { .. })), "{err:?}");
+        assert!(
+            matches!(err, Err(Error::SnapshotUnsettled { .. })),
+            "{err:?}"
+        );
         assert!(!host.file().exists());
     }
 
@@ -861,7 +843,7 @@ mod tests {
             host.store();
             change(&host);
             match host.load() {
-                Err(Error::Stale { examined, .. }) => {
+                Err(Error::SnapshotStale { examined, .. }) => {
                     assert!(examined.ends_with(named), "{case}: {}", examined.display())
                 }
                 other => panic!("{case}: {other:?}"),
@@ -878,13 +860,13 @@ mod tests {
         // Same file (one per root, scope and architecture), another driver.
         assert!(matches!(
             load(&host.snapshots, &other),
-            Err(Error::OtherKey { .. })
+            Err(Error::SnapshotOtherKey { .. })
         ));
         other = host.key.clone();
         other.scope = "compute".into();
         assert!(matches!(
             load(&host.snapshots, &other),
-            Err(Error::Missing { .. })
+            Err(Error::SnapshotMissing { .. })
         ));
     }
 
@@ -921,7 +903,7 @@ mod tests {
             tamper(&host);
             let err = host.load().unwrap_err();
             assert!(
-                matches!(err, Error::Unsafe { .. } | Error::Io { .. }),
+                matches!(err, Error::SnapshotUnsafe { .. } | Error::SnapshotIo { .. }),
                 "{case}: {err}"
             );
         }
@@ -969,7 +951,9 @@ mod tests {
                         }
                     }
                 });
-                refused(&host, case, &bad, |e| matches!(e, Error::Unsafe { .. }));
+                refused(&host, case, &bad, |e| {
+                    matches!(e, Error::SnapshotUnsafe { .. })
+                });
             }
         }
     }
@@ -980,7 +964,7 @@ mod tests {
         host.store();
         host.rewrite(|json| json["libraries"][0]["prefix"] = "libfoo.so".into());
         refused(&host, "unknown library", "libfoo.so", |e| {
-            matches!(e, Error::Decode { .. })
+            matches!(e, Error::SnapshotDecode { .. })
         });
     }
 
@@ -1010,7 +994,7 @@ mod tests {
                 }
             });
             refused(&host, case, named, |e| {
-                matches!(e, Error::Incomplete { .. })
+                matches!(e, Error::SnapshotIncomplete { .. })
             });
         }
         // No stamp list is no snapshot of this format.
@@ -1019,7 +1003,7 @@ mod tests {
             json.as_object_mut().unwrap().remove("stamps");
         });
         refused(&host, "no stamp list", "stamps", |e| {
-            matches!(e, Error::Decode { .. })
+            matches!(e, Error::SnapshotDecode { .. })
         });
     }
 
@@ -1033,7 +1017,7 @@ mod tests {
         let lib = host.root.join("usr/lib/x86_64-linux-gnu");
         fs::rename(lib.join("nvidia"), host.dir.path().join("moved")).unwrap();
         symlink(host.dir.path().join("moved"), lib.join("nvidia")).unwrap();
-        assert!(matches!(host.load(), Err(Error::Stale { .. })));
+        assert!(matches!(host.load(), Err(Error::SnapshotStale { .. })));
     }
 
     #[test]
@@ -1044,7 +1028,7 @@ mod tests {
         for len in [0, 1, data.len() / 2, data.len() - 18, data.len() - 1] {
             fs::write(host.file(), &data[..len]).unwrap();
             refused(&host, &format!("{len} bytes"), "", |e| {
-                matches!(e, Error::Decode { .. })
+                matches!(e, Error::SnapshotDecode { .. })
             });
         }
         for at in 0..data.len() {
@@ -1093,7 +1077,9 @@ mod tests {
             host.store();
             put(&host);
             // A fifo opened for reading would block here.
-            refused(&host, case, found, |e| matches!(e, Error::Unsafe { .. }));
+            refused(&host, case, found, |e| {
+                matches!(e, Error::SnapshotUnsafe { .. })
+            });
         }
     }
 

@@ -56,7 +56,7 @@ pub enum Error {
     #[error(transparent)]
     Planner(#[from] planner::Error),
     #[error(transparent)]
-    Edit(#[from] apply::Error),
+    Edit(#[from] Box<crate::cdi::Error>),
     #[error(transparent)]
     Deadline(#[from] Box<crate::deadline::Expired>),
     #[error("cannot execute {path}: {source}")]
@@ -192,7 +192,7 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
     let Some(callback) = Callback::for_planned(program, config_path, &planned) else {
         return Ok(());
     };
-    apply::apply(&mut spec, &edits::container_edits(&planned.plan, &callback))?;
+    apply::apply(&mut spec, &edits::container_edits(&planned.plan, &callback)).map_err(Box::new)?;
     let mut text = serde_json::to_vec(&spec).map_err(|e| Error::Spec {
         path: path.clone(),
         reason: e.to_string(),

@@ -9,19 +9,8 @@ use std::path::Path;
 
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device, Nvml};
-use thiserror::Error;
 
-/// Why a symbol of a library could not be called.
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error("cannot load: {0}")]
-    Load(libloading::Error),
-    #[error("no {symbol}: {source}")]
-    Symbol {
-        symbol: &'static str,
-        source: libloading::Error,
-    },
-}
+use super::Error;
 
 /// `CUresult cuDriverGetVersion(int *driverVersion)`.
 type CuDriverGetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;

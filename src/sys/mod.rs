@@ -12,3 +12,17 @@ pub mod dl;
 pub mod mount;
 pub mod process;
 pub mod signal;
+
+use thiserror::Error;
+
+/// Why a symbol of a library could not be called.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("cannot load: {0}")]
+    Load(libloading::Error),
+    #[error("no {symbol}: {source}")]
+    Symbol {
+        symbol: &'static str,
+        source: libloading::Error,
+    },
+}

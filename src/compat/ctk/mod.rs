@@ -11,36 +11,12 @@ mod settings;
 
 use std::io;
 
-use clap::{Parser, Subcommand};
-use thiserror::Error;
-
+use super::Error;
 use crate::config::{Config, LogLevel};
+use clap::{Parser, Subcommand};
 
 /// The name NVIDIA's tool is called by.
 pub const NAME: &str = "nvidia-ctk";
-
-/// Why a command failed.
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error(transparent)]
-    Engine(#[from] crate::engine_config::Error),
-    #[error(transparent)]
-    Config(#[from] crate::config::Error),
-    #[error(transparent)]
-    Cli(Box<crate::cli::Error>),
-    #[error("{0}")]
-    Usage(String),
-    #[error("cannot write output: {0}")]
-    Output(#[from] io::Error),
-    #[error(transparent)]
-    Log(#[from] crate::logging::Error),
-}
-
-impl From<crate::cli::Error> for Error {
-    fn from(e: crate::cli::Error) -> Self {
-        Error::Cli(Box::new(e))
-    }
-}
 
 /// Result of a command.
 pub type Result<T> = std::result::Result<T, Error>;

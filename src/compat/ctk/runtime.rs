@@ -214,7 +214,7 @@ fn runtime_path(args: &Configure) -> Result<String> {
 
 /// Our runtime link beside this binary when there is one, else /usr/bin's.
 fn installed_runtime() -> String {
-    std::env::current_exe()
+    crate::program::path()
         .ok()
         .and_then(|exe| Some(exe.parent()?.join(RUNTIME_NAME)))
         .filter(|link| link.exists())

@@ -9,62 +9,13 @@
 
 use std::path::PathBuf;
 
-use thiserror::Error;
-
 use super::getopt::{self, Item, Opt, Order, Value};
+use crate::compat::Error;
 use crate::planner::Asked;
 use crate::request::Capability;
 
 /// The name other software calls NVIDIA's CLI by.
 pub const NAME: &str = "nvidia-container-cli";
-
-/// Why the command line was refused.
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
-pub enum Error {
-    #[error("{NAME}{command}: {source}; NVIDIA's CLI takes {known}", command = at(.command))]
-    Option {
-        command: Option<&'static str>,
-        source: getopt::Error,
-        known: String,
-    },
-    #[error("{NAME}: no command: expected info, list or configure")]
-    NoCommand,
-    #[error("{NAME}: unknown command {command:?}: expected info, list or configure")]
-    UnknownCommand { command: String },
-    #[error("{NAME} {command}: unexpected argument {argument:?}")]
-    Extra {
-        command: &'static str,
-        argument: String,
-    },
-    #[error(
-        "{NAME} configure: no ROOTFS argument (usage: configure [OPTION...] --pid=PID ROOTFS)"
-    )]
-    NoRootfs,
-    #[error("{NAME} configure: invalid rootfs directory {rootfs:?}: it must be an absolute path other than /")]
-    BadRootfs { rootfs: String },
-    #[error("{NAME} configure: --pid={value:?} is not a process id")]
-    BadPid { value: String },
-    #[error(
-        "{NAME} configure: --pid=PID is required: without it NVIDIA's CLI configures its \
-         calling process in its own mount namespace, which this implementation never does"
-    )]
-    NoPid,
-    #[error("{NAME} configure: --cuda-compat-mode={value:?} is not a mode (known: ldconfig, mount, disabled)")]
-    BadCudaCompatMode { value: String },
-    #[error(
-        "{NAME} configure: --imex-channel={value:?} is refused: this implementation injects no \
-         IMEX channel; use NVIDIA's CLI for containers that need one"
-    )]
-    ImexChannel { value: String },
-    #[error("{NAME}: {option}={value:?} must be an absolute path")]
-    NotAbsolute { option: &'static str, value: String },
-    #[error("{NAME}: {option} is not valid UTF-8")]
-    NotUtf8 { option: &'static str },
-}
-
-fn at(command: &Option<&'static str>) -> String {
-    command.map(|c| format!(" {c}")).unwrap_or_default()
-}
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -549,9 +500,9 @@ fn options(command: Option<&str>) -> Vec<Opt<Key>> {
 /// Parses the arguments after `argv[0]`.
 pub fn parse(args: &[String]) -> Result<Parsed, Error> {
     let refused = |command: Option<&'static str>| {
-        move |source| Error::Option {
+        move |problem| Error::CliOption {
             command,
-            source,
+            problem,
             known: options(command)
                 .iter()
                 .map(Opt::shown)
@@ -580,14 +531,14 @@ pub fn parse(args: &[String]) -> Result<Parsed, Error> {
         }
     }
     let Some((name, args)) = rest.split_first() else {
-        return Err(Error::NoCommand);
+        return Err(Error::CliNoCommand);
     };
     let command: &'static str = match name.as_str() {
         "info" => "info",
         "list" => "list",
         "configure" => "configure",
         _ => {
-            return Err(Error::UnknownCommand {
+            return Err(Error::CliUnknownCommand {
                 command: name.clone(),
             })
         }
@@ -630,7 +581,7 @@ fn info(items: Vec<Item<Key>>) -> Result<Command, Error> {
         match item {
             Item::Opt { .. } => csv = true,
             Item::Operand(argument) => {
-                return Err(Error::Extra {
+                return Err(Error::CliExtra {
                     command: "info",
                     argument,
                 })
@@ -669,7 +620,7 @@ fn list(items: Vec<Item<Key>>) -> Result<Command, Error> {
         let (key, value) = match item {
             Item::Opt { key, value } => (key, value.unwrap_or_default()),
             Item::Operand(argument) => {
-                return Err(Error::Extra {
+                return Err(Error::CliExtra {
                     command: "list",
                     argument,
                 })
@@ -718,7 +669,7 @@ fn configure(items: Vec<Item<Key>>) -> Result<Command, Error> {
         let (key, value) = match item {
             Item::Opt { key, value } => (key, value.unwrap_or_default()),
             Item::Operand(argument) if rootfs.is_some() => {
-                return Err(Error::Extra {
+                return Err(Error::CliExtra {
                     command: "configure",
                     argument,
                 })

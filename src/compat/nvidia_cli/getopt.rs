@@ -8,7 +8,7 @@
 //! This module knows no option of NVIDIA's: callers pass their table and
 //! give meaning to what comes back. It never panics on any input.
 
-use thiserror::Error;
+use std::fmt;
 
 /// Whether an option takes a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,17 +77,32 @@ pub enum Order {
     Permute,
 }
 
-/// Why a command line was refused; `option` is as the user wrote it.
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
-pub enum Error {
-    #[error("unknown option {option}")]
+/// What is wrong with an option; `option` is as the user wrote it. The
+/// caller's error ([`crate::compat::Error::CliOption`]) carries it with
+/// the command it was given to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// No option has this name or prefix.
     Unknown { option: String },
-    #[error("option {option} is ambiguous: it may be {candidates}")]
+    /// A prefix of more than one long option.
     Ambiguous { option: String, candidates: String },
-    #[error("option {option} needs a value")]
+    /// An option that takes a value was given none.
     MissingValue { option: String },
-    #[error("option {option} takes no value")]
+    /// An option that takes no value was given one.
     UnexpectedValue { option: String },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Unknown { option } => write!(f, "unknown option {option}"),
+            Problem::Ambiguous { option, candidates } => {
+                write!(f, "option {option} is ambiguous: it may be {candidates}")
+            }
+            Problem::MissingValue { option } => write!(f, "option {option} needs a value"),
+            Problem::UnexpectedValue { option } => write!(f, "option {option} takes no value"),
+        }
+    }
 }
 
 /// Parses `args` against `opts`; returns the items and, for
@@ -96,7 +111,7 @@ pub fn parse<K: Copy>(
     args: &[String],
     opts: &[Opt<K>],
     order: Order,
-) -> Result<(Vec<Item<K>>, Vec<String>), Error> {
+) -> Result<(Vec<Item<K>>, Vec<String>), Problem> {
     let mut items = Vec::new();
     let mut i = 0;
     while let Some(arg) = args.get(i) {
@@ -116,7 +131,7 @@ pub fn parse<K: Copy>(
             let opt = find_long(opts, name, arg)?;
             let value = match (opt.value, attached) {
                 (Value::None, Some(_)) => {
-                    return Err(Error::UnexpectedValue {
+                    return Err(Problem::UnexpectedValue {
                         option: format!("--{}", opt.long),
                     })
                 }
@@ -124,7 +139,7 @@ pub fn parse<K: Copy>(
                 (Value::Optional, attached) => attached,
                 (Value::Required, Some(value)) => Some(value),
                 (Value::Required, None) => {
-                    let value = args.get(i).cloned().ok_or_else(|| Error::MissingValue {
+                    let value = args.get(i).cloned().ok_or_else(|| Problem::MissingValue {
                         option: format!("--{}", opt.long),
                     })?;
                     i += 1;
@@ -154,7 +169,7 @@ pub fn parse<K: Copy>(
 }
 
 /// The option `name` names, exactly or as the unique prefix of one.
-fn find_long<'a, K>(opts: &'a [Opt<K>], name: &str, arg: &str) -> Result<&'a Opt<K>, Error> {
+fn find_long<'a, K>(opts: &'a [Opt<K>], name: &str, arg: &str) -> Result<&'a Opt<K>, Problem> {
     if let Some(opt) = opts.iter().find(|o| o.long == name) {
         return Ok(opt);
     }
@@ -165,10 +180,10 @@ fn find_long<'a, K>(opts: &'a [Opt<K>], name: &str, arg: &str) -> Result<&'a Opt
     };
     match prefixed.as_slice() {
         [one] => Ok(one),
-        [] => Err(Error::Unknown {
+        [] => Err(Problem::Unknown {
             option: option_name(arg),
         }),
-        many => Err(Error::Ambiguous {
+        many => Err(Problem::Ambiguous {
             option: option_name(arg),
             candidates: many
                 .iter()
@@ -187,12 +202,12 @@ fn short_cluster<K: Copy>(
     opts: &[Opt<K>],
     next: &mut Option<&String>,
     items: &mut Vec<Item<K>>,
-) -> Result<bool, Error> {
+) -> Result<bool, Problem> {
     for (at, letter) in cluster.char_indices() {
         let opt = opts
             .iter()
             .find(|o| o.short == Some(letter))
-            .ok_or_else(|| Error::Unknown {
+            .ok_or_else(|| Problem::Unknown {
                 option: format!("-{letter}"),
             })?;
         let rest = &cluster[at + letter.len_utf8()..];
@@ -216,7 +231,7 @@ fn short_cluster<K: Copy>(
                 return Ok(false);
             }
             Value::Required => {
-                let value = next.take().cloned().ok_or_else(|| Error::MissingValue {
+                let value = next.take().cloned().ok_or_else(|| Problem::MissingValue {
                     option: format!("-{letter}"),
                 })?;
                 items.push(Item::Opt {
@@ -305,7 +320,7 @@ mod tests {
         }
     }
 
-    fn permuted(a: &[&str]) -> Result<Vec<Item<K>>, Error> {
+    fn permuted(a: &[&str]) -> Result<Vec<Item<K>>, Problem> {
         parse(&args(a), OPTS, Order::Permute).map(|(items, _)| items)
     }
 
@@ -350,7 +365,7 @@ mod tests {
         assert_eq!(permuted(&["--no-c"]), Ok(vec![opt(K::NoCgroups, None)]));
         assert_eq!(
             permuted(&["--no"]),
-            Err(Error::Ambiguous {
+            Err(Problem::Ambiguous {
                 option: "--no".into(),
                 candidates: "--no-cgroups, --no-devbind".into()
             })
@@ -385,37 +400,37 @@ mod tests {
     fn refusals_name_the_option_as_written() {
         assert_eq!(
             permuted(&["--nope=secret"]),
-            Err(Error::Unknown {
+            Err(Problem::Unknown {
                 option: "--nope".into()
             })
         );
         assert_eq!(
             permuted(&["-kx"]),
-            Err(Error::Unknown {
+            Err(Problem::Unknown {
                 option: "-x".into()
             })
         );
         assert_eq!(
             permuted(&["--debug"]),
-            Err(Error::MissingValue {
+            Err(Problem::MissingValue {
                 option: "--debug".into()
             })
         );
         assert_eq!(
             permuted(&["-d"]),
-            Err(Error::MissingValue {
+            Err(Problem::MissingValue {
                 option: "-d".into()
             })
         );
         assert_eq!(
             permuted(&["--load=1"]),
-            Err(Error::UnexpectedValue {
+            Err(Problem::UnexpectedValue {
                 option: "--load-kmods".into()
             })
         );
         assert_eq!(
             permuted(&["--=x"]),
-            Err(Error::Unknown {
+            Err(Problem::Unknown {
                 option: "--".into()
             })
         );

@@ -19,29 +19,12 @@ mod list;
 
 use std::io::{self, Write};
 
-use thiserror::Error;
-
 pub use args::{parse, Invocation, Parsed, NAME};
+pub use getopt::Problem as OptionProblem;
+
+use super::Error;
 
 use crate::config::{self, CompatMode, Config, LogLevel};
-use crate::{driver, hook, planner};
-
-/// Why a command failed.
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error(transparent)]
-    Config(#[from] config::Error),
-    #[error(transparent)]
-    Logging(#[from] crate::logging::Error),
-    #[error(transparent)]
-    Driver(#[from] driver::Error),
-    #[error(transparent)]
-    Planner(#[from] planner::Error),
-    #[error(transparent)]
-    Hook(#[from] hook::Error),
-    #[error("cannot write output: {0}")]
-    Output(#[from] io::Error),
-}
 
 /// Result of a command.
 pub type Result<T> = std::result::Result<T, Error>;

@@ -368,11 +368,11 @@ fn an_unknown_option_is_named_with_what_nvidias_cli_takes() {
 
 #[test]
 fn malformed_command_lines_are_refused_naming_the_fault() {
-    assert_eq!(parse_args(&[]), Err(Error::NoCommand));
-    assert_eq!(parse_args(&["-k"]), Err(Error::NoCommand));
+    assert_eq!(parse_args(&[]), Err(Error::CliNoCommand));
+    assert_eq!(parse_args(&["-k"]), Err(Error::CliNoCommand));
     assert_eq!(
         parse_args(&["setup"]),
-        Err(Error::UnknownCommand {
+        Err(Error::CliUnknownCommand {
             command: "setup".into()
         })
     );
@@ -400,14 +400,14 @@ fn malformed_command_lines_are_refused_naming_the_fault() {
     }
     assert_eq!(
         parse_args(&["configure", "--pid=1", "/r", "/s"]),
-        Err(Error::Extra {
+        Err(Error::CliExtra {
             command: "configure",
             argument: "/s".into()
         })
     );
     assert_eq!(
         parse_args(&["info", "extra"]),
-        Err(Error::Extra {
+        Err(Error::CliExtra {
             command: "info",
             argument: "extra".into()
         })
@@ -425,15 +425,15 @@ fn malformed_command_lines_are_refused_naming_the_fault() {
     );
     assert!(matches!(
         parse_args(&["configure", "--pid"]),
-        Err(Error::Option {
-            source: getopt::Error::MissingValue { .. },
+        Err(Error::CliOption {
+            problem: getopt::Problem::MissingValue { .. },
             ..
         })
     ));
     assert!(matches!(
         parse_args(&["info", "--csv=yes"]),
-        Err(Error::Option {
-            source: getopt::Error::UnexpectedValue { .. },
+        Err(Error::CliOption {
+            problem: getopt::Problem::UnexpectedValue { .. },
             ..
         })
     ));
