@@ -92,9 +92,11 @@ bench-doctor: build deps
 
 # What any process start costs here, below the hook's own work: an empty
 # static process, /bin/true, one more bare exec, the binary's --version, and
-# the CPUID instructions (trapped by the hypervisor) in glibc's start-up.
+# the CPUID instructions (trapped by the hypervisor) in glibc's start-up;
+# then the shipped binary's start against a plain `cargo build --release`'s.
 bench-floor: build
-	integration/bench-floor $(BIN)
+	$(CARGO) build --release --locked
+	integration/bench-floor $(BIN) target/release/oci-nvidia-hook
 
 # Every fuzz target for FUZZ_SECONDS each (CI uses 15).
 FUZZ_SECONDS ?= 60
