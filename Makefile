@@ -10,23 +10,31 @@ PREFIX ?= /usr/local
 GLIBC_FLOOR := 2.17
 TARGET      := x86_64-unknown-linux-gnu
 BIN         := target/$(TARGET)/release/oci-nvidia-hook
+# The arm64 (Grace) binary, cross-built the same way (integration/zigbuild
+# adds the Rust target itself): make deb/rpm package both.
+AARCH64_TARGET := aarch64-unknown-linux-gnu
+AARCH64_BIN    := target/$(AARCH64_TARGET)/release/oci-nvidia-hook
 # systemd and udev read both /usr/lib and /usr/local/lib.
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
 UNITS        := packaging/systemd/oci-nvidia-hook-cdi.service packaging/systemd/oci-nvidia-hook-cdi.path
 UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 
-.PHONY: build test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor lint install install-units fuzz deb rpm package-docs
+.PHONY: build build-aarch64 test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor lint install install-units fuzz deb rpm package-docs
 
 build:
 	CARGO=$(CARGO) integration/zigbuild --release --locked --target $(TARGET).$(GLIBC_FLOOR)
+
+build-aarch64:
+	CARGO=$(CARGO) integration/zigbuild --release --locked --target $(AARCH64_TARGET).$(GLIBC_FLOOR)
 
 deps:
 	integration/install-deps
 
 # Unit tests, then the integration tests on simulated hosts (root only);
-# tests/bullseye.rs runs the shipped binary, so it is built first.
-test: deps build
+# tests/bullseye.rs and tests/arm64.rs run the shipped binaries, so they
+# are built first.
+test: deps build build-aarch64
 	$(CARGO) test --locked --features _test_as_root
 
 # A real-flavour simulated 4-GPU host (NVIDIA 535 libraries): its inventory,
@@ -84,9 +92,11 @@ bench-doctor: build deps
 
 # What any process start costs here, below the hook's own work: an empty
 # static process, /bin/true, one more bare exec, the binary's --version, and
-# the CPUID instructions (trapped by the hypervisor) in glibc's start-up.
+# the CPUID instructions (trapped by the hypervisor) in glibc's start-up;
+# then the shipped binary's start against a plain `cargo build --release`'s.
 bench-floor: build
-	integration/bench-floor $(BIN)
+	$(CARGO) build --release --locked
+	integration/bench-floor $(BIN) target/release/oci-nvidia-hook
 
 # Every fuzz target for FUZZ_SECONDS each (CI uses 15).
 FUZZ_SECONDS ?= 60
@@ -133,5 +143,8 @@ package-docs:
 	rm -rf $(PKGDOCS)
 	$(CARGO) run --locked --quiet --example package-docs -- $(PKGDOCS) >/dev/null
 
-deb rpm: build package-docs
-	packaging/build --binary $(BIN) --glibc-floor $(GLIBC_FLOOR) --docs $(PKGDOCS) --out $(PKGOUT) $@
+# Each runs packaging/build once per binary: amd64/x86_64, then arm64/aarch64.
+deb rpm: build build-aarch64 package-docs
+	for bin in $(BIN) $(AARCH64_BIN); do \
+	  packaging/build --binary $$bin --glibc-floor $(GLIBC_FLOOR) --docs $(PKGDOCS) --out $(PKGOUT) $@ || exit 1; \
+	done

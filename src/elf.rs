@@ -337,6 +337,29 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_host_architecture_is_the_running_binary_s_machine() {
+        let exe = std::env::current_exe().unwrap();
+        let mut own = [0u8; HEADER_LEN];
+        let len = read_prefix(&exe, &mut own).unwrap();
+        let machine = Elf::parse_header(&own[..len]).unwrap().e_machine;
+        assert_eq!(Arch::host().machine, machine);
+        // Each 64-bit architecture refuses the other's objects.
+        for (arch, other) in [(X86_64, EM_AARCH64), (AARCH64, EM_X86_64)] {
+            let err =
+                check(&header(ELFCLASS64, other, ET_DYN), arch, Kind::SharedObject).unwrap_err();
+            assert!(matches!(err, Error::WrongMachine { .. }), "{arch}: {err}");
+            check(
+                &header(ELFCLASS64, arch.machine, ET_DYN),
+                arch,
+                Kind::SharedObject,
+            )
+            .unwrap();
+        }
+        assert_eq!(AARCH64.debian_lib_dir, "/usr/lib/aarch64-linux-gnu");
+        assert_eq!(AARCH64.compat32(), None);
+    }
+
+    #[test]
     fn checks_a_real_file_by_reading_its_header() {
         let exe = std::env::current_exe().unwrap();
         check_file(&exe, Arch::host(), Kind::Executable).unwrap();

@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use harness::glibc::{self, GlibcVersion};
+use harness::glibc;
 use harness::mounts::{assert_mounts_unchanged, host_mounts};
-use harness::project::{hook_binary, repo};
+use harness::project::hook_binary;
 use harness::runtime::bundle::{Hook, Scenario};
 use harness::runtime::container::run_through;
 use harness::runtime::injected::assert_every_gpu_injected;
@@ -36,24 +36,9 @@ use harness::simhost::{require_root, Fixture, SimHost};
 
 /// Where the bullseye root is kept between runs.
 const ROOT: &str = "/var/cache/oci-nvidia-hook/bullseye";
-/// The glibc the shipped binary is linked for (the Makefile's GLIBC_FLOOR).
-const FLOOR: &str = "2.17";
-
 /// The binary `make build` ships, checked to need no newer glibc than the floor.
 fn shipped_binary() -> PathBuf {
-    let bin = repo().join("target/x86_64-unknown-linux-gnu/release/oci-nvidia-hook");
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `make build` first (`make test` does)",
-        bin.display()
-    );
-    let highest = glibc::needed(&bin).pop().expect("a GLIBC_ version");
-    assert!(
-        highest <= GlibcVersion::parse(FLOOR),
-        "{} needs glibc {highest}, newer than {FLOOR}",
-        bin.display()
-    );
-    bin
+    glibc::shipped_binary("x86_64-unknown-linux-gnu", "build")
 }
 
 /// The bullseye root with runc, made by debootstrap the first time (into
@@ -140,16 +125,6 @@ fn hook_in_bullseye(shipped: &Path, host: &SimHost, args: &[&str]) -> Finished {
     run_in_bullseye(shipped, &argv)
 }
 
-fn succeeded(what: &str, finished: &Finished) -> String {
-    assert!(
-        finished.status.is_some_and(|s| s.success()),
-        "{what} failed in bullseye: {:?}\n{}",
-        finished.status,
-        finished.stderr
-    );
-    finished.stdout.clone()
-}
-
 /// The root really is bullseye (glibc 2.31, runc 1.0.0-rc93), and the
 /// shipped binary's commands run there and answer as on this host.
 #[test]
@@ -162,10 +137,8 @@ fn commands_run_on_bullseye() {
     let host = SimHost::shared(Fixture::real(4));
     let before = host_mounts();
 
-    let os = succeeded(
-        "cat",
-        &run_in_bullseye(&shipped, &["cat", "/etc/debian_version"]),
-    );
+    let os =
+        run_in_bullseye(&shipped, &["cat", "/etc/debian_version"]).succeeded("cat in bullseye");
     assert!(os.starts_with("11."), "not bullseye: {os}");
     let libc = run_in_bullseye(&shipped, &["/lib/x86_64-linux-gnu/libc.so.6"]);
     assert!(
@@ -173,40 +146,31 @@ fn commands_run_on_bullseye() {
         "{}",
         libc.stdout
     );
-    let runc = succeeded(
-        "runc --version",
-        &run_in_bullseye(&shipped, &["runc", "--version"]),
-    );
+    let runc =
+        run_in_bullseye(&shipped, &["runc", "--version"]).succeeded("runc --version in bullseye");
     assert!(
         runc.contains("1.0.0~rc93") || runc.contains("1.0.0-rc93"),
         "{runc}"
     );
 
-    let version = succeeded(
-        "--version",
-        &hook_in_bullseye(&shipped, &host, &["--version"]),
-    );
+    let version =
+        hook_in_bullseye(&shipped, &host, &["--version"]).succeeded("--version in bullseye");
     assert!(version.starts_with("oci-nvidia-hook "), "{version}");
-    let info = succeeded(
-        "info",
-        &hook_in_bullseye(&shipped, &host, &["info", "--json"]),
-    );
+    let info = hook_in_bullseye(&shipped, &host, &["info", "--json"]).succeeded("info in bullseye");
     let info: serde_json::Value = serde_json::from_str(&info).expect("info --json");
     assert_eq!(
         info,
         host.json(&["info", "--json"]),
         "info differs from this host's"
     );
-    let list = succeeded("list", &hook_in_bullseye(&shipped, &host, &["list"]));
+    let list = hook_in_bullseye(&shipped, &host, &["list"]).succeeded("list in bullseye");
     assert_eq!(
         list,
         host.stdout(&["list"]),
         "list differs from this host's"
     );
-    let cdi = succeeded(
-        "cdi generate",
-        &hook_in_bullseye(&shipped, &host, &["cdi", "generate", "--output", "-"]),
-    );
+    let cdi = hook_in_bullseye(&shipped, &host, &["cdi", "generate", "--output", "-"])
+        .succeeded("cdi generate in bullseye");
     assert!(cdi.contains("nvidia.com/gpu"), "{cdi}");
     assert_eq!(
         cdi,

@@ -176,12 +176,16 @@ mod tests {
     use std::os::unix::fs::symlink;
     use std::path::Path;
 
-    use goblin::elf::header::{ELFCLASS32, ELFCLASS64, EM_386, EM_X86_64, ET_DYN, ET_EXEC};
+    use goblin::elf::header::{
+        ELFCLASS32, ELFCLASS64, EM_386, EM_AARCH64, EM_X86_64, ET_DYN, ET_EXEC,
+    };
 
     use super::*;
     use crate::elf::tests::header;
-    use crate::elf::{I386, X86_64};
-    use crate::ldcache::{FLAG_ELF, FLAG_ELF_LIBC6, FLAG_I386, FLAG_X8664_LIB64};
+    use crate::elf::{AARCH64, I386, X86_64};
+    use crate::ldcache::{
+        FLAG_AARCH64_LIB64, FLAG_ELF, FLAG_ELF_LIBC6, FLAG_I386, FLAG_X8664_LIB64,
+    };
 
     const V: &str = "535.261.03";
     const X86: i32 = FLAG_ELF_LIBC6 | FLAG_X8664_LIB64;
@@ -225,11 +229,15 @@ mod tests {
         }
 
         fn select(&self, caps: &str) -> (Vec<Library>, Vec<MissingLibrary>) {
+            self.select_on(X86_64, caps)
+        }
+
+        fn select_on(&self, host: Arch, caps: &str) -> (Vec<Library>, Vec<MissingLibrary>) {
             select(
                 &self.root,
                 &self.entries,
                 V,
-                X86_64,
+                host,
                 &Capabilities::parse(caps).unwrap(),
             )
         }
@@ -265,6 +273,78 @@ mod tests {
         assert_eq!(names(&libs), ["libcuda.so.535.261.03"]);
         assert_eq!(libs[0].soname, "libcuda.so.1");
         assert_eq!(libs[0].arch, "x86_64");
+    }
+
+    /// An arm64 host (Grace) and an x86-64 one, each with the other's
+    /// libcuda beside its own, as a multiarch host or a copied tree has.
+    fn two_arch_host() -> Host {
+        let mut host = Host::new();
+        for (dir, machine, flags) in [
+            ("aarch64-linux-gnu", EM_AARCH64, FLAG_AARCH64_LIB64),
+            ("x86_64-linux-gnu", EM_X86_64, FLAG_X8664_LIB64),
+        ] {
+            let real = format!("/usr/lib/{dir}/libcuda.so.{V}");
+            host.file(&real, &header(ELFCLASS64, machine, ET_DYN));
+            host.link(&format!("/usr/lib/{dir}/libcuda.so.1"), &real);
+            host.entry(
+                FLAG_ELF_LIBC6 | flags,
+                "libcuda.so.1",
+                &format!("/usr/lib/{dir}/libcuda.so.1"),
+            );
+        }
+        host
+    }
+
+    #[test]
+    fn each_host_architecture_takes_its_own_libraries_only() {
+        let host = two_arch_host();
+        for (arch, dir) in [
+            (AARCH64, "/usr/lib/aarch64-linux-gnu/"),
+            (X86_64, "/usr/lib/x86_64-linux-gnu/"),
+        ] {
+            let (libs, missing) = host.select_on(arch, "compute");
+            assert_eq!(names(&libs), [format!("libcuda.so.{V}")], "{arch}");
+            assert_eq!(libs[0].arch, arch.name);
+            assert!(
+                libs[0]
+                    .path
+                    .starts_with(host.root.host_path(Path::new(dir))),
+                "{arch}: {}",
+                libs[0].path.display()
+            );
+            assert!(missing.iter().all(|m| m.prefix != "libcuda.so"));
+        }
+    }
+
+    #[test]
+    fn a_library_of_the_other_machine_is_refused_whatever_the_cache_says() {
+        // Each cache entry claims the host's architecture but points at the
+        // other machine's object: the ELF header decides.
+        for (arch, flags, wrong) in [
+            (AARCH64, FLAG_AARCH64_LIB64, EM_X86_64),
+            (X86_64, FLAG_X8664_LIB64, EM_AARCH64),
+        ] {
+            let mut host = Host::new();
+            let real = format!("/usr/lib/{}/libcuda.so.{V}", arch.name);
+            host.file(&real, &header(ELFCLASS64, wrong, ET_DYN));
+            host.entry(FLAG_ELF_LIBC6 | flags, "libcuda.so.1", &real);
+            let (libs, missing) = host.select_on(arch, "compute");
+            assert!(libs.is_empty(), "{arch} took {:?}", names(&libs));
+            assert!(
+                missing.iter().any(|m| m.prefix == "libcuda.so"),
+                "{arch}: {missing:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn arm64_has_no_compat32() {
+        let mut host = two_arch_host();
+        let real = format!("/usr/lib/i386-linux-gnu/libcuda.so.{V}");
+        host.file(&real, &header(ELFCLASS32, EM_386, ET_DYN));
+        host.entry(FLAG_ELF_LIBC6 | FLAG_I386, "libcuda.so.1", &real);
+        let (libs, _) = host.select_on(AARCH64, "compute,compat32");
+        assert_eq!(libs.iter().map(|l| l.arch).collect::<Vec<_>>(), ["aarch64"]);
     }
 
     #[test]

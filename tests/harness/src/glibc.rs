@@ -54,3 +54,25 @@ pub fn needed(path: &Path) -> Vec<GlibcVersion> {
     versions.dedup();
     versions
 }
+
+/// The glibc the shipped binaries are linked for (the Makefile's GLIBC_FLOOR).
+pub const FLOOR: &str = "2.17";
+
+/// The binary `make TARGET` ships for the Rust target `triple`
+/// (`target/TRIPLE/release/oci-nvidia-hook`), checked to need no newer
+/// glibc than [`FLOOR`]; panics naming the make target when it is missing.
+pub fn shipped_binary(triple: &str, make_target: &str) -> std::path::PathBuf {
+    let bin = crate::project::repo().join(format!("target/{triple}/release/oci-nvidia-hook"));
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `make {make_target}` first (`make test` does)",
+        bin.display()
+    );
+    let highest = needed(&bin).pop().expect("a GLIBC_ version");
+    assert!(
+        highest <= GlibcVersion::parse(FLOOR),
+        "{} needs glibc {highest}, newer than {FLOOR}",
+        bin.display()
+    );
+    bin
+}

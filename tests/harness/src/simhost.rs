@@ -58,6 +58,26 @@ pub enum Driver {
     R470,
 }
 
+/// The host's architecture (`simhost --arch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HostArch {
+    /// x86-64, with i386 for compat32: the default.
+    Amd64,
+    /// arm64 (Grace), from Debian's arm64 packages: real hosts only; its
+    /// binaries run under qemu-user (`qemu-aarch64-static -L` the driver root).
+    Arm64,
+}
+
+impl HostArch {
+    /// Its name on simhost's command line (Debian's).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostArch::Amd64 => "amd64",
+            HostArch::Arm64 => "arm64",
+        }
+    }
+}
+
 impl Flavour {
     /// Its name on simhost's command line.
     pub fn as_str(self) -> &'static str {
@@ -109,6 +129,8 @@ pub struct Fixture {
     /// The stale driver's libraries listed last in the loader's search
     /// order (the healthy host `doctor` expects), not first.
     pub stale_last: bool,
+    /// The host's architecture.
+    pub arch: HostArch,
 }
 
 impl Fixture {
@@ -121,6 +143,7 @@ impl Fixture {
             mig: false,
             driver: Driver::R535,
             stale_last: false,
+            arch: HostArch::Amd64,
         }
     }
 
@@ -158,6 +181,14 @@ impl Fixture {
         }
     }
 
+    /// The same host on arm64 (real hosts only).
+    pub const fn arm64(self) -> Fixture {
+        Fixture {
+            arch: HostArch::Arm64,
+            ..self
+        }
+    }
+
     /// The name of the shared fixture with these options.
     fn shared_name(&self) -> String {
         let mut name = format!(
@@ -175,6 +206,10 @@ impl Fixture {
         }
         if self.stale_last {
             name.push_str("-stale-last");
+        }
+        if self.arch != HostArch::Amd64 {
+            name.push('-');
+            name.push_str(self.arch.as_str());
         }
         name
     }
@@ -198,6 +233,10 @@ impl Fixture {
         }
         if self.stale_last {
             args.push("--stale-last".into());
+        }
+        if self.arch != HostArch::Amd64 {
+            args.push("--arch".into());
+            args.push(self.arch.as_str().into());
         }
         args
     }

@@ -26,6 +26,19 @@ pub struct Finished {
     pub stderr: String,
 }
 
+impl Finished {
+    /// Its stdout, panicking with `what` and its stderr unless it exited 0.
+    pub fn succeeded(&self, what: &str) -> String {
+        assert!(
+            self.status.is_some_and(|s| s.success()),
+            "{what} failed: {:?}\n{}",
+            self.status,
+            self.stderr
+        );
+        self.stdout.clone()
+    }
+}
+
 /// Runs `cmd` in its own process group, killing the whole group at `limit`.
 /// The end of the process is waited for, not polled, so the time a caller
 /// measures around this is the process's own. Output still held open by a
