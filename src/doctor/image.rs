@@ -258,6 +258,7 @@ fn starts(
         user_namespace: false,
         privileged: false,
         device_mounts: Vec::new(),
+        imex_mounts: Vec::new(),
         devices: Vec::new(),
     };
     let image = match rootfs {

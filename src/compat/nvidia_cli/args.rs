@@ -51,11 +51,6 @@ pub enum Error {
     NoPid,
     #[error("{NAME} configure: --cuda-compat-mode={value:?} is not a mode (known: ldconfig, mount, disabled)")]
     BadCudaCompatMode { value: String },
-    #[error(
-        "{NAME} configure: --imex-channel={value:?} is refused: this implementation injects no \
-         IMEX channel; use NVIDIA's CLI for containers that need one"
-    )]
-    ImexChannel { value: String },
     #[error("{NAME}: {option}={value:?} must be an absolute path")]
     NotAbsolute { option: &'static str, value: String },
     #[error("{NAME}: {option} is not valid UTF-8")]
@@ -101,7 +96,7 @@ pub struct Globals {
     pub user: Option<Option<String>>,
     /// `--no-pivot`: never acted on; nothing of ours pivots.
     pub no_pivot: bool,
-    /// `--no-create-imex-channels`: never acted on; we create no IMEX channel.
+    /// `--no-create-imex-channels`: never acted on; we never create host IMEX channel nodes.
     pub no_create_imex_channels: bool,
 }
 
@@ -307,7 +302,7 @@ const GLOBAL: [Opt<Key>; 7] = [
         Value::None,
         Key::NoCreateImexChannels,
         "",
-        "Accepted; no IMEX channel is created",
+        "Accepted; the host's channels are never created, the container's always are",
     ),
 ];
 
@@ -460,7 +455,7 @@ const CONFIGURE: [Opt<Key>; 10] = [
         Value::Required,
         Key::ImexChannel,
         "CHANNEL",
-        "Refused: no IMEX channel is injected",
+        "Give the container IMEX channel CHANNEL (repeatable; all for every channel)",
     ),
 ];
 
@@ -746,7 +741,7 @@ fn configure(items: Vec<Item<Key>>) -> Result<Command, Error> {
                     _ => return Err(Error::BadCudaCompatMode { value }),
                 })
             }
-            Key::ImexChannel => return Err(Error::ImexChannel { value }),
+            Key::ImexChannel => asked.imex_channels.push(value),
             _ => {}
         }
     }
