@@ -109,6 +109,9 @@ pub struct Fixture {
     /// The stale driver's libraries listed last in the loader's search
     /// order (the healthy host `doctor` expects), not first.
     pub stale_last: bool,
+    /// The devices beyond the GPU: IMEX channels, NVSwitch, GDS, MOFED,
+    /// GDRCopy and each GPU's DRM nodes in sysfs (`simhost --extras`).
+    pub extras: bool,
 }
 
 impl Fixture {
@@ -121,6 +124,7 @@ impl Fixture {
             mig: false,
             driver: Driver::R535,
             stale_last: false,
+            extras: false,
         }
     }
 
@@ -158,6 +162,14 @@ impl Fixture {
         }
     }
 
+    /// The same host with the devices beyond the GPU.
+    pub const fn extras(self) -> Fixture {
+        Fixture {
+            extras: true,
+            ..self
+        }
+    }
+
     /// The name of the shared fixture with these options.
     fn shared_name(&self) -> String {
         let mut name = format!(
@@ -175,6 +187,9 @@ impl Fixture {
         }
         if self.stale_last {
             name.push_str("-stale-last");
+        }
+        if self.extras {
+            name.push_str("-extras");
         }
         name
     }
@@ -198,6 +213,9 @@ impl Fixture {
         }
         if self.stale_last {
             args.push("--stale-last".into());
+        }
+        if self.extras {
+            args.push("--extras".into());
         }
         args
     }
@@ -257,6 +275,43 @@ pub struct HostFacts {
     pub mps_pipe_dir: String,
     /// The driver root's `etc/ld.so.cache`.
     pub ld_so_cache: String,
+    /// Its sysfs stand-in (the config's `sys-root`).
+    pub sys_root: String,
+    /// The devices beyond the GPU, when built with them.
+    pub extras: Option<ExtrasFacts>,
+}
+
+/// The devices beyond the GPU of a host built with `--extras`; every
+/// path is the node's path in a container (below the dev root on the host).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtrasFacts {
+    /// The `nvidia-caps-imex-channels` major in its `proc/devices`.
+    pub imex_major: u32,
+    /// The IMEX channels it has nodes for.
+    pub imex_channels: Vec<u32>,
+    /// `NVIDIA_NVSWITCH=enabled`'s nodes.
+    pub nvswitch: Vec<String>,
+    /// `NVIDIA_GDS=enabled`'s nodes.
+    pub gds: Vec<String>,
+    /// `NVIDIA_MOFED=enabled`'s nodes.
+    pub mofed: Vec<String>,
+    /// `NVIDIA_GDRCOPY=enabled`'s nodes.
+    pub gdrcopy: Vec<String>,
+    /// Each GPU's DRM nodes, by index.
+    pub drm: Vec<DrmFacts>,
+}
+
+/// One GPU's DRM nodes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrmFacts {
+    /// The GPU's PCI bus id.
+    pub bus: String,
+    /// `/dev/dri/cardN`.
+    pub card: String,
+    /// `/dev/dri/renderDN`.
+    pub render: String,
 }
 
 /// One GPU of a simulated host.
