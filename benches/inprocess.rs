@@ -116,6 +116,8 @@ fn inventory(gpus: u32) -> Inventory {
         nvml: None,
         mig_config: None,
         mig_monitor: None,
+        imex_major: None,
+        drm: Vec::new(),
     }
 }
 

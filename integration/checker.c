@@ -8,7 +8,10 @@
  * end of the line (they may hold spaces). Lines:
  *
  *   node PATH TYPE MAJ:MIN mode=0666 open=ok|ERRNO   every /dev/nvidia... and
- *                                       /dev/nvidia-caps/ entry (TYPE c, b,
+ *                                       /dev/nvidia-caps/ entry, and of
+ *                                       /dev/nvidia-caps-imex-channels/,
+ *                                       /dev/infiniband/, /dev/gdrdrv,
+ *                                       /dev/dri/{card,renderD}*, by-path/ (TYPE c, b,
  *                                       d, f, l, s, p; MAJ:MIN "-" unless a
  *                                       device). Opening a node whose number
  *                                       no driver serves gives ENXIO when the
@@ -139,6 +142,13 @@ static void report_devices(void)
 	static const char *const nvidia[] = {"nvidia*", NULL}, *const all[] = {"*", NULL};
 	for_each_match("/dev", nvidia, report_node);
 	for_each_match("/dev/nvidia-caps", all, report_node);
+	/* The devices beyond the GPU: IMEX channels, RDMA, GDRCopy, DRM. */
+	static const char *const gdr[] = {"gdrdrv", NULL}, *const dri[] = {"card*", "renderD*", "by-path", NULL};
+	for_each_match("/dev/nvidia-caps-imex-channels", all, report_node);
+	for_each_match("/dev/infiniband", all, report_node);
+	for_each_match("/dev", gdr, report_node);
+	for_each_match("/dev/dri", dri, report_node);
+	for_each_match("/dev/dri/by-path", all, report_node);
 
 	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (fd >= 0) {

@@ -96,6 +96,9 @@ pub struct Container {
     pub privileged: bool,
     /// Devices requested by `/dev/null` mounts at `/var/run/nvidia-container-devices/<device>`.
     pub device_mounts: Vec<String>,
+    /// IMEX channels requested by `/dev/null` mounts at
+    /// `/var/run/nvidia-container-devices/imex/<channel>`.
+    pub imex_mounts: Vec<String>,
     /// The character devices the runtime itself creates (`linux.devices`):
     /// what a CDI spec or the runtime wrapper granted the container.
     pub devices: Vec<GrantedNode>,
@@ -169,14 +172,24 @@ pub fn parse(bundle: &Path, path: &Path, data: &[u8]) -> Result<Container> {
             })
         })
         .collect();
-    let device_mounts = spec
+    let requests: Vec<String> = spec
         .mounts
         .iter()
         .flatten()
         .filter(|m| m.source.as_deref() == Some(Path::new("/dev/null")))
         .filter_map(|m| m.destination.strip_prefix(DEVICE_MOUNT_DIR).ok())
         .filter_map(|device| device.to_str().map(str::to_string))
+        .collect();
+    let device_mounts = requests
+        .iter()
         .filter(|device| !device.is_empty() && !device.contains('/'))
+        .cloned()
+        .collect();
+    let imex_mounts = requests
+        .iter()
+        .filter_map(|device| device.strip_prefix("imex/"))
+        .filter(|channel| !channel.is_empty() && !channel.contains('/'))
+        .map(str::to_string)
         .collect();
     Ok(Container {
         rootfs: bundle.join(root.path()),
@@ -184,6 +197,7 @@ pub fn parse(bundle: &Path, path: &Path, data: &[u8]) -> Result<Container> {
         user_namespace,
         privileged,
         device_mounts,
+        imex_mounts,
         devices,
     })
 }
@@ -221,6 +235,9 @@ mod tests {
                "process":{"cwd":"/","args":["sh"],"user":{"uid":0,"gid":0},"capabilities":{"bounding":["CAP_CHOWN","CAP_SYS_ADMIN"]}},
                "mounts":[{"destination":"/var/run/nvidia-container-devices/GPU-abcdef01-2345-6789-abcd-ef0123456789","source":"/dev/null","type":"bind"},
                          {"destination":"/var/run/nvidia-container-devices/3","source":"/dev/null"},
+                         {"destination":"/var/run/nvidia-container-devices/imex/7","source":"/dev/null"},
+                         {"destination":"/var/run/nvidia-container-devices/imex/8","source":"/etc/passwd"},
+                         {"destination":"/var/run/nvidia-container-devices/imex/1/x","source":"/dev/null"},
                          {"destination":"/var/run/nvidia-container-devices/4","source":"/etc/passwd"},
                          {"destination":"/var/run/other/5","source":"/dev/null"}]}"#,
         );
@@ -230,6 +247,8 @@ mod tests {
             c.device_mounts,
             ["GPU-abcdef01-2345-6789-abcd-ef0123456789", "3"]
         );
+        // The device plugin's IMEX channel requests, `/dev/null` ones only.
+        assert_eq!(c.imex_mounts, ["7"]);
     }
 
     #[test]

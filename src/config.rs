@@ -190,6 +190,8 @@ pub struct DriverConfig {
     pub dev_root: PathBuf,
     /// The procfs to read `driver/nvidia/*` and `devices` from.
     pub proc_root: PathBuf,
+    /// The sysfs to find each GPU's DRM nodes in (`bus/pci/devices/<bus>/drm/`).
+    pub sys_root: PathBuf,
     /// Root-only directory where the hook keeps a validated snapshot of what
     /// it found in the driver root (see `driver::snapshot`); `""` keeps none.
     #[serde(deserialize_with = "snapshot_dir")]
@@ -205,6 +207,7 @@ impl Default for DriverConfig {
             root: PathBuf::from("/"),
             dev_root: PathBuf::from("/"),
             proc_root: PathBuf::from("/proc"),
+            sys_root: PathBuf::from("/sys"),
             snapshot_dir: Some(PathBuf::from(DEFAULT_SNAPSHOT_DIR)),
         }
     }
@@ -313,6 +316,7 @@ impl Config {
             ("driver.root", &self.driver.root),
             ("driver.dev-root", &self.driver.dev_root),
             ("driver.proc-root", &self.driver.proc_root),
+            ("driver.sys-root", &self.driver.sys_root),
         ];
         for (key, value) in roots {
             if !value.is_absolute() {
@@ -368,6 +372,7 @@ mod tests {
         assert_eq!(config, Config::default());
         assert_eq!(config.driver.root, Path::new("/"));
         assert_eq!(config.driver.proc_root, Path::new("/proc"));
+        assert_eq!(config.driver.sys_root, Path::new("/sys"));
         assert_eq!(config.log.level, LogLevel::Info);
         assert_eq!(config.log.file(), None);
     }
@@ -380,6 +385,7 @@ mod tests {
 root = "/run/nvidia/driver"
 dev-root = "/run/nvidia/driver"
 proc-root = "/sim/proc"
+sys-root = "/sim/sys"
 [log]
 level = "debug"
 file = "/var/log/oci-nvidia-hook.log"
@@ -389,6 +395,7 @@ file = "/var/log/oci-nvidia-hook.log"
         assert_eq!(config.driver.root, Path::new("/run/nvidia/driver"));
         assert_eq!(config.driver.dev_root, Path::new("/run/nvidia/driver"));
         assert_eq!(config.driver.proc_root, Path::new("/sim/proc"));
+        assert_eq!(config.driver.sys_root, Path::new("/sim/sys"));
         assert_eq!(config.log.level, LogLevel::Debug);
         assert_eq!(
             config.log.file(),

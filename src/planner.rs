@@ -24,7 +24,9 @@ use crate::driver::{self, CudaVersion, Inventory, NodeRole};
 use crate::image::{self, Image, ImageLayout};
 use crate::nvml;
 use crate::plan::{self, NodeMode, Plan, SelectedDevice};
-use crate::request::{self, Capabilities, Capability, DeviceId, DeviceSelection, Request};
+use crate::request::{
+    self, Capabilities, Capability, DeviceId, DeviceSelection, ImexChannels, Request,
+};
 use crate::require::{self, DeviceFacts, Facts, Requirements};
 
 /// Why a request cannot be planned on this host.
@@ -97,6 +99,8 @@ pub struct Asked {
     pub mig_config: Vec<String>,
     /// `--mig-monitor` values.
     pub mig_monitor: Vec<String>,
+    /// `--imex-channel` values.
+    pub imex_channels: Vec<String>,
 }
 
 /// Where the image the plan places files for is described.
@@ -227,6 +231,7 @@ fn argv_request(
     let mut request = Request::new(DeviceSelection::from_cli(&asked.devices)?, capabilities);
     request.mig_config = request::mig_from_cli("--mig-config", &asked.mig_config)?;
     request.mig_monitor = request::mig_from_cli("--mig-monitor", &asked.mig_monitor)?;
+    request.imex = ImexChannels::parse("--imex-channel", &asked.imex_channels.join(","))?;
     if let Some(container) = container {
         refuse_mig_unless_privileged(&request, container, ["--mig-config", "--mig-monitor"])?;
     }
@@ -271,6 +276,7 @@ fn container_request(config: &Config, container: &Container) -> Result<Effective
         ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"],
     )?;
     request.capabilities = restrict(request.capabilities, config);
+    request.imex = container_imex(config, container)?;
     let requirements = if config.disable_require {
         Requirements::default()
     } else {
@@ -317,6 +323,25 @@ fn container_devices(config: &Config, container: &Container) -> Result<DeviceSel
         return Ok(DeviceSelection::Void);
     }
     Ok(Request::devices_from_env(&container.env)?)
+}
+
+/// The IMEX channels a GPU container asks for, as NVIDIA's toolkit
+/// decides where to look (`ImexChannelRequests`): accepted channel mounts
+/// win; the variable counts for a privileged container, or for any when
+/// the config accepts an unprivileged container's variables.
+fn container_imex(config: &Config, container: &Container) -> Result<ImexChannels> {
+    if config.accept_volume_mounts && !container.imex_mounts.is_empty() {
+        return Ok(ImexChannels::from_mounts(&container.imex_mounts)?);
+    }
+    if !config.accept_env_when_unprivileged && !container.privileged {
+        if request::env_var(&container.env, "NVIDIA_IMEX_CHANNELS").is_some() {
+            log::info!(
+                "ignoring NVIDIA_IMEX_CHANNELS of an unprivileged container (accept-env-when-unprivileged = false)"
+            );
+        }
+        return Ok(ImexChannels::None);
+    }
+    Ok(ImexChannels::from_env(&container.env)?)
 }
 
 /// `capabilities` less those the host does not offer, which are logged.

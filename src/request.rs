@@ -17,8 +17,10 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 mod devices;
+mod extras;
 
 pub use devices::{parse_bus_id, DeviceId, DeviceSelection};
+pub use extras::{Gated, ImexChannels, MAX_IMEX_CHANNEL};
 
 /// Longest request value we accept; anything longer is refused, not parsed.
 const MAX_VALUE_LEN: usize = 4096;
@@ -36,6 +38,12 @@ pub enum Error {
     },
     #[error("{name}={value:?} is not supported; the only value is \"all\"")]
     MigCapability { name: &'static str, value: String },
+    #[error("malformed IMEX channel list {what}={value:?}: {item:?} is not a channel number (0 to {MAX_IMEX_CHANNEL}) or all")]
+    MalformedImexChannels {
+        what: &'static str,
+        value: String,
+        item: String,
+    },
     #[error("{what} is {len} bytes long; at most {MAX_VALUE_LEN} are accepted")]
     TooLong { what: &'static str, len: usize },
 }
@@ -276,6 +284,10 @@ pub struct Request {
     pub mig_config: bool,
     /// `NVIDIA_MIG_MONITOR_DEVICES=all`: the MIG monitoring capability (privileged only).
     pub mig_monitor: bool,
+    /// The IMEX channels asked for (policy decides which source counts).
+    pub imex: ImexChannels,
+    /// The feature-gated devices enabled.
+    pub gated: Gated,
 }
 
 impl Request {
@@ -286,6 +298,8 @@ impl Request {
             capabilities,
             mig_config: false,
             mig_monitor: false,
+            imex: ImexChannels::None,
+            gated: Gated::default(),
         }
     }
 
@@ -384,6 +398,9 @@ impl Request {
             capabilities,
             mig_config: mig_capability(env, "NVIDIA_MIG_CONFIG_DEVICES")?,
             mig_monitor: mig_capability(env, "NVIDIA_MIG_MONITOR_DEVICES")?,
+            // Which source of channels counts is policy: the planner's.
+            imex: ImexChannels::None,
+            gated: Gated::from_env(env),
         })
     }
 

@@ -57,6 +57,8 @@ struct CdiRun<'a> {
     /// The image's own variables.
     env: &'a [(&'a str, &'a str)],
     hooks: HooksDir,
+    /// The names after `nvidia.com/imex-channel=`.
+    imex: &'a [&'a str],
     /// Podman's runtime is our wrapper (`nvidia-container-runtime`), which
     /// writes the GPUs into the spec, instead of runc with a CDI spec.
     wrapper: bool,
@@ -173,6 +175,10 @@ fn run_cdi(case: &CdiRun) -> Run {
         extra.push("--device".to_string());
         extra.push(format!("nvidia.com/gpu={device}"));
     }
+    for channel in case.imex {
+        extra.push("--device".to_string());
+        extra.push(format!("nvidia.com/imex-channel={channel}"));
+    }
     argv.extend(podman_run_args(
         &id,
         &dir.join("out"),
@@ -187,11 +193,13 @@ fn run_cdi(case: &CdiRun) -> Run {
             "mount -t tmpfs -o mode=0755 cdi /run/cdi && \
              { [ ! -d /etc/cdi ] || mount -t tmpfs -o mode=0755 cdi /etc/cdi; } && \
              { [ ! -s \"$0\" ] || cp \"$0\" /run/cdi/nvidia.yaml; } && \
+             { [ ! -s \"$2\" ] || cp \"$2\" /run/cdi/nvidia-imex-channel.yaml; } && \
              mount -t overlay onh-etc -o \"lowerdir=/etc,upperdir=$1/upper,workdir=$1/work\" /etc && \
-             shift && exec \"$@\"",
+             shift 2 && exec \"$@\"",
         )
         .arg(&spec)
         .arg(&etc)
+        .arg(dir.join("nvidia-imex-channel.yaml"))
         .args(&argv);
 
     let mounts_before = host_mounts();
@@ -283,6 +291,7 @@ fn podman_takes_a_gpu_by_index() {
         devices: &["0"],
         env: &[],
         hooks: HooksDir::Empty,
+        imex: &[],
         wrapper: false,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 0)], &[]);
@@ -299,6 +308,7 @@ fn podman_takes_a_gpu_by_uuid() {
         devices: &[&gpu.uuid],
         env: &[],
         hooks: HooksDir::Empty,
+        imex: &[],
         wrapper: false,
     });
     assert_cdi_gpus(&run, &host, &[gpu.minor], &[]);
@@ -314,6 +324,7 @@ fn podman_takes_all_gpus() {
         devices: &["all"],
         env: &[],
         hooks: HooksDir::Empty,
+        imex: &[],
         wrapper: false,
     });
     let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
@@ -331,6 +342,7 @@ fn podman_takes_two_devices_named_two_ways() {
         devices: &["1", &third.uuid],
         env: &[],
         hooks: HooksDir::Empty,
+        imex: &[],
         wrapper: false,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 1), third.minor], &[]);
@@ -362,6 +374,7 @@ fn podman_takes_a_mig_device() {
         devices: &[uuid],
         env: &[],
         hooks: HooksDir::Empty,
+        imex: &[],
         wrapper: false,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, parent)], &caps);
@@ -388,6 +401,7 @@ fn hooks_d_hooks_do_not_inject_a_second_time() {
         devices: &["0"],
         env: &[("NVIDIA_VISIBLE_DEVICES", "all")],
         hooks: HooksDir::OursAndNvidias,
+        imex: &[],
         wrapper: false,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 0)], &[]);
@@ -412,6 +426,7 @@ fn podman_with_the_runtime_wrapper_takes_a_gpu() {
         devices: &[],
         env: &[("NVIDIA_VISIBLE_DEVICES", "1")],
         hooks: HooksDir::Empty,
+        imex: &[],
         wrapper: true,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 1)], &[]);
@@ -421,4 +436,60 @@ fn podman_with_the_runtime_wrapper_takes_a_gpu() {
         "the wrapper edited the spec:{}",
         run.describe()
     );
+}
+
+/// The IMEX channel spec beside the GPU spec: Podman gives exactly the
+/// channel named (`nvidia.com/imex-channel=1`), allowed; the GPU's device
+/// brings its DRM nodes (the spec has every capability), allowed, and the
+/// spec's hook their by-path links; the other GPU's and channel's are absent.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_takes_an_imex_channel_and_a_gpus_drm_nodes() {
+    let host = SimHost::shared(Fixture::synthetic(2).extras());
+    let extras = host.facts.extras.as_ref().expect("an --extras host");
+    let run = run_cdi(&CdiRun {
+        name: "imex",
+        host: &host,
+        devices: &["0"],
+        env: &[],
+        hooks: HooksDir::Empty,
+        imex: &["1"],
+        wrapper: false,
+    });
+    run.assert_completed();
+    let node = |path: &str| {
+        run.report
+            .nodes
+            .get(path)
+            .map(|n| (n.kind, n.numbers, n.open.clone()))
+    };
+    let allowed = |numbers| Some(('c', Some(numbers), Some("ENXIO".to_string())));
+    assert_eq!(
+        node("/dev/nvidia-caps-imex-channels/channel1"),
+        allowed((extras.imex_major, 1)),
+        "{}",
+        run.describe()
+    );
+    assert_eq!(
+        node("/dev/nvidia-caps-imex-channels/channel0"),
+        None,
+        "{}",
+        run.describe()
+    );
+    let gpu = &host.facts.gpus[0];
+    let drm = extras
+        .drm
+        .iter()
+        .find(|d| d.bus == gpu.bus)
+        .expect("GPU 0's DRM nodes");
+    assert_eq!(node(&drm.card), allowed((226, 1)), "{}", run.describe());
+    assert_eq!(node(&drm.render), allowed((226, 128)), "{}", run.describe());
+    let other = extras
+        .drm
+        .iter()
+        .find(|d| d.bus != gpu.bus)
+        .expect("GPU 1's DRM nodes");
+    assert_eq!(node(&other.card), None, "{}", run.describe());
+    let link = format!("/dev/dri/by-path/pci-{}-card", gpu.bus.to_ascii_lowercase());
+    assert_eq!(node(&link).map(|n| n.0), Some('l'), "{}", run.describe());
 }

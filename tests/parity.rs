@@ -276,6 +276,7 @@ fn outcome_of(case: &Case, hosts: &Hosts) -> String {
         user_namespace: false,
         privileged: case.privileged,
         device_mounts: case.mounts.iter().map(|m| expand(m, sim)).collect(),
+        imex_mounts: Vec::new(),
         devices: Vec::new(),
     };
     let planned = match planner::plan(
@@ -479,6 +480,7 @@ fn compat_used(sim: &SimHost, image: &Path) -> bool {
         user_namespace: false,
         privileged: false,
         device_mounts: Vec::new(),
+        imex_mounts: Vec::new(),
         devices: Vec::new(),
     };
     let planned = planner::plan(

@@ -10,8 +10,14 @@ use super::edits::{self, Callback, VISIBLE_DEVICES_VOID};
 use super::spec::{required_version, ContainerEdits, Device, Spec, KIND};
 use super::{Error, Result};
 use crate::config::Config;
+use crate::driver::{Inventory, NodeRole, NodeState};
 use crate::image::ImageLayout;
+use crate::plan;
 use crate::planner::{self, EachDevice, SpecMade};
+use crate::request::Capabilities;
+
+/// The kind of IMEX channel devices, as NVIDIA's: `nvidia.com/imex-channel=0`.
+pub const IMEX_KIND: &str = "nvidia.com/imex-channel";
 
 /// How devices are named; a spec may use several at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,4 +141,93 @@ pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
     };
     spec.cdi_version = required_version(&spec).into();
     Ok(spec)
+}
+
+/// The IMEX channel spec of this host: one device per channel node the
+/// host has, named by its number, holding only that node; `None` when the
+/// host has none. A spec of its own, as a spec has one kind.
+pub fn generate_imex(config: &Config) -> Result<Option<Spec>> {
+    let inventory = planner::inventory(config, &Capabilities::empty())?;
+    Ok(imex_spec(&inventory))
+}
+
+/// [`generate_imex`] on an inventoried host.
+pub fn imex_spec(inventory: &Inventory) -> Option<Spec> {
+    let devices: Vec<Device> = inventory
+        .nodes
+        .iter()
+        .filter(|n| n.role == NodeRole::ImexChannel)
+        .filter_map(|n| {
+            let NodeState::Ok { mode } = n.state else {
+                log::warn!(
+                    "{} left out of the IMEX spec: {:?}",
+                    n.host_path.display(),
+                    n.state
+                );
+                return None;
+            };
+            let node = plan::DeviceNode {
+                host_path: n.host_path.clone(),
+                path: n.path.clone(),
+                major: n.major,
+                minor: n.minor,
+                mode,
+            };
+            Some(Device {
+                name: n.minor.to_string(),
+                container_edits: ContainerEdits {
+                    device_nodes: edits::device_nodes(std::slice::from_ref(&node)),
+                    ..ContainerEdits::default()
+                },
+                ..Device::default()
+            })
+        })
+        .collect();
+    if devices.is_empty() {
+        return None;
+    }
+    let mut spec = Spec {
+        cdi_version: String::new(),
+        kind: IMEX_KIND.into(),
+        devices,
+        ..Spec::default()
+    };
+    spec.cdi_version = required_version(&spec).into();
+    Some(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::Node;
+
+    #[test]
+    fn imex_spec_has_one_device_per_host_channel() {
+        let mut inventory = crate::plan::tests::inventory();
+        assert_eq!(imex_spec(&inventory), None);
+        for (minor, state) in [
+            (0, NodeState::Ok { mode: 0o666 }),
+            (5, NodeState::Ok { mode: 0o660 }),
+            (6, NodeState::Missing),
+        ] {
+            inventory.nodes.push(Node {
+                role: NodeRole::ImexChannel,
+                path: format!("/dev/nvidia-caps-imex-channels/channel{minor}").into(),
+                host_path: format!("/sim/dev/nvidia-caps-imex-channels/channel{minor}").into(),
+                major: 234,
+                minor,
+                state,
+            });
+        }
+        let spec = imex_spec(&inventory).unwrap();
+        assert_eq!(spec.kind, "nvidia.com/imex-channel");
+        let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["0", "5"]);
+        let node = &spec.devices[1].container_edits.device_nodes[0];
+        assert_eq!(
+            node.path,
+            std::path::Path::new("/dev/nvidia-caps-imex-channels/channel5")
+        );
+        assert_eq!((node.major, node.minor), (Some(234), Some(5)));
+    }
 }

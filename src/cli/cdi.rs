@@ -89,7 +89,34 @@ pub fn generate(
         spec.cdi_version,
         driver_of(&spec).unwrap_or("?")
     );
+    let imex_output = imex_path(ask.output);
+    match cdi::generate_imex(config)? {
+        Some(imex) => {
+            cdi::write_atomically(&imex_output, &format.encode(&imex)?)?;
+            log::info!(
+                "wrote {} ({} IMEX channels, kind {})",
+                imex_output.display(),
+                imex.devices.len(),
+                cdi::IMEX_KIND
+            );
+        }
+        None => log::debug!("no IMEX channel on this host: no {}", imex_output.display()),
+    }
     Ok(())
+}
+
+/// Where the IMEX channel spec goes: beside the GPU spec, `-imex-channel`
+/// added to its name (`nvidia.yaml` gives `nvidia-imex-channel.yaml`).
+pub fn imex_path(output: &Path) -> PathBuf {
+    let stem = output
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match output.extension() {
+        Some(ext) => format!("{stem}-imex-channel.{}", ext.to_string_lossy()),
+        None => format!("{stem}-imex-channel"),
+    };
+    output.with_file_name(name)
 }
 
 /// `/var/run/cdi` may not exist before the first spec.
@@ -163,3 +190,21 @@ pub fn validate(config: &Config, file: &Path, out: &mut impl Write) -> Result<()
 
 /// The name strategies `cdi list` and `cdi generate` use unless told.
 pub const DEFAULT_STRATEGIES: &str = "index,uuid";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_imex_spec_goes_beside_the_gpu_spec() {
+        assert_eq!(
+            imex_path(Path::new("/var/run/cdi/nvidia.yaml")),
+            Path::new("/var/run/cdi/nvidia-imex-channel.yaml")
+        );
+        assert_eq!(
+            imex_path(Path::new("/etc/cdi/gpu.json")),
+            Path::new("/etc/cdi/gpu-imex-channel.json")
+        );
+        assert_eq!(imex_path(Path::new("spec")), Path::new("spec-imex-channel"));
+    }
+}

@@ -85,7 +85,9 @@ fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) 
     }
 
     writeln!(out, "\nDevice nodes:")?;
-    for node in &inv.nodes {
+    // Each GPU's DRM nodes (graphics) after the driver's own.
+    let drm = inv.drm.iter().flat_map(|d| &d.nodes);
+    for node in inv.nodes.iter().chain(drm) {
         let state = match &node.state {
             NodeState::Ok { mode } => format!("ok, mode {mode:04o}"),
             NodeState::Missing => "MISSING".to_string(),

@@ -69,11 +69,6 @@ pub enum Error {
     NoPid,
     #[error("{CLI} configure: --cuda-compat-mode={value:?} is not a mode (known: ldconfig, mount, disabled)")]
     BadCudaCompatMode { value: String },
-    #[error(
-        "{CLI} configure: --imex-channel={value:?} is refused: this implementation injects no \
-         IMEX channel; use NVIDIA's CLI for containers that need one"
-    )]
-    ImexChannel { value: String },
     #[error("{CLI}: {option}={value:?} must be an absolute path")]
     NotAbsolute { option: &'static str, value: String },
     #[error("{CLI}: {option} is not valid UTF-8")]

@@ -67,6 +67,7 @@ pub(super) fn check(
     };
     gpus(&nvidia, &inventory, out);
     nodes(&inventory, out);
+    drm_modules(&config.driver.sys_root, &inventory, out);
     let root = DriverRoot::new(&config.driver.root);
     let cache = cache_hits(&root);
     libraries(&inventory, &root, &cache, out);
@@ -195,7 +196,9 @@ fn excluded_gpus(gpus_dir: &Path) -> Vec<String> {
 /// Every device node: one check for all that are right, one per node that is not.
 fn nodes(inventory: &Inventory, out: &mut Vec<Check>) {
     let mut good = 0;
-    for node in &inventory.nodes {
+    let drm = inventory.drm.iter().flat_map(|d| &d.nodes);
+    let all: Vec<_> = inventory.nodes.iter().chain(drm).collect();
+    for node in all.iter().copied() {
         let name = node.path.display().to_string();
         let create = create_command(node.role, node.minor);
         match &node.state {
@@ -209,6 +212,18 @@ fn nodes(inventory: &Inventory, out: &mut Vec<Check>) {
                 format!("{} is missing", node.host_path.display()),
                 format!("create it: `{create}`"),
             )),
+            NodeState::Wrong(problem)
+                if problem.contains("/proc/devices") && node.role == NodeRole::ImexChannel =>
+            {
+                out.push(Check::fail(
+                    L,
+                    name,
+                    "the nvidia module offers no IMEX channels (no nvidia-caps-imex-channels \
+                     in /proc/devices), but the host has channel nodes: containers asking \
+                     for one (NVIDIA_IMEX_CHANNELS) fail",
+                    "load a driver of 550 or later, with IMEX channels (NVreg_ImexChannelCount)",
+                ))
+            }
             NodeState::Wrong(problem) if problem.contains("/proc/devices") => {
                 out.push(Check::fail(
                     L,
@@ -229,7 +244,7 @@ fn nodes(inventory: &Inventory, out: &mut Vec<Check>) {
             )),
         }
     }
-    if good == inventory.nodes.len() {
+    if good == all.len() {
         out.push(Check::ok(
             L,
             "device nodes",
@@ -248,7 +263,49 @@ fn create_command(role: NodeRole, minor: u32) -> String {
         NodeRole::Capability => {
             "nvidia-modprobe -f /proc/driver/nvidia/capabilities/<its capability file>".into()
         }
+        NodeRole::ImexChannel => format!(
+            "mknod -m 666 /dev/nvidia-caps-imex-channels/channel{minor} c \
+             <the nvidia-caps-imex-channels major in /proc/devices> {minor}"
+        ),
+        NodeRole::DrmCard | NodeRole::DrmRender => {
+            "modprobe nvidia-drm, then udevadm trigger --subsystem-match=drm".into()
+        }
+        NodeRole::NvSwitch | NodeRole::Gds | NodeRole::Mofed | NodeRole::Gdrcopy => {
+            "reload the device's driver module so that udev makes its node".into()
+        }
     }
+}
+
+/// A GPU sysfs shows no DRM node for: graphics containers get no
+/// `/dev/dri` for it, which headless rendering (EGL, Vulkan) needs.
+/// A GPU sysfs does not show at all says nothing: the sys-root is not
+/// this host's.
+fn drm_modules(sys_root: &Path, inventory: &Inventory, out: &mut Vec<Check>) {
+    let without: Vec<&str> = inventory
+        .gpus
+        .iter()
+        .filter(|g| inventory.drm_of(&g.bus).is_none())
+        .filter(|g| {
+            sys_root
+                .join("bus/pci/devices")
+                .join(g.bus.to_ascii_lowercase())
+                .is_dir()
+        })
+        .map(|g| g.bus.as_str())
+        .collect();
+    if without.is_empty() {
+        return;
+    }
+    out.push(Check::warn(
+        L,
+        "DRM nodes",
+        format!(
+            "sysfs shows no DRM node for GPU {}: nvidia-drm is not loaded; graphics and \
+             display containers get no /dev/dri for it",
+            without.join(", ")
+        ),
+        "`modprobe nvidia-drm` where containers render with EGL or Vulkan",
+    ));
 }
 
 /// A catalogue library as the driver root's `ld.so.cache` lists it, for the

@@ -133,6 +133,7 @@ pub(super) fn describe(options: &Options) -> Described {
         user_namespace: false,
         privileged: false,
         device_mounts: Vec::new(),
+        imex_mounts: Vec::new(),
         devices: Vec::new(),
     };
     Described {

@@ -104,7 +104,8 @@ pub const BINARIES: &[(Capability, &str)] = &[
 /// Directories of the driver root searched for binaries, in order.
 pub const BINARY_DIRS: &[&str] = &["usr/bin", "usr/sbin", "bin", "sbin"];
 
-/// Loader configuration files that graphics needs (the Vulkan and EGL ICDs),
+/// Loader configuration files that graphics needs (the Vulkan and EGL ICDs,
+/// the EGL external platforms),
 /// each with the places a distribution may keep it, in order of preference.
 pub const GRAPHICS_CONFIGS: &[&[&str]] = &[
     &[
@@ -118,6 +119,24 @@ pub const GRAPHICS_CONFIGS: &[&[&str]] = &[
     &[
         "etc/glvnd/egl_vendor.d/10_nvidia.json",
         "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+    ],
+    // The EGL external platforms (Wayland, GBM, X11), as NVIDIA's graphics
+    // discoverer mounts them (internal/discover/graphics.go).
+    &[
+        "etc/egl/egl_external_platform.d/10_nvidia_wayland.json",
+        "usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+    ],
+    &[
+        "etc/egl/egl_external_platform.d/15_nvidia_gbm.json",
+        "usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+    ],
+    &[
+        "etc/egl/egl_external_platform.d/20_nvidia_xcb.json",
+        "usr/share/egl/egl_external_platform.d/20_nvidia_xcb.json",
+    ],
+    &[
+        "etc/egl/egl_external_platform.d/20_nvidia_xlib.json",
+        "usr/share/egl/egl_external_platform.d/20_nvidia_xlib.json",
     ],
 ];
 

@@ -296,4 +296,22 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].path, etc);
     }
+
+    /// graphics_test.go: the EGL external platform files come with graphics.
+    #[test]
+    fn egl_external_platforms_come_with_graphics() {
+        let (_d, root) = root();
+        let gbm = write(
+            &root,
+            "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+            b"{}",
+        );
+        let found = graphics_configs(&root, &Capabilities::parse("display").unwrap());
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].path, gbm);
+        assert_eq!(
+            found[0].destination,
+            Path::new("/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json")
+        );
+    }
 }

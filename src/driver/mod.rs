@@ -8,6 +8,7 @@
 
 pub mod catalog;
 pub mod cuda;
+pub mod drm;
 pub mod files;
 pub mod libraries;
 pub mod mig;
@@ -30,6 +31,7 @@ use crate::nvml;
 use crate::request::{Capabilities, Capability};
 
 pub use cuda::CudaVersion;
+pub use drm::GpuDrm;
 pub use files::{HostFile, Ipc};
 pub use libraries::{Library, MissingLibrary};
 pub use mig::{CapFile, ComputeInstance, GpuInstance, MigDevice};
@@ -159,6 +161,12 @@ pub struct Inventory {
     pub mig_config: Option<CapFile>,
     /// The MIG monitoring capability, where the driver has one.
     pub mig_monitor: Option<CapFile>,
+    /// The IMEX channels' major (`nvidia-caps-imex-channels` in
+    /// `/proc/devices`): a channel asked for is made with it even where the
+    /// host has no node for it.
+    pub imex_major: Option<u32>,
+    /// Each GPU's DRM nodes, found through sysfs, when graphics is in scope.
+    pub drm: Vec<GpuDrm>,
 }
 
 impl Inventory {
@@ -211,7 +219,15 @@ impl Inventory {
         let gpus = proc::read_gpus(&nvidia.join("gpus"))?;
         let devices_path = config.proc_root.join("devices");
         let majors = proc::parse_char_majors(&devices_path, &proc::read_text(&devices_path)?)?;
-        let nodes = nodes::inspect(&config.dev_root, &gpus, &majors);
+        let mut nodes = nodes::inspect(&config.dev_root, &gpus, &majors);
+        let imex_major = majors.get(nodes::IMEX_MAJOR_NAME).copied();
+        nodes.extend(nodes::imex_channels(&config.dev_root, imex_major));
+        nodes.extend(nodes::gated(&config.dev_root));
+        let drm = if scope.contains(Capability::Graphics) {
+            drm::inspect(&config.sys_root, &config.dev_root, &gpus, &majors)
+        } else {
+            Vec::new()
+        };
         let mig_instances = mig::instances(&nvidia, &gpus)?;
 
         let root = DriverRoot::new(&config.root);
@@ -239,6 +255,8 @@ impl Inventory {
             mig: None,
             mig_instances,
             nvml: None,
+            imex_major,
+            drm,
         };
         Ok((inventory, unstored))
     }
@@ -302,6 +320,11 @@ impl Inventory {
     /// The node at container path `path`, e.g. `/dev/nvidia3`.
     pub fn node_at(&self, path: &Path) -> Option<&Node> {
         self.nodes.iter().find(|n| n.path == path)
+    }
+
+    /// The DRM nodes of the GPU at PCI bus `bus`, if sysfs showed any.
+    pub fn drm_of(&self, bus: &str) -> Option<&GpuDrm> {
+        self.drm.iter().find(|d| d.bus.eq_ignore_ascii_case(bus))
     }
 
     /// Libraries of `capability`.

@@ -36,7 +36,43 @@ pub enum NodeRole {
     Gpu,
     /// `nvidia-caps/nvidia-capN`: a MIG capability.
     Capability,
+    /// `nvidia-caps-imex-channels/channelN`: an IMEX channel, asked for by number.
+    ImexChannel,
+    /// `nvidia-nvswitchctl` and `nvidia-nvswitchN`: `NVIDIA_NVSWITCH=enabled`.
+    NvSwitch,
+    /// `nvidia-fs*`: GPUDirect Storage, `NVIDIA_GDS=enabled`.
+    Gds,
+    /// `infiniband/{uverbs*,rdma_cm,umad*}`: `NVIDIA_MOFED=enabled`.
+    Mofed,
+    /// `gdrdrv`: `NVIDIA_GDRCOPY=enabled`.
+    Gdrcopy,
+    /// `dri/cardN` of one GPU: graphics and display.
+    DrmCard,
+    /// `dri/renderDN` of one GPU: graphics and display.
+    DrmRender,
 }
+
+impl NodeRole {
+    /// Whether a container gets this node only when it asks for it by a
+    /// variable of its own (the gated devices, IMEX channels, DRM nodes):
+    /// its absence on the host is no fault of the driver's GPU nodes.
+    pub fn is_extra(self) -> bool {
+        !matches!(
+            self,
+            NodeRole::Control
+                | NodeRole::Modeset
+                | NodeRole::Uvm
+                | NodeRole::UvmTools
+                | NodeRole::Gpu
+                | NodeRole::Capability
+        )
+    }
+}
+
+/// The `/proc/devices` name of the IMEX channels' major.
+pub const IMEX_MAJOR_NAME: &str = "nvidia-caps-imex-channels";
+/// The directory of the IMEX channel nodes, below `/dev`.
+pub const IMEX_DIR: &str = "nvidia-caps-imex-channels";
 
 /// What stat found at a node's path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -194,20 +230,135 @@ pub fn inspect(dev_root: &Path, gpus: &[Gpu], majors: &BTreeMap<String, u32>) ->
 
 /// Minors of the `nvidia-capN` nodes present, sorted; the name carries the minor.
 fn capability_minors(dir: &Path) -> Vec<u32> {
-    let mut minors: Vec<u32> = fs::read_dir(dir)
+    numbered(dir, "nvidia-cap")
+}
+
+/// The numbers `N` of the entries `<prefix>N` in `dir`, sorted.
+fn numbered(dir: &Path, prefix: &str) -> Vec<u32> {
+    let mut numbers: Vec<u32> = names(dir)
+        .iter()
+        .filter_map(|name| {
+            let digits = name.strip_prefix(prefix)?;
+            digits
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| digits.parse().ok())
+                .flatten()
+        })
+        .collect();
+    numbers.sort_unstable();
+    numbers
+}
+
+/// The UTF-8 names in `dir`, sorted; none when it cannot be read.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix("nvidia-cap")?
-                .parse()
-                .ok()
-        })
+        .filter_map(|e| e.file_name().into_string().ok())
         .collect();
-    minors.sort_unstable();
-    minors
+    names.sort();
+    names
+}
+
+/// The IMEX channel nodes the host has under `<dev_root>/dev`, checked
+/// against the major `/proc/devices` gives them (the minor is the channel).
+pub fn imex_channels(dev_root: &Path, major: Option<u32>) -> Vec<Node> {
+    let dir = dev_root.join("dev").join(IMEX_DIR);
+    numbered(&dir, "channel")
+        .into_iter()
+        .map(|channel| imex_channel(dev_root, major, channel))
+        .collect()
+}
+
+/// IMEX channel `channel`, as the host has it (or not).
+pub fn imex_channel(dev_root: &Path, major: Option<u32>, channel: u32) -> Node {
+    let name = format!("{IMEX_DIR}/channel{channel}");
+    let host_path = dev_root.join("dev").join(&name);
+    let (major, state) = match major {
+        Some(major) => (major, checked(&host_path, major, channel)),
+        None => (
+            0,
+            NodeState::Wrong(format!(
+                "the driver has no {IMEX_MAJOR_NAME} in /proc/devices"
+            )),
+        ),
+    };
+    Node {
+        role: NodeRole::ImexChannel,
+        path: PathBuf::from("/dev").join(name),
+        host_path,
+        major,
+        minor: channel,
+        state,
+    }
+}
+
+/// What stat finds at `host_path`, judged against `major:minor`.
+pub fn checked(host_path: &Path, major: u32, minor: u32) -> NodeState {
+    match stat(host_path) {
+        Ok(s) => judge(s, major, minor),
+        Err(e) => NodeState::Wrong(format!("cannot stat: {e}")),
+    }
+}
+
+/// Which names below `/dev` each feature-gated device has, as NVIDIA's
+/// discoverers look for them (`internal/discover/{nvswitch,gds,mofed,gdrcopy}.go`):
+/// (role, directory below `/dev`, name prefix, whether the name is exact).
+const GATED: &[(NodeRole, &str, &str, bool)] = &[
+    (NodeRole::NvSwitch, "", "nvidia-nvswitch", false),
+    (NodeRole::Gds, "", "nvidia-fs", false),
+    (NodeRole::Mofed, "infiniband", "uverbs", false),
+    (NodeRole::Mofed, "infiniband", "rdma_cm", true),
+    (NodeRole::Mofed, "infiniband", "umad", false),
+    (NodeRole::Gdrcopy, "", "gdrdrv", true),
+];
+
+/// The feature-gated devices' nodes under `<dev_root>/dev`. Their drivers
+/// are not NVIDIA's GPU driver and their majors are dynamic, so a node
+/// counts as its driver's when it is a character device of that name (as
+/// NVIDIA's char device locator takes it); anything else at the name is
+/// reported, never used.
+pub fn gated(dev_root: &Path) -> Vec<Node> {
+    let dev = dev_root.join("dev");
+    let mut nodes = Vec::new();
+    let mut listed: Vec<(&str, Vec<String>)> = Vec::new();
+    for &(role, dir, prefix, exact) in GATED {
+        if !listed.iter().any(|(d, _)| *d == dir) {
+            listed.push((dir, names(&dev.join(dir))));
+        }
+        let Some((_, entries)) = listed.iter().find(|(d, _)| *d == dir) else {
+            continue;
+        };
+        for name in entries {
+            let matches = if exact {
+                name == prefix
+            } else {
+                name.starts_with(prefix)
+            };
+            if !matches {
+                continue;
+            }
+            let inner = Path::new(dir).join(name);
+            let host_path = dev.join(&inner);
+            let (major, minor, state) = match stat(&host_path) {
+                Ok(Stat::Char { major, minor, mode }) => (major, minor, NodeState::Ok { mode }),
+                Ok(Stat::Missing) => continue,
+                Ok(other) => (0, 0, judge(other, 0, 0)),
+                Err(e) => (0, 0, NodeState::Wrong(format!("cannot stat: {e}"))),
+            };
+            nodes.push(Node {
+                role,
+                path: Path::new("/dev").join(&inner),
+                host_path,
+                major,
+                minor,
+                state,
+            });
+        }
+    }
+    nodes
 }
 
 #[cfg(test)]
@@ -278,6 +429,70 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// nvswitch_test.go, gds_test.go, mofed_test.go, gdrcopy_test.go: an
+    /// empty dev root gives nothing, one with the nodes gives them.
+    #[test]
+    fn gated_devices_are_the_char_devices_of_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(gated(dir.path()).is_empty());
+        let dev = dir.path().join("dev");
+        std::fs::create_dir_all(dev.join("infiniband")).unwrap();
+        // Real character devices cannot be made unprivileged: links to
+        // /dev/null stand in where the name is all that is tested, and a
+        // regular file must be reported, not used.
+        for name in [
+            "nvidia-nvswitchctl",
+            "nvidia-nvswitch0",
+            "nvidia-fs0",
+            "gdrdrv",
+        ] {
+            std::fs::write(dev.join(name), b"").unwrap();
+        }
+        std::fs::write(dev.join("infiniband/rdma_cm"), b"").unwrap();
+        std::fs::write(dev.join("infiniband/other"), b"").unwrap();
+        std::fs::write(dev.join("gdrdrv2"), b"").unwrap();
+        let nodes = gated(dir.path());
+        let paths: Vec<(NodeRole, &str)> = nodes
+            .iter()
+            .map(|n| (n.role, n.path.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                (NodeRole::NvSwitch, "/dev/nvidia-nvswitch0"),
+                (NodeRole::NvSwitch, "/dev/nvidia-nvswitchctl"),
+                (NodeRole::Gds, "/dev/nvidia-fs0"),
+                (NodeRole::Mofed, "/dev/infiniband/rdma_cm"),
+                (NodeRole::Gdrcopy, "/dev/gdrdrv"),
+            ]
+        );
+        assert!(nodes
+            .iter()
+            .all(|n| matches!(&n.state, NodeState::Wrong(s) if s.contains("regular file"))));
+    }
+
+    #[test]
+    fn imex_channels_are_numbered_nodes_with_the_drivers_major() {
+        let dir = tempfile::tempdir().unwrap();
+        let imex = dir.path().join("dev").join(IMEX_DIR);
+        std::fs::create_dir_all(&imex).unwrap();
+        for name in ["channel3", "channel0", "channelx", "channel+1"] {
+            std::fs::write(imex.join(name), b"").unwrap();
+        }
+        let nodes = imex_channels(dir.path(), Some(234));
+        let minors: Vec<u32> = nodes.iter().map(|n| n.minor).collect();
+        assert_eq!(minors, [0, 3]);
+        assert_eq!(
+            nodes[1].path,
+            Path::new("/dev/nvidia-caps-imex-channels/channel3")
+        );
+        assert_eq!(nodes[1].major, 234);
+        let absent = imex_channel(dir.path(), Some(234), 9);
+        assert_eq!(absent.state, NodeState::Missing);
+        let unloaded = imex_channel(dir.path(), None, 9);
+        assert!(matches!(&unloaded.state, NodeState::Wrong(s) if s.contains("/proc/devices")));
     }
 
     #[test]

@@ -199,6 +199,7 @@ fn configured_container(bundle: &Path, rootfs: &Path) -> Result<bundle::Containe
         user_namespace: false,
         privileged: false,
         device_mounts: Vec::new(),
+        imex_mounts: Vec::new(),
         devices: Vec::new(),
     };
     let mut container = match bundle::load(bundle) {

@@ -1,13 +1,21 @@
 //! Plans the device nodes a container gets, and the device cgroup rule of
 //! each: the control node, the nodes its capabilities need, its GPUs' nodes
-//! and its MIG capability nodes. Every node must be one discovery checked.
+//! and its MIG capability nodes; the IMEX channels and feature-gated
+//! devices it asks for; its GPUs' DRM nodes for graphics. Every node must
+//! be one discovery checked, but for an IMEX channel the host has no node
+//! for, made with the driver's major.
 
 use std::path::PathBuf;
 
 use super::mig::Management;
-use super::{CgroupRule, DeviceNode, Error, Plan, Result, Selected};
+use super::{CgroupRule, DeviceNode, Error, NodeMode, Plan, Result, Selected, Symlink};
+use crate::driver::nodes::IMEX_DIR;
 use crate::driver::{CapFile, Inventory, Node, NodeRole, NodeState};
-use crate::request::{Capability, Request};
+use crate::request::{Capability, ImexChannels, Request};
+
+/// Permission bits of an IMEX channel node the host has none for, as the
+/// driver's own `nvidia-modprobe` makes them.
+const IMEX_MODE: u32 = 0o666;
 
 /// Adds the nodes of `devices` and of `management` (the MIG config and
 /// monitor capabilities, and the managed GPUs' instances) to `plan`, each
@@ -20,7 +28,7 @@ pub(super) fn plan(
     management: &Management<'_>,
 ) -> Result<()> {
     let caps = &request.capabilities;
-    let mut nodes = vec![required(
+    let mut nodes: Vec<(&Node, u32)> = vec![required(
         inventory.node(NodeRole::Control),
         "/dev/nvidiactl",
     )?];
@@ -56,6 +64,19 @@ pub(super) fn plan(
             .iter()
             .filter_map(|cap| capability_node(inventory, cap).ok()),
     );
+    let mut nodes: Vec<(Node, u32)> = nodes.into_iter().map(|(n, m)| (n.clone(), m)).collect();
+    // The dev root's `dev`, as the control node shows it.
+    let dev = nodes[0]
+        .0
+        .host_path
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    nodes.extend(imex(inventory, &request.imex, plan.node_mode, &dev)?);
+    nodes.extend(gated(inventory, request));
+    if caps.contains(Capability::Graphics) {
+        nodes.extend(drm(plan, inventory, devices));
+    }
     // Two MIG devices of one GPU share its node.
     let mut seen = Vec::new();
     nodes.retain(|(node, _)| {
@@ -71,14 +92,138 @@ pub(super) fn plan(
             access: "rw",
         });
         plan.devices.push(DeviceNode {
-            host_path: node.host_path.clone(),
-            path: node.path.clone(),
+            host_path: node.host_path,
+            path: node.path,
             major: node.major,
             minor: node.minor,
             mode,
         });
     }
     Ok(())
+}
+
+/// The IMEX channels asked for: `all` is every channel the host has; a
+/// channel named is made with the driver's major even where the host has
+/// no node for it (its driver makes them only on demand, and NVIDIA's CLI
+/// makes them itself unless `--no-create-imex-channels`), but bound only
+/// where it has one.
+fn imex(
+    inventory: &Inventory,
+    asked: &ImexChannels,
+    mode: NodeMode,
+    dev: &std::path::Path,
+) -> Result<Vec<(Node, u32)>> {
+    let channels: Vec<u32> = match asked {
+        ImexChannels::None => return Ok(Vec::new()),
+        ImexChannels::All => inventory
+            .nodes
+            .iter()
+            .filter(|n| n.role == NodeRole::ImexChannel)
+            .map(|n| n.minor)
+            .collect(),
+        ImexChannels::List(channels) => channels.clone(),
+    };
+    let mut nodes = Vec::new();
+    for channel in channels {
+        let path = PathBuf::from(format!("/dev/{IMEX_DIR}/channel{channel}"));
+        let Some(major) = inventory.imex_major else {
+            return Err(Error::NodeUnusable {
+                path,
+                problem: "the driver has no nvidia-caps-imex-channels in /proc/devices                           (an IMEX-capable driver, 550 or later, loaded?)"
+                    .into(),
+            });
+        };
+        let known = inventory
+            .nodes
+            .iter()
+            .find(|n| n.role == NodeRole::ImexChannel && n.minor == channel);
+        let node = match known {
+            Some(node) if node.state != NodeState::Missing => required(Some(node), "")?,
+            _ if mode == NodeMode::Bind => {
+                return Err(Error::NodeUnusable {
+                    path,
+                    problem: "the host has no node for it, and a container in a user                               namespace gets the host's node bound"
+                        .into(),
+                })
+            }
+            _ => {
+                nodes.push((
+                    Node {
+                        role: NodeRole::ImexChannel,
+                        // Where the host would have it: `list` names it.
+                        host_path: dev.join(format!("{IMEX_DIR}/channel{channel}")),
+                        path,
+                        major,
+                        minor: channel,
+                        state: NodeState::Ok { mode: IMEX_MODE },
+                    },
+                    IMEX_MODE,
+                ));
+                continue;
+            }
+        };
+        nodes.push((node.0.clone(), node.1));
+    }
+    Ok(nodes)
+}
+
+/// The feature-gated devices' nodes the request enables, as NVIDIA's
+/// discoverers find them: those the host has; one that is not a character
+/// device is left out, and said.
+fn gated(inventory: &Inventory, request: &Request) -> Vec<(Node, u32)> {
+    let g = request.gated;
+    let enabled = |role| match role {
+        NodeRole::NvSwitch => g.nvswitch,
+        NodeRole::Gds => g.gds,
+        NodeRole::Mofed => g.mofed,
+        NodeRole::Gdrcopy => g.gdrcopy,
+        _ => false,
+    };
+    usable(inventory.nodes.iter().filter(|n| enabled(n.role)))
+}
+
+/// The selected GPUs' DRM nodes (a MIG device's are its GPU's), with their
+/// `/dev/dri/by-path` links added to `plan`; a GPU without any (no
+/// `nvidia-drm`, or a headless one) simply has none, as with NVIDIA.
+fn drm(plan: &mut Plan, inventory: &Inventory, devices: &[Selected<'_>]) -> Vec<(Node, u32)> {
+    let mut nodes = Vec::new();
+    let mut buses: Vec<&str> = Vec::new();
+    for device in devices {
+        let bus = device.gpu().bus.as_str();
+        if buses.contains(&bus) {
+            continue;
+        }
+        buses.push(bus);
+        let Some(drm) = inventory.drm_of(bus) else {
+            continue;
+        };
+        let found = usable(drm.nodes.iter());
+        for (node, _) in &found {
+            if let Some((path, target)) = drm.by_path(node) {
+                plan.symlinks.push(Symlink { path, target });
+            }
+        }
+        nodes.extend(found);
+    }
+    nodes
+}
+
+/// The nodes of `candidates` that are usable, with their permission bits;
+/// the others are said and left out.
+fn usable<'a>(candidates: impl Iterator<Item = &'a Node>) -> Vec<(Node, u32)> {
+    candidates
+        .filter_map(|node| match &node.state {
+            NodeState::Ok { mode } => Some((node.clone(), *mode)),
+            NodeState::Missing => {
+                log::warn!("{} is missing: not given", node.host_path.display());
+                None
+            }
+            NodeState::Wrong(problem) => {
+                log::warn!("{} {problem}: not given", node.host_path.display());
+                None
+            }
+        })
+        .collect()
 }
 
 /// The `nvidia-capN` node a capability file grants.

@@ -4,7 +4,7 @@ use super::*;
 use crate::driver::catalog::IpcKind;
 use crate::driver::{Gpu, HostFile, Ipc, Library, Node, NodeRole, NodeState};
 use crate::image::{Image, ImageLayout};
-use crate::request::Capabilities;
+use crate::request::{Capabilities, ImexChannels};
 
 fn node(role: NodeRole, name: &str, major: u32, minor: u32, state: NodeState) -> Node {
     Node {
@@ -127,6 +127,8 @@ pub(crate) fn inventory() -> Inventory {
         nvml: None,
         mig_config: None,
         mig_monitor: None,
+        imex_major: Some(234),
+        drm: Vec::new(),
     }
 }
 
@@ -825,4 +827,182 @@ fn older_mig_name_resolves_from_procfs_without_nvml() {
     )
     .unwrap_err();
     assert!(matches!(err, Error::UnknownDevice { .. }), "{err}");
+}
+
+/// The synthetic host with IMEX channels 0 and 1 (2 is absent), an
+/// NVSwitch, GDS, MOFED and GDRCopy nodes, and DRM nodes for GPUs 0 and 1.
+fn extras_host() -> Inventory {
+    let mut inv = inventory();
+    for n in inv.nodes.iter_mut().filter(|n| n.role == NodeRole::Modeset) {
+        n.state = ok();
+    }
+    for minor in [0, 1] {
+        inv.nodes.push(node(
+            NodeRole::ImexChannel,
+            &format!("nvidia-caps-imex-channels/channel{minor}"),
+            234,
+            minor,
+            ok(),
+        ));
+    }
+    for (role, name, major, minor) in [
+        (NodeRole::NvSwitch, "nvidia-nvswitchctl", 236, 255),
+        (NodeRole::NvSwitch, "nvidia-nvswitch0", 236, 0),
+        (NodeRole::Gds, "nvidia-fs0", 237, 0),
+        (NodeRole::Mofed, "infiniband/uverbs0", 231, 192),
+        (NodeRole::Mofed, "infiniband/rdma_cm", 10, 58),
+        (NodeRole::Gdrcopy, "gdrdrv", 238, 0),
+    ] {
+        inv.nodes.push(node(role, name, major, minor, ok()));
+    }
+    inv.drm = inv.gpus[..2]
+        .iter()
+        .map(|g| crate::driver::GpuDrm {
+            bus: g.bus.clone(),
+            nodes: vec![
+                node(
+                    NodeRole::DrmCard,
+                    &format!("dri/card{}", g.index + 1),
+                    226,
+                    g.index + 1,
+                    ok(),
+                ),
+                node(
+                    NodeRole::DrmRender,
+                    &format!("dri/renderD{}", 128 + g.index),
+                    226,
+                    128 + g.index,
+                    ok(),
+                ),
+            ],
+        })
+        .collect();
+    inv
+}
+
+fn plan_extras(req: &Request, mode: NodeMode) -> Result<Plan> {
+    Plan::build(&extras_host(), req, &ImageLayout::Debian.into(), mode)
+}
+
+fn rules(plan: &Plan) -> Vec<String> {
+    plan.cgroup_rules.iter().map(|r| r.to_string()).collect()
+}
+
+#[test]
+fn imex_channels_asked_for_come_and_no_other() {
+    let mut req = request("0", "utility");
+    req.imex = ImexChannels::List(vec![1, 2]);
+    let plan = plan_extras(&req, NodeMode::Mknod).unwrap();
+    let paths = device_paths(&plan);
+    assert!(paths.contains(&"/dev/nvidia-caps-imex-channels/channel1".to_string()));
+    // The host has no channel2: made all the same, with the driver's major.
+    assert!(paths.contains(&"/dev/nvidia-caps-imex-channels/channel2".to_string()));
+    assert!(!paths.contains(&"/dev/nvidia-caps-imex-channels/channel0".to_string()));
+    let rules = rules(&plan);
+    assert!(rules.contains(&"c 234:1 rw".to_string()), "{rules:?}");
+    assert!(rules.contains(&"c 234:2 rw".to_string()), "{rules:?}");
+    assert!(!rules.contains(&"c 234:0 rw".to_string()), "{rules:?}");
+    // `all`: the host's channels.
+    req.imex = ImexChannels::All;
+    let plan = plan_extras(&req, NodeMode::Mknod).unwrap();
+    let imex: Vec<u32> = plan
+        .devices
+        .iter()
+        .filter(|d| d.major == 234)
+        .map(|d| d.minor)
+        .collect();
+    assert_eq!(imex, [0, 1]);
+    // Bound into a user namespace, a channel must exist on the host.
+    req.imex = ImexChannels::List(vec![2]);
+    let err = plan_extras(&req, NodeMode::Bind).unwrap_err();
+    assert!(err.to_string().contains("channel2"), "{err}");
+    // A driver without the major refuses any channel.
+    let mut inv = extras_host();
+    inv.imex_major = None;
+    let err = Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap_err();
+    assert!(
+        err.to_string().contains("nvidia-caps-imex-channels"),
+        "{err}"
+    );
+}
+
+/// gated.go with nvswitch_test, gds_test, mofed_test, gdrcopy_test: each
+/// variable brings its own nodes and nothing else.
+#[test]
+fn gated_devices_come_only_when_enabled() {
+    type Enable = fn(&mut crate::request::Gated);
+    let table: &[(Enable, &[&str])] = &[
+        (|_| {}, &[]),
+        (
+            |g| g.nvswitch = true,
+            &["/dev/nvidia-nvswitchctl", "/dev/nvidia-nvswitch0"],
+        ),
+        (|g| g.gds = true, &["/dev/nvidia-fs0"]),
+        (
+            |g| g.mofed = true,
+            &["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"],
+        ),
+        (|g| g.gdrcopy = true, &["/dev/gdrdrv"]),
+    ];
+    let base = device_paths(&plan_extras(&request("none", "utility"), NodeMode::Mknod).unwrap());
+    for (enable, want) in table {
+        let mut req = request("none", "utility");
+        enable(&mut req.gated);
+        let plan = plan_extras(&req, NodeMode::Mknod).unwrap();
+        let extra: Vec<String> = device_paths(&plan)
+            .into_iter()
+            .filter(|p| !base.contains(p))
+            .collect();
+        assert_eq!(extra, *want);
+        assert_eq!(plan.cgroup_rules.len(), plan.devices.len());
+    }
+}
+
+#[test]
+fn graphics_brings_the_selected_gpus_drm_nodes_and_links_only() {
+    let plan = plan_extras(&request("1", "graphics"), NodeMode::Mknod).unwrap();
+    let paths = device_paths(&plan);
+    assert!(paths.contains(&"/dev/dri/card2".to_string()), "{paths:?}");
+    assert!(
+        paths.contains(&"/dev/dri/renderD129".to_string()),
+        "{paths:?}"
+    );
+    assert!(!paths.contains(&"/dev/dri/card1".to_string()), "{paths:?}");
+    let rules = rules(&plan);
+    assert!(rules.contains(&"c 226:2 rw".to_string()));
+    assert!(!rules.contains(&"c 226:1 rw".to_string()));
+    let links: Vec<(String, String)> = plan
+        .symlinks
+        .iter()
+        .filter(|l| l.path.starts_with("/dev/dri"))
+        .map(|l| (l.path.display().to_string(), l.target.display().to_string()))
+        .collect();
+    assert_eq!(
+        links,
+        [
+            (
+                "/dev/dri/by-path/pci-0000:3b:00.0-card".into(),
+                "../card2".into()
+            ),
+            (
+                "/dev/dri/by-path/pci-0000:3b:00.0-render".into(),
+                "../renderD129".into()
+            ),
+        ]
+    );
+    // Display brings them too; compute does not; GPU 2 has none.
+    let display = device_paths(&plan_extras(&request("1", "display"), NodeMode::Mknod).unwrap());
+    assert!(display.contains(&"/dev/dri/card2".to_string()));
+    let compute = plan_extras(&request("1", "compute"), NodeMode::Mknod).unwrap();
+    assert!(!device_paths(&compute)
+        .iter()
+        .any(|p| p.starts_with("/dev/dri")));
+    assert!(compute
+        .symlinks
+        .iter()
+        .all(|l| !l.path.starts_with("/dev/dri")));
+    let none = plan_extras(&request("2", "graphics"), NodeMode::Mknod).unwrap();
+    assert!(!device_paths(&none)
+        .iter()
+        .any(|p| p.starts_with("/dev/dri")));
 }

@@ -9,13 +9,26 @@ fn container(env: &[&str], privileged: bool, device_mounts: &[&str]) -> Containe
         env: env.iter().map(|e| e.to_string()).collect(),
         user_namespace: false,
         privileged,
-        device_mounts: device_mounts.iter().map(|d| d.to_string()).collect(),
+        device_mounts: device_mounts
+            .iter()
+            .filter(|d| !d.starts_with("imex/"))
+            .map(|d| d.to_string())
+            .collect(),
+        imex_mounts: device_mounts
+            .iter()
+            .filter_map(|d| d.strip_prefix("imex/"))
+            .map(|d| d.to_string())
+            .collect(),
         devices: Vec::new(),
     }
 }
 
 fn of_container(config: &Config, c: &Container) -> Result<Effective> {
     effective(config, Source::Container(c))
+}
+
+fn effective_of(config: &Config, source: Source<'_>) -> Effective {
+    effective(config, source).unwrap()
 }
 
 fn flags<'a>(devices: &'a str, capabilities: &'a str) -> Source<'a> {
@@ -75,6 +88,83 @@ fn unprivileged_env_is_ignored_when_configured() {
         of_container(&config, &c).unwrap().request.devices,
         DeviceSelection::All
     );
+}
+
+/// cuda_image_test.go TestImexChannelRequests (and the hook's
+/// getImexChannels): accepted mounts win, the variable counts for a
+/// privileged container or when unprivileged variables are accepted.
+#[test]
+fn imex_channels_follow_nvidias_sources_and_privilege() {
+    let strict = Config {
+        accept_env_when_unprivileged: false,
+        accept_volume_mounts: true,
+        ..Config::default()
+    };
+    let loose = Config {
+        accept_volume_mounts: true,
+        ..Config::default()
+    };
+    let env = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_IMEX_CHANNELS=1,2"];
+    let table: &[(&Config, bool, &[&str], ImexChannels)] = &[
+        (&strict, true, &[], ImexChannels::List(vec![1, 2])),
+        (&loose, false, &[], ImexChannels::List(vec![1, 2])),
+        (&strict, true, &["imex/3"], ImexChannels::List(vec![3])),
+        (
+            &Config::default(),
+            true,
+            &["imex/3"],
+            ImexChannels::List(vec![1, 2]),
+        ),
+        (
+            &loose,
+            false,
+            &["0", "imex/4", "imex/3"],
+            ImexChannels::List(vec![3, 4]),
+        ),
+    ];
+    for (config, privileged, mounts, want) in table {
+        let c = container(&env, *privileged, mounts);
+        let got = of_container(config, &c).unwrap().request.imex;
+        assert_eq!(&got, want, "privileged {privileged}, mounts {mounts:?}");
+    }
+    // Device mounts, unprivileged, variables not accepted: the GPUs come,
+    // the variable's channels do not.
+    let c = container(&env, false, &["0"]);
+    let effective = of_container(&strict, &c).unwrap();
+    assert!(!effective.is_void());
+    assert_eq!(effective.request.imex, ImexChannels::None);
+    // A bad channel is refused, naming it.
+    let c = container(
+        &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=x"],
+        true,
+        &[],
+    );
+    let err = of_container(&Config::default(), &c).unwrap_err();
+    assert!(err.to_string().contains("\"x\""), "{err}");
+    // NVIDIA's CLI: `--imex-channel`, joined.
+    let mut a = asked(&["0"], &[Capability::Utility], &[]);
+    a.imex_channels = vec!["2".into(), "0".into()];
+    let req = effective_of(&Config::default(), argv(&a, None)).request;
+    assert_eq!(req.imex, ImexChannels::List(vec![0, 2]));
+}
+
+/// gated.go: read from the environment of any container that asks for a
+/// device, whatever its privilege; never for one that asks for none.
+#[test]
+fn gated_devices_come_with_any_device_request() {
+    let env = [
+        "NVIDIA_VISIBLE_DEVICES=none",
+        "NVIDIA_GDS=enabled",
+        "NVIDIA_MOFED=enabled",
+    ];
+    let req = of_container(&Config::default(), &container(&env, false, &[]))
+        .unwrap()
+        .request;
+    assert!(req.gated.gds && req.gated.mofed && !req.gated.nvswitch && !req.gated.gdrcopy);
+    let void = ["NVIDIA_GDS=enabled"];
+    let effective = of_container(&Config::default(), &container(&void, true, &[])).unwrap();
+    assert!(effective.is_void());
+    assert!(!effective.request.gated.any());
 }
 
 #[test]

@@ -52,7 +52,7 @@ pub struct Globals {
     pub user: Option<Option<String>>,
     /// `--no-pivot`: never acted on; nothing of ours pivots.
     pub no_pivot: bool,
-    /// `--no-create-imex-channels`: never acted on; we create no IMEX channel.
+    /// `--no-create-imex-channels`: never acted on; we never create host IMEX channel nodes.
     pub no_create_imex_channels: bool,
 }
 
@@ -258,7 +258,7 @@ const GLOBAL: [Opt<Key>; 7] = [
         Value::None,
         Key::NoCreateImexChannels,
         "",
-        "Accepted; no IMEX channel is created",
+        "Accepted; the host's channels are never created, the container's always are",
     ),
 ];
 
@@ -411,7 +411,7 @@ const CONFIGURE: [Opt<Key>; 10] = [
         Value::Required,
         Key::ImexChannel,
         "CHANNEL",
-        "Refused: no IMEX channel is injected",
+        "Give the container IMEX channel CHANNEL (repeatable; all for every channel)",
     ),
 ];
 
@@ -697,7 +697,7 @@ fn configure(items: Vec<Item<Key>>) -> Result<Command, Error> {
                     _ => return Err(Error::BadCudaCompatMode { value }),
                 })
             }
-            Key::ImexChannel => return Err(Error::ImexChannel { value }),
+            Key::ImexChannel => asked.imex_channels.push(value),
             _ => {}
         }
     }

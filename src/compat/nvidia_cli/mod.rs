@@ -109,7 +109,9 @@ fn log_ignored(globals: &args::Globals) {
         log::debug!("{NAME}: --no-pivot ignored: nothing pivots");
     }
     if globals.no_create_imex_channels {
-        log::debug!("{NAME}: --no-create-imex-channels ignored: no IMEX channel is created");
+        log::debug!(
+            "{NAME}: --no-create-imex-channels ignored: no host IMEX channel node is ever created"
+        );
     }
     if let Some(ldcache) = &globals.ldcache {
         let level = if ldcache.as_os_str() == "/etc/ld.so.cache" {

@@ -131,6 +131,9 @@ pub struct Fixture {
     pub stale_last: bool,
     /// The host's architecture.
     pub arch: HostArch,
+    /// The devices beyond the GPU: IMEX channels, NVSwitch, GDS, MOFED,
+    /// GDRCopy and each GPU's DRM nodes in sysfs (`simhost --extras`).
+    pub extras: bool,
 }
 
 impl Fixture {
@@ -144,6 +147,7 @@ impl Fixture {
             driver: Driver::R535,
             stale_last: false,
             arch: HostArch::Amd64,
+            extras: false,
         }
     }
 
@@ -189,6 +193,14 @@ impl Fixture {
         }
     }
 
+    /// The same host with the devices beyond the GPU.
+    pub const fn extras(self) -> Fixture {
+        Fixture {
+            extras: true,
+            ..self
+        }
+    }
+
     /// The name of the shared fixture with these options.
     fn shared_name(&self) -> String {
         let mut name = format!(
@@ -210,6 +222,9 @@ impl Fixture {
         if self.arch != HostArch::Amd64 {
             name.push('-');
             name.push_str(self.arch.as_str());
+        }
+        if self.extras {
+            name.push_str("-extras");
         }
         name
     }
@@ -237,6 +252,9 @@ impl Fixture {
         if self.arch != HostArch::Amd64 {
             args.push("--arch".into());
             args.push(self.arch.as_str().into());
+        }
+        if self.extras {
+            args.push("--extras".into());
         }
         args
     }
@@ -296,6 +314,43 @@ pub struct HostFacts {
     pub mps_pipe_dir: String,
     /// The driver root's `etc/ld.so.cache`.
     pub ld_so_cache: String,
+    /// Its sysfs stand-in (the config's `sys-root`).
+    pub sys_root: String,
+    /// The devices beyond the GPU, when built with them.
+    pub extras: Option<ExtrasFacts>,
+}
+
+/// The devices beyond the GPU of a host built with `--extras`; every
+/// path is the node's path in a container (below the dev root on the host).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtrasFacts {
+    /// The `nvidia-caps-imex-channels` major in its `proc/devices`.
+    pub imex_major: u32,
+    /// The IMEX channels it has nodes for.
+    pub imex_channels: Vec<u32>,
+    /// `NVIDIA_NVSWITCH=enabled`'s nodes.
+    pub nvswitch: Vec<String>,
+    /// `NVIDIA_GDS=enabled`'s nodes.
+    pub gds: Vec<String>,
+    /// `NVIDIA_MOFED=enabled`'s nodes.
+    pub mofed: Vec<String>,
+    /// `NVIDIA_GDRCOPY=enabled`'s nodes.
+    pub gdrcopy: Vec<String>,
+    /// Each GPU's DRM nodes, by index.
+    pub drm: Vec<DrmFacts>,
+}
+
+/// One GPU's DRM nodes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrmFacts {
+    /// The GPU's PCI bus id.
+    pub bus: String,
+    /// `/dev/dri/cardN`.
+    pub card: String,
+    /// `/dev/dri/renderDN`.
+    pub render: String,
 }
 
 /// One GPU of a simulated host.

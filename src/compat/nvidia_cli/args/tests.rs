@@ -107,11 +107,20 @@ fn nvidias_current_hook_passes_every_option_it_may_and_each_is_taken() {
 }
 
 #[test]
-fn imex_channels_and_unknown_compat_modes_are_refused() {
-    assert_eq!(
-        parse_args(&["configure", "--imex-channel=0", "--pid=1", "/r"]),
-        Err(Error::ImexChannel { value: "0".into() })
-    );
+fn imex_channels_are_kept_and_unknown_compat_modes_refused() {
+    let Command::Configure(c) = invocation(&[
+        "configure",
+        "--imex-channel=0",
+        "--imex-channel",
+        "3",
+        "--pid=1",
+        "/r",
+    ])
+    .command
+    else {
+        panic!("not configure");
+    };
+    assert_eq!(c.asked.imex_channels, strings(&["0", "3"]));
     assert_eq!(
         parse_args(&["configure", "--cuda-compat-mode=hook", "--pid=1", "/r"]),
         Err(Error::BadCudaCompatMode {
