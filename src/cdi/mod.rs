@@ -14,7 +14,9 @@ pub mod apply;
 pub mod dirs;
 pub mod edits;
 pub mod generate;
+pub mod name;
 pub mod output;
+pub mod registry;
 pub mod spec;
 pub mod validate;
 
