@@ -18,7 +18,7 @@ use thiserror::Error;
 
 mod devices;
 
-pub use devices::{parse_bus_id, DeviceId, DeviceSelection};
+pub use devices::{parse_bus_id, DeviceId, DeviceSelection, CDI_KIND};
 
 /// Longest request value we accept; anything longer is refused, not parsed.
 const MAX_VALUE_LEN: usize = 4096;

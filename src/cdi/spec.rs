@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 /// The kind our specs declare, as NVIDIA's do: users write `nvidia.com/gpu=0`.
-pub const KIND: &str = "nvidia.com/gpu";
+pub const KIND: &str = crate::request::CDI_KIND;
 
 /// A CDI spec file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
