@@ -41,6 +41,8 @@ pub enum Error {
     Hook(#[from] hook::Error),
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
+    #[error("list: nothing on this host matches the options given (no driver file of those kinds and capabilities, no such device)")]
+    NothingListed,
 }
 
 /// Result of a command.
