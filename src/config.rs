@@ -116,6 +116,9 @@ pub enum RuntimeMode {
     Cdi,
 }
 
+/// CDI's spec directories, in increasing priority: `spec-dirs` unless set.
+pub const CDI_SPEC_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
+
 /// `[runtime.cdi]`: NVIDIA's `nvidia-container-runtime.modes.cdi`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
@@ -123,8 +126,7 @@ pub struct RuntimeCdiConfig {
     /// The spec directories, in increasing priority.
     #[serde(deserialize_with = "spec_dirs")]
     pub spec_dirs: Vec<PathBuf>,
-    /// The kind a bare device name belongs to.
-    #[serde(deserialize_with = "default_kind")]
+    /// The kind a bare device name belongs to (checked where a name is made of it).
     pub default_kind: String,
     /// Annotation key prefixes whose values list qualified device names.
     pub annotation_prefixes: Vec<String>,
@@ -133,11 +135,8 @@ pub struct RuntimeCdiConfig {
 impl Default for RuntimeCdiConfig {
     fn default() -> Self {
         RuntimeCdiConfig {
-            spec_dirs: crate::cdi::dirs::SPEC_DIRS
-                .iter()
-                .map(PathBuf::from)
-                .collect(),
-            default_kind: crate::cdi::spec::KIND.into(),
+            spec_dirs: CDI_SPEC_DIRS.iter().map(PathBuf::from).collect(),
+            default_kind: crate::request::CDI_KIND.into(),
             annotation_prefixes: vec!["cdi.k8s.io/".into()],
         }
     }
@@ -155,17 +154,6 @@ fn spec_dirs<'de, D: serde::Deserializer<'de>>(
         )));
     }
     Ok(list)
-}
-
-/// Parses `default-kind`: a CDI `vendor/class`.
-fn default_kind<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> std::result::Result<String, D::Error> {
-    let kind = String::deserialize(deserializer)?;
-    match crate::cdi::name::kind_problem(&kind) {
-        Some(why) => Err(serde::de::Error::custom(why)),
-        None => Ok(kind),
-    }
 }
 
 /// Parses the runtime list: non-empty, each a plain name or an absolute path.

@@ -336,10 +336,12 @@ fn the_planner_offers_its_entry_points_only() {
 }
 
 /// What consumers of the planner may share with each other: the CDI
-/// format (its spec, and the directories specs are read from) and a plan
-/// as container edits, which the runtime wrapper writes into a
-/// `config.json` as a CDI spec carries them.
-const SHARED: [&str; 6] = ["spec", "dirs", "edits", "apply", "Spec", "Callback"];
+/// format (its spec, its names, the directories specs are read from and the
+/// devices they define) and a plan as container edits, which the runtime
+/// wrapper writes into a `config.json` as a CDI spec carries them.
+const SHARED: [&str; 8] = [
+    "spec", "dirs", "name", "registry", "edits", "apply", "Spec", "Callback",
+];
 
 #[test]
 fn consumers_do_not_call_each_other() {

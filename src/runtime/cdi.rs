@@ -11,7 +11,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::bundle::Container;
-use crate::cdi::name::{device_name_problem, Qualified};
+use crate::cdi::name::Qualified;
 use crate::config::{Config, RuntimeMode};
 use crate::request::env_var;
 
@@ -88,13 +88,8 @@ pub fn requested(
         let name = if Qualified::looks_qualified(item) {
             Qualified::parse(item)
         } else {
-            match device_name_problem(item) {
-                Some(why) => Err(why),
-                None => Ok(Qualified {
-                    kind: cdi.default_kind.clone(),
-                    name: item.into(),
-                }),
-            }
+            // The configured kind is checked here, with the name made of it.
+            Qualified::parse(&format!("{}={item}", cdi.default_kind))
         }
         .map_err(|reason| Error::Name {
             item: item.into(),

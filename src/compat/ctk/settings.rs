@@ -295,7 +295,6 @@ mod tests {
         for (set, start) in [
             ("nvidia-container-runtime.modes.csv.mount-spec-path=/x", "--set nvidia-container-runtime.modes.csv.mount-spec-path: not a key with an equivalent in oci-nvidia-hook's config; these are: accept-nvidia-visible-devices-envvar-when-unprivileged, "),
             ("nvidia-container-runtime.mode=csv", "invalid config file "),
-            ("nvidia-container-runtime.modes.cdi.default-kind=gpu", "invalid config file "),
             ("nvidia-container-cli.no-cgroups=true", "--set nvidia-container-cli.no-cgroups: not a key"),
             ("disable-require=maybe", "invalid --set disable-require=maybe: expected true or false"),
             ("nvidia-container-cli.root", "invalid --set nvidia-container-cli.root: expected key=value"),
