@@ -85,14 +85,75 @@ pub struct RuntimeConfig {
     /// or absolute paths, tried in order; as NVIDIA's `runtimes`.
     #[serde(deserialize_with = "runtimes")]
     pub runtimes: Vec<String>,
+    /// How the wrapper reads a container's request: NVIDIA's `mode`.
+    pub mode: RuntimeMode,
+    /// `[runtime.cdi]`: where CDI mode finds its specs and what it reads.
+    pub cdi: RuntimeCdiConfig,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             runtimes: vec!["runc".into(), "crun".into()],
+            mode: RuntimeMode::default(),
+            cdi: RuntimeCdiConfig::default(),
         }
     }
+}
+
+/// How the runtime wrapper turns a request into edits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeMode {
+    /// CDI for a container whose request names CDI devices only (or that
+    /// carries CDI annotations), legacy for the others.
+    #[default]
+    Auto,
+    /// The planner's edits from this host's driver, as the hook injects.
+    Legacy,
+    /// The named devices' edits from the CDI specs; a bare name (`0`, `all`)
+    /// is one of `default-kind`.
+    Cdi,
+}
+
+/// CDI's spec directories, in increasing priority: `spec-dirs` unless set.
+pub const CDI_SPEC_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
+
+/// `[runtime.cdi]`: NVIDIA's `nvidia-container-runtime.modes.cdi`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct RuntimeCdiConfig {
+    /// The spec directories, in increasing priority.
+    #[serde(deserialize_with = "spec_dirs")]
+    pub spec_dirs: Vec<PathBuf>,
+    /// The kind a bare device name belongs to (checked where a name is made of it).
+    pub default_kind: String,
+    /// Annotation key prefixes whose values list qualified device names.
+    pub annotation_prefixes: Vec<String>,
+}
+
+impl Default for RuntimeCdiConfig {
+    fn default() -> Self {
+        RuntimeCdiConfig {
+            spec_dirs: CDI_SPEC_DIRS.iter().map(PathBuf::from).collect(),
+            default_kind: crate::request::CDI_KIND.into(),
+            annotation_prefixes: vec!["cdi.k8s.io/".into()],
+        }
+    }
+}
+
+/// Parses `spec-dirs`: absolute paths.
+fn spec_dirs<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Vec<PathBuf>, D::Error> {
+    let list = Vec::<PathBuf>::deserialize(deserializer)?;
+    if let Some(bad) = list.iter().find(|d| !d.is_absolute()) {
+        return Err(serde::de::Error::custom(format!(
+            "{} is not an absolute path",
+            bad.display()
+        )));
+    }
+    Ok(list)
 }
 
 /// Parses the runtime list: non-empty, each a plain name or an absolute path.

@@ -19,7 +19,7 @@ use thiserror::Error;
 mod devices;
 mod extras;
 
-pub use devices::{parse_bus_id, DeviceId, DeviceSelection};
+pub use devices::{parse_bus_id, DeviceId, DeviceSelection, CDI_KIND};
 pub use extras::{Gated, ImexChannels, MAX_IMEX_CHANNEL};
 
 /// Longest request value we accept; anything longer is refused, not parsed.

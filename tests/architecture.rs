@@ -344,11 +344,12 @@ fn the_planner_offers_its_entry_points_only() {
 }
 
 /// What consumers of the planner may share with each other: the CDI
-/// format (its spec, and the directories specs are read from) and a plan
-/// as container edits, which the runtime wrapper writes into a
-/// `config.json` as a CDI spec carries them, and the error editing returns.
-const SHARED: [&str; 7] = [
-    "spec", "dirs", "edits", "apply", "Spec", "Callback", "Error",
+/// format (its spec, its names, the directories specs are read from and the
+/// devices they define) and a plan as container edits, which the runtime
+/// wrapper writes into a `config.json` as a CDI spec carries them, and the
+/// error those return.
+const SHARED: [&str; 9] = [
+    "spec", "dirs", "name", "registry", "edits", "apply", "Spec", "Callback", "Error",
 ];
 
 /// The planner's entry points, as a consumer calls them.

@@ -114,6 +114,7 @@ fn dockerd_runs_the_runtime_runtime_configure_registered() {
             runtimes: &[],
             default_runtime: None,
             docker_config: Some(&daemon_json),
+            cdi_dir: None,
         },
     );
     let info = daemons.docker(&["info", "--format", "{{json .Runtimes}}"]);

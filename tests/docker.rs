@@ -65,6 +65,24 @@ impl Docker {
     /// dockerd with our runtime mode added as `nvidia`, and the default
     /// runtime `default` when given.
     fn start_with(name: &str, default: Option<&str>) -> Docker {
+        Docker::start_full(name, default, None)
+    }
+
+    /// dockerd whose `nvidia` runtime is in CDI mode, with `cdi_dir` bound
+    /// over `/etc/cdi`; `write_specs` fills it, given the hook config.
+    fn start_cdi(name: &str, write_specs: impl FnOnce(&Path, &Path)) -> Docker {
+        let cdi_dir = work_root().join("docker").join(format!("{name}-cdi"));
+        let _ = std::fs::remove_dir_all(&cdi_dir);
+        std::fs::create_dir_all(&cdi_dir).unwrap();
+        Docker::start_full(name, None, Some((&cdi_dir, Box::new(write_specs))))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn start_full(
+        name: &str,
+        default: Option<&str>,
+        cdi: Option<(&Path, Box<dyn FnOnce(&Path, &Path) + '_>)>,
+    ) -> Docker {
         let host = host();
         let dir = work_root().join("docker").join(name);
         let mounts_before = host_mounts();
@@ -75,6 +93,13 @@ impl Docker {
         let config = work_root().join("docker").join(format!("{name}-hook.toml"));
         std::fs::create_dir_all(config.parent().unwrap()).unwrap();
         write_hook_config(&host, &config, &hook_log, "debug");
+        let cdi_dir = cdi.map(|(dir, write_specs)| {
+            let mut text = std::fs::read_to_string(&config).unwrap();
+            text.push_str("\n[runtime]\nmode = \"cdi\"\n");
+            std::fs::write(&config, text).unwrap();
+            write_specs(dir, &config);
+            dir
+        });
         let daemons = Daemons::start(
             &dir,
             &DaemonSetup {
@@ -83,6 +108,7 @@ impl Docker {
                 runtimes: &[("nvidia", "nvidia-container-runtime")],
                 default_runtime: default,
                 docker_config: None,
+                cdi_dir,
             },
         );
         let docker = Docker {
@@ -460,6 +486,117 @@ fn docker_runtime_nvidia_takes_gpus_from_the_spec() {
             run.describe()
         );
     }
+    docker.finish();
+}
+
+/// `docker run --runtime nvidia` in CDI mode, with our spec and another
+/// vendor's in a private directory bound over `/etc/cdi`: the names of
+/// `NVIDIA_VISIBLE_DEVICES` are CDI devices, each spec's edits are applied
+/// as CDI's library applies them, runc creates and allows the nodes, and
+/// an unknown name stops the container with our line.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn docker_runtime_nvidia_in_cdi_mode_applies_the_named_cdi_devices() {
+    let _serial = serial();
+    let docker = Docker::start_cdi("runtime-cdi", |dir, config| {
+        let out = Command::new(harness::project::hook_binary())
+            .arg("--config")
+            .arg(config)
+            .args(["cdi", "generate", "--output"])
+            .arg(dir.join("nvidia.yaml"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(
+            dir.join("example.yaml"),
+            "cdiVersion: 0.5.0\nkind: example.com/dev\ndevices:\n- name: x\n  containerEdits:\n    \
+             env: [EXAMPLE_DEV=x]\n    deviceNodes:\n    - path: /dev/example0\n      hostPath: /dev/null\n",
+        )
+        .unwrap();
+    });
+    let host = docker.host.clone();
+    let minor = |i| gpu(&host, i).minor;
+
+    let run = docker.run(
+        "cdi-all",
+        &[
+            "--runtime",
+            "nvidia",
+            "-e",
+            "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all",
+        ],
+        &[],
+    );
+    assert_gpus(&run, &host, &[0, 1, 2, 3], &[]);
+    let log = run.hook_log.as_deref().unwrap_or_default();
+    assert!(
+        log.contains("CDI devices nvidia.com/gpu=all:") && log.contains("written for the runtime"),
+        "the wrapper applied the CDI device:{}",
+        run.describe()
+    );
+
+    let decoys = [minor(2)];
+    let run = docker.run(
+        "cdi-one",
+        &[
+            "--runtime",
+            "nvidia",
+            "-e",
+            "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1",
+        ],
+        &decoys,
+    );
+    assert_gpus(&run, &host, &[1], &decoys);
+
+    let run = docker.run(
+        "cdi-unknown",
+        &[
+            "--runtime",
+            "nvidia",
+            "-e",
+            "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=9",
+        ],
+        &[],
+    );
+    assert!(!run.succeeded(), "{}", run.describe());
+    assert!(
+        run.stderr.contains(
+            "unknown CDI device nvidia.com/gpu=9: no spec in /etc/cdi, /var/run/cdi defines it"
+        ),
+        "Docker shows the wrapper's refusal:{}",
+        run.describe()
+    );
+
+    // Another vendor's device beside one of ours: both specs' edits.
+    let script = format!(
+        "{{ echo env=$EXAMPLE_DEV; stat -c 'node=%F %t:%T' /dev/example0; echo x > /dev/example0 && echo write=ok; }} \
+         > /out/example 2>&1; {CONTAINER_SCRIPT}"
+    );
+    let run = docker.docker_run(
+        "cdi-vendor",
+        &["--rm"],
+        &[
+            "--runtime",
+            "nvidia",
+            "-e",
+            "NVIDIA_VISIBLE_DEVICES=example.com/dev=x,nvidia.com/gpu=0",
+        ],
+        &script,
+    );
+    assert_gpus(&run, &host, &[0], &[]);
+    let example =
+        std::fs::read_to_string(docker.daemons.dir.join("cdi-vendor/out/example")).unwrap();
+    assert!(
+        example.contains("env=x")
+            && example.contains("node=character special file 1:3")
+            && example.contains("write=ok"),
+        "the other vendor's env and node (c 1:3, from its host node):\n{example}{}",
+        run.describe()
+    );
     docker.finish();
 }
 

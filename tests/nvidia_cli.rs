@@ -433,6 +433,49 @@ fn list_options_name_the_sections_and_devices_listed() {
     assert_listing(&out, &host, &wanted);
 }
 
+/// Filters alone list what they select, never nothing: `--compute`
+/// alone gives the control nodes and compute's files; our CDI kind's
+/// names are the devices they name.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn list_with_only_filters_lists_what_they_select() {
+    let host = real_host();
+    let all = host.facts.gpus.clone();
+    let dev = format!("{}/dev", host.facts.dev_root);
+    let out = nvidia_cli_stdout(&host.config, &["list", "--compute"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines.contains(&format!("{dev}/nvidiactl").as_str()),
+        "{out}"
+    );
+    assert!(
+        lines.iter().any(|l| l.ends_with("/libcuda.so.535.261.03")),
+        "{out}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.ends_with("/nvidia-smi")),
+        "nvidia-smi is utility's, not compute's:\n{out}"
+    );
+    let by_kind = nvidia_cli_stdout(
+        &host.config,
+        &["list", "--device=nvidia.com/gpu=1", "--utility"],
+    );
+    let lines: Vec<&str> = by_kind.lines().collect();
+    assert!(
+        lines.contains(&format!("{dev}/nvidia{}", all[1].minor).as_str())
+            && !lines.contains(&format!("{dev}/nvidia{}", all[0].minor).as_str()),
+        "{by_kind}"
+    );
+    assert!(
+        lines.iter().any(|l| l.ends_with("/nvidia-smi")),
+        "{by_kind}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.ends_with("/libcuda.so.535.261.03")),
+        "libcuda is compute's:\n{by_kind}"
+    );
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn list_of_a_mig_device_adds_its_capability_nodes_and_access_files() {

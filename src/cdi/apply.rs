@@ -25,22 +25,56 @@ pub fn is_edited(spec: &Value) -> bool {
     })
 }
 
-/// Applies `edits` to `spec`: environment variables replace those of the
-/// same name; device nodes join `linux.devices` (one per path) with an
-/// allow rule each in `linux.resources.devices`; mounts are appended; hooks
-/// join their stage.
+/// The OCI hook stages a CDI hook may name.
+pub const HOOK_STAGES: [&str; 6] = [
+    "prestart",
+    "createRuntime",
+    "createContainer",
+    "startContainer",
+    "poststart",
+    "poststop",
+];
+
+/// Applies `edits` to `spec` as CDI's library does (`ContainerEdits.Apply`):
+/// a variable replaces the one of its name where it stands, else is
+/// appended; a device node replaces the one at its path in `linux.devices`,
+/// owned by the process's user unless it names its owner, with an allow
+/// rule for a block or character node (`rwm` unless it says, none for
+/// `none`); a mount replaces the one at its destination, and the mounts are
+/// then ordered by depth, parents first, keeping their order otherwise;
+/// hooks join their stage; `netDevices` fill `linux.netDevices`; `intelRdt`
+/// sets `linux.intelRdt`; additional groups join the process's, except 0.
+/// Nodes must be complete (type and numbers): see `registry`.
 pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<()> {
+    if let Some(hook) = edits
+        .hooks
+        .iter()
+        .find(|h| !HOOK_STAGES.contains(&h.hook_name.as_str()))
+    {
+        return Err(Error::HookStage {
+            stage: hook.hook_name.clone(),
+        });
+    }
     let root = object(spec, "the spec")?;
+    let user_id = |key: &str| {
+        root.get("process")
+            .and_then(|p| p.pointer(&format!("/user/{key}")))
+            .and_then(Value::as_u64)
+            .filter(|id| *id > 0)
+    };
+    let (uid, gid) = (user_id("uid"), user_id("gid"));
     if !edits.env.is_empty() {
         let process = child_object(root, "process", "process")?;
         let env = child_array(process, "env", "process.env")?;
         for var in &edits.env {
-            let name = var.split_once('=').map_or(var.as_str(), |(n, _)| n);
-            env.retain(|e| {
-                e.as_str()
-                    .is_none_or(|e| e.split_once('=').map_or(e, |(n, _)| n) != name)
-            });
-            env.push(Value::String(var.clone()));
+            let name = env_name(var);
+            match env
+                .iter_mut()
+                .find(|e| e.as_str().is_some_and(|e| env_name(e) == name))
+            {
+                Some(slot) => *slot = Value::String(var.clone()),
+                None => env.push(Value::String(var.clone())),
+            }
         }
     }
     if !edits.device_nodes.is_empty() {
@@ -57,46 +91,119 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<()> {
             if let Some(mode) = node.file_mode {
                 device.insert("fileMode".into(), json!(mode));
             }
-            device.insert("uid".into(), json!(node.uid.unwrap_or(0)));
-            device.insert("gid".into(), json!(node.gid.unwrap_or(0)));
+            if let Some(uid) = node.uid.map(u64::from).or(uid) {
+                device.insert("uid".into(), json!(uid));
+            }
+            if let Some(gid) = node.gid.map(u64::from).or(gid) {
+                device.insert("gid".into(), json!(gid));
+            }
             devices.push(Value::Object(device));
         }
         let resources = child_object(linux, "resources", "linux.resources")?;
         let rules = child_array(resources, "devices", "linux.resources.devices")?;
         for node in &edits.device_nodes {
+            let kind = node.kind.as_deref().unwrap_or("c");
+            if !matches!(kind, "b" | "c") {
+                continue;
+            }
+            let access = match node.permissions.as_deref() {
+                None | Some("") => "rwm",
+                Some("none") => "",
+                Some(given) => given,
+            };
             rules.push(json!({
                 "allow": true,
-                "type": node.kind.as_deref().unwrap_or("c"),
+                "type": kind,
                 "major": node.major.unwrap_or_default(),
                 "minor": node.minor.unwrap_or_default(),
-                "access": node.permissions.as_deref().unwrap_or("rwm"),
+                "access": access,
             }));
+        }
+    }
+    if !edits.net_devices.is_empty() {
+        let linux = child_object(root, "linux", "linux")?;
+        let net = child_object(linux, "netDevices", "linux.netDevices")?;
+        for dev in &edits.net_devices {
+            net.insert(dev.host_interface_name.clone(), json!({"name": dev.name}));
         }
     }
     if !edits.mounts.is_empty() {
         let mounts = child_array(root, "mounts", "mounts")?;
         for mount in &edits.mounts {
-            mounts.push(json!({
-                "destination": mount.container_path,
-                "type": mount.kind.as_deref().unwrap_or("bind"),
-                "source": mount.host_path,
-                "options": mount.options,
-            }));
+            let destination = mount.container_path.to_string_lossy();
+            mounts.retain(|m| m.get("destination").and_then(Value::as_str) != Some(&destination));
+            let mut entry = Map::new();
+            entry.insert("destination".into(), json!(mount.container_path));
+            entry.insert(
+                "type".into(),
+                json!(mount.kind.as_deref().unwrap_or("bind")),
+            );
+            entry.insert("source".into(), json!(mount.host_path));
+            if !mount.options.is_empty() {
+                entry.insert("options".into(), json!(mount.options));
+            }
+            mounts.push(Value::Object(entry));
         }
+        // Stable: equal depths keep their order.
+        mounts.sort_by_key(|m| m.get("destination").and_then(Value::as_str).map(depth));
     }
     for hook in &edits.hooks {
         let hooks = child_object(root, "hooks", "hooks")?;
         let stage = child_array(hooks, &hook.hook_name, "a hooks stage")?;
         let mut entry = Map::new();
         entry.insert("path".into(), json!(hook.path));
-        entry.insert("args".into(), json!(hook.args));
-        entry.insert("env".into(), json!(hook.env));
+        if !hook.args.is_empty() {
+            entry.insert("args".into(), json!(hook.args));
+        }
+        if !hook.env.is_empty() {
+            entry.insert("env".into(), json!(hook.env));
+        }
         if let Some(timeout) = hook.timeout {
             entry.insert("timeout".into(), json!(timeout));
         }
         stage.push(Value::Object(entry));
     }
+    if let Some(rdt) = &edits.intel_rdt {
+        let linux = child_object(root, "linux", "linux")?;
+        linux.insert("intelRdt".into(), json!(rdt));
+    }
+    let gids: Vec<u32> = edits
+        .additional_gids
+        .iter()
+        .copied()
+        .filter(|g| *g != 0)
+        .collect();
+    if !gids.is_empty() {
+        let process = child_object(root, "process", "process")?;
+        let user = child_object(process, "user", "process.user")?;
+        let list = child_array(user, "additionalGids", "process.user.additionalGids")?;
+        for gid in gids {
+            if !list.iter().any(|g| g.as_u64() == Some(u64::from(gid))) {
+                list.push(json!(gid));
+            }
+        }
+    }
     Ok(())
+}
+
+/// A variable's name: what comes before its first `=`.
+fn env_name(var: &str) -> &str {
+    var.split_once('=').map_or(var, |(n, _)| n)
+}
+
+/// How many components a mount destination has, as CDI and Docker order them.
+fn depth(destination: &str) -> usize {
+    let mut clean: Vec<&str> = Vec::new();
+    for component in destination.split('/') {
+        match component {
+            "" | "." => {}
+            ".." => {
+                clean.pop();
+            }
+            name => clean.push(name),
+        }
+    }
+    clean.len()
 }
 
 fn object<'a>(value: &'a mut Value, field: &'static str) -> Result<&'a mut Map<String, Value>> {
@@ -167,6 +274,7 @@ mod tests {
                 options: vec!["ro".into(), "bind".into()],
                 kind: Some("bind".into()),
             }],
+            ..ContainerEdits::default()
         }
     }
 
@@ -185,7 +293,7 @@ mod tests {
         );
         assert_eq!(
             spec["linux"]["devices"],
-            json!([{"path":"/dev/nvidia0","type":"c","major":195,"minor":0,"fileMode":438,"uid":0,"gid":0}])
+            json!([{"path":"/dev/nvidia0","type":"c","major":195,"minor":0,"fileMode":438}])
         );
         assert_eq!(
             spec["linux"]["resources"]["devices"],
@@ -220,5 +328,101 @@ mod tests {
             ),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn cdi_edits_replace_in_place_order_mounts_and_take_the_processs_owner() {
+        use crate::cdi::spec::{IntelRdt, NetDevice};
+        let mut spec = json!({
+            "process": {"user": {"uid": 1000, "gid": 1000, "additionalGids": [5]},
+                        "env": ["PATH=/bin", "X=old", "Y=1"]},
+            "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
+                       {"destination": "/etc/x", "type": "bind", "source": "/old"},
+                       {"destination": "/dev/pts", "type": "devpts", "source": "devpts"}],
+            "linux": {"devices": [{"path": "/dev/x", "type": "c", "major": 1, "minor": 1}]}
+        });
+        let edits = ContainerEdits {
+            env: vec!["X=new".into(), "Z=2".into()],
+            device_nodes: vec![
+                DeviceNode {
+                    path: "/dev/x".into(),
+                    kind: Some("c".into()),
+                    major: Some(10),
+                    minor: Some(200),
+                    permissions: Some("none".into()),
+                    ..DeviceNode::default()
+                },
+                DeviceNode {
+                    path: "/dev/fifo".into(),
+                    kind: Some("p".into()),
+                    uid: Some(0),
+                    ..DeviceNode::default()
+                },
+            ],
+            mounts: vec![
+                Mount {
+                    host_path: "/host/a/b".into(),
+                    container_path: "/a/b/c".into(),
+                    ..Mount::default()
+                },
+                Mount {
+                    host_path: "/new".into(),
+                    container_path: "/etc/x".into(),
+                    ..Mount::default()
+                },
+            ],
+            additional_gids: vec![0, 5, 44],
+            intel_rdt: Some(IntelRdt {
+                clos_id: Some("gpu".into()),
+                ..IntelRdt::default()
+            }),
+            net_devices: vec![NetDevice {
+                host_interface_name: "eth1".into(),
+                name: "net0".into(),
+            }],
+            ..ContainerEdits::default()
+        };
+        apply(&mut spec, &edits).unwrap();
+        assert_eq!(
+            spec["process"]["env"],
+            json!(["PATH=/bin", "X=new", "Y=1", "Z=2"])
+        );
+        assert_eq!(
+            spec["linux"]["devices"],
+            json!([{"path":"/dev/x","type":"c","major":10,"minor":200,"uid":1000,"gid":1000},
+                   {"path":"/dev/fifo","type":"p","major":0,"minor":0,"uid":0,"gid":1000}])
+        );
+        assert_eq!(
+            spec["linux"]["resources"]["devices"],
+            json!([{"allow":true,"type":"c","major":10,"minor":200,"access":""}]),
+            "a FIFO gets no cgroup rule, none grants nothing"
+        );
+        let destinations: Vec<&str> = spec["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["destination"].as_str().unwrap())
+            .collect();
+        assert_eq!(destinations, ["/proc", "/dev/pts", "/etc/x", "/a/b/c"]);
+        assert_eq!(spec["mounts"][2]["source"], "/new");
+        assert_eq!(spec["process"]["user"]["additionalGids"], json!([5, 44]));
+        assert_eq!(spec["linux"]["intelRdt"], json!({"closID": "gpu"}));
+        assert_eq!(
+            spec["linux"]["netDevices"],
+            json!({"eth1": {"name": "net0"}})
+        );
+    }
+
+    #[test]
+    fn a_hook_at_no_oci_stage_is_refused_before_anything_changes() {
+        let mut spec = json!({"process": {"env": []}});
+        let mut bad = edits();
+        bad.hooks[0].hook_name = "preStart".into();
+        let err = apply(&mut spec, &bad);
+        assert!(
+            matches!(&err, Err(Error::HookStage { stage }) if stage == "preStart"),
+            "{err:?}"
+        );
+        assert_eq!(spec, json!({"process": {"env": []}}));
     }
 }

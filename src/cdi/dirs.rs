@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 /// CDI's spec directories, in increasing priority.
-pub const SPEC_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
+pub const SPEC_DIRS: &[&str] = crate::config::CDI_SPEC_DIRS;
 
 /// The `.json` and `.yaml` files of `dir`, the ones CDI loads, by name.
 pub fn spec_files(dir: &Path) -> Vec<PathBuf> {

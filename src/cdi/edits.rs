@@ -112,6 +112,7 @@ pub fn container_edits(plan: &Plan, callback: &Callback) -> ContainerEdits {
         device_nodes: device_nodes(&plan.devices),
         hooks: vec![callback.hook()],
         mounts: mounts(plan),
+        ..ContainerEdits::default()
     }
 }
 

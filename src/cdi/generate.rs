@@ -136,6 +136,7 @@ pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
             device_nodes: edits::device_nodes(&common.devices),
             hooks: vec![callback.hook()],
             mounts: edits::mounts(&common),
+            ..ContainerEdits::default()
         },
         ..Spec::default()
     };

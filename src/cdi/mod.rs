@@ -14,7 +14,9 @@ pub mod apply;
 pub mod dirs;
 pub mod edits;
 pub mod generate;
+pub mod name;
 pub mod output;
+pub mod registry;
 pub mod spec;
 pub mod validate;
 
@@ -29,6 +31,7 @@ pub use output::{write_atomically, Format, DEFAULT_OUTPUT};
 pub use spec::Spec;
 
 use crate::{driver, planner};
+use name::Qualified;
 
 /// Why a spec could not be made or written.
 #[derive(Debug, Error)]
@@ -51,6 +54,38 @@ pub enum Error {
         field: &'static str,
         /// What it should be.
         expected: &'static str,
+    },
+    #[error("a CDI hook at {stage:?}: not an OCI hook stage ({})", apply::HOOK_STAGES.join(", "))]
+    HookStage {
+        /// The stage named.
+        stage: String,
+    },
+    #[error("unknown CDI device {name}: no spec in {dirs} defines it{broken}")]
+    UnknownDevice {
+        /// The name asked for.
+        name: Qualified,
+        /// The directories searched, comma-separated.
+        dirs: String,
+        /// The spec files skipped for breaking CDI's rules, if any, in words.
+        broken: String,
+    },
+    #[error("CDI device {name} is defined in both {first} and {second}: remove one of them")]
+    DeviceConflict {
+        /// The name asked for.
+        name: Qualified,
+        /// One spec defining it.
+        first: PathBuf,
+        /// The other, in the same directory.
+        second: PathBuf,
+    },
+    #[error("CDI device {name} of {path}: {reason}")]
+    DeviceNode {
+        /// The device whose node could not be completed.
+        name: Qualified,
+        /// Its spec.
+        path: PathBuf,
+        /// What was wrong with the host node.
+        reason: String,
     },
 }
 

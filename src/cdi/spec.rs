@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 /// The kind our specs declare, as NVIDIA's do: users write `nvidia.com/gpu=0`.
-pub const KIND: &str = "nvidia.com/gpu";
+pub const KIND: &str = crate::request::CDI_KIND;
 
 /// A CDI spec file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,6 +61,60 @@ pub struct ContainerEdits {
     /// Bind mounts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<Mount>,
+    /// Supplementary groups of the container's process (CDI 0.7.0); 0 is skipped.
+    #[serde(
+        rename = "additionalGids",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub additional_gids: Vec<u32>,
+    /// The Intel RDT class of service (CDI 0.7.0), as another vendor's spec may set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intel_rdt: Option<IntelRdt>,
+    /// Host network interfaces moved into the container (CDI 1.1.0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub net_devices: Vec<NetDevice>,
+}
+
+/// `intelRdt`: written to the OCI spec's `linux.intelRdt` as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IntelRdt {
+    /// The resctrl group.
+    #[serde(rename = "closID", default, skip_serializing_if = "Option::is_none")]
+    pub clos_id: Option<String>,
+    /// L3 cache allocation schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l3_cache_schema: Option<String>,
+    /// Memory bandwidth schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bw_schema: Option<String>,
+    /// Every schema line (CDI 1.1.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schemata: Option<Vec<String>>,
+    /// Cache monitoring (CDI 0.7.0 to 1.0.0).
+    #[serde(rename = "enableCMT", default, skip_serializing_if = "is_false")]
+    pub enable_cmt: bool,
+    /// Memory bandwidth monitoring (CDI 0.7.0 to 1.0.0).
+    #[serde(rename = "enableMBM", default, skip_serializing_if = "is_false")]
+    pub enable_mbm: bool,
+    /// Monitoring (CDI 1.1.0).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub enable_monitoring: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A host network interface a container gets, under `name` there (CDI 1.1.0).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetDevice {
+    /// The interface on the host.
+    pub host_interface_name: String,
+    /// Its name in the container.
+    pub name: String,
 }
 
 impl ContainerEdits {
@@ -70,6 +124,24 @@ impl ContainerEdits {
             && self.device_nodes.is_empty()
             && self.hooks.is_empty()
             && self.mounts.is_empty()
+            && self.additional_gids.is_empty()
+            && self.intel_rdt.is_none()
+            && self.net_devices.is_empty()
+    }
+
+    /// Appends `other`'s edits, as CDI merges a spec's and its devices'
+    /// before applying them once; a later `intelRdt` replaces an earlier.
+    pub fn append(&mut self, other: &ContainerEdits) {
+        self.env.extend(other.env.iter().cloned());
+        self.device_nodes.extend(other.device_nodes.iter().cloned());
+        self.hooks.extend(other.hooks.iter().cloned());
+        self.mounts.extend(other.mounts.iter().cloned());
+        self.additional_gids
+            .extend(other.additional_gids.iter().copied());
+        if other.intel_rdt.is_some() {
+            self.intel_rdt.clone_from(&other.intel_rdt);
+        }
+        self.net_devices.extend(other.net_devices.iter().cloned());
     }
 }
 
@@ -141,14 +213,17 @@ pub struct Hook {
 }
 
 /// The CDI versions in order; consumers refuse versions newer than they know.
-pub const VERSIONS: [&str; 8] = [
-    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0",
+pub const VERSIONS: [&str; 10] = [
+    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0",
 ];
 
 /// The lowest CDI version that expresses `spec`, as CDI's producers
-/// compute it: 0.3.0 at least; 0.4.0 for a mount `type`; 0.5.0 for a
-/// device name that starts with a digit or a node `hostPath`; 0.6.0 for
-/// annotations or a dot in the class. Podman 4.3 accepts up to 0.5.0.
+/// compute it (`specs-go` MinimumRequiredVersion): 0.3.0 at least; 0.4.0
+/// for a mount `type`; 0.5.0 for a device name that starts with a digit or
+/// a node `hostPath`; 0.6.0 for annotations or a dot in the class; 0.7.0
+/// for `intelRdt` or `additionalGids`; 1.1.0 for `netDevices` or 1.1's RDT
+/// fields. 0.8.0 and 1.0.0 added no field, so no content needs them.
+/// Podman 4.3 accepts up to 0.5.0.
 pub fn required_version(spec: &Spec) -> &'static str {
     let edits = || {
         spec.devices
@@ -156,6 +231,17 @@ pub fn required_version(spec: &Spec) -> &'static str {
             .map(|d| &d.container_edits)
             .chain([&spec.container_edits])
     };
+    if edits().any(|e| {
+        !e.net_devices.is_empty()
+            || e.intel_rdt
+                .as_ref()
+                .is_some_and(|r| r.schemata.is_some() || r.enable_monitoring)
+    }) {
+        return "1.1.0";
+    }
+    if edits().any(|e| e.intel_rdt.is_some() || !e.additional_gids.is_empty()) {
+        return "0.7.0";
+    }
     let class_has_dot = spec
         .kind
         .split_once('/')
@@ -222,6 +308,38 @@ mod tests {
         let mut annotated = spec(&["all"]);
         annotated.annotations.insert("a".into(), "b".into());
         assert_eq!(required_version(&annotated), "0.6.0");
+        annotated.devices[0]
+            .container_edits
+            .additional_gids
+            .push(44);
+        assert_eq!(required_version(&annotated), "0.7.0");
+        annotated.container_edits.intel_rdt = Some(IntelRdt {
+            clos_id: Some("gpu".into()),
+            ..IntelRdt::default()
+        });
+        assert_eq!(required_version(&annotated), "0.7.0");
+        annotated.devices[0]
+            .container_edits
+            .net_devices
+            .push(NetDevice {
+                host_interface_name: "eth1".into(),
+                name: "net0".into(),
+            });
+        assert_eq!(required_version(&annotated), "1.1.0");
+        let mut rdt = spec(&["all"]);
+        rdt.container_edits.intel_rdt = Some(IntelRdt {
+            enable_monitoring: true,
+            ..IntelRdt::default()
+        });
+        assert_eq!(required_version(&rdt), "1.1.0");
+    }
+
+    #[test]
+    fn every_version_is_known_and_in_order() {
+        let mut sorted = VERSIONS;
+        sorted.sort();
+        assert_eq!(sorted, VERSIONS);
+        assert!(VERSIONS.contains(&"1.1.0") && VERSIONS.contains(&"1.0.0"));
     }
 
     #[test]

@@ -73,6 +73,8 @@ pub enum Error {
     NotAbsolute { option: &'static str, value: String },
     #[error("{CLI}: {option} is not valid UTF-8")]
     NotUtf8 { option: &'static str },
+    #[error("list: nothing on this host matches the options given (no driver file of those kinds and capabilities, no such device)")]
+    CliNothingListed,
     // nvidia-ctk's command line.
     #[error("{0}")]
     Usage(String),

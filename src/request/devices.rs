@@ -14,6 +14,19 @@ use serde::Serialize;
 
 use super::{check_len, Error, Result};
 
+/// The CDI kind of the devices our specs (and NVIDIA's) name: a device list
+/// may give `nvidia.com/gpu=1` where it gives `1`.
+pub const CDI_KIND: &str = "nvidia.com/gpu";
+
+/// An item without our CDI kind's `nvidia.com/gpu=`, which names the same
+/// device as the item after it: our spec's device names are the list's
+/// own (`0`, `all`, `GPU-…`, `0:1`, `MIG-…`).
+fn without_kind(item: &str) -> &str {
+    item.strip_prefix(CDI_KIND)
+        .and_then(|rest| rest.strip_prefix('='))
+        .map_or(item, str::trim)
+}
+
 /// One item of a device list, before it is matched against the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "by", content = "value")]
@@ -108,6 +121,7 @@ fn hook_list(value: &str) -> HookList<'_> {
     let items: Vec<&str> = value
         .split(',')
         .map(str::trim)
+        .map(without_kind)
         .filter(|item| !item.is_empty())
         .collect();
     let has = |keyword: &str| items.contains(&keyword);
@@ -168,6 +182,7 @@ impl DeviceSelection {
         let items = value
             .split(',')
             .map(str::trim)
+            .map(without_kind)
             .filter(|item| !item.is_empty());
         cli_select(
             &value,
@@ -416,6 +431,31 @@ mod tests {
     }
 
     #[test]
+    fn our_cdi_kinds_names_are_the_devices_they_name() {
+        assert_eq!(parse("nvidia.com/gpu=all"), Ok(DeviceSelection::All));
+        assert_eq!(
+            list("nvidia.com/gpu=1, 0"),
+            [DeviceId::Index(1), DeviceId::Index(0)]
+        );
+        assert_eq!(
+            list(&format!("nvidia.com/gpu=GPU-{UUID},nvidia.com/gpu=0:1")),
+            [
+                DeviceId::Uuid(format!("GPU-{UUID}")),
+                DeviceId::MigIndex { gpu: 0, mig: 1 }
+            ]
+        );
+        assert_eq!(
+            DeviceSelection::from_cli(&["nvidia.com/gpu=1".into(), "nvidia.com/gpu=ALL".into()]),
+            Ok(DeviceSelection::All)
+        );
+        // Another kind names no device of ours.
+        assert!(matches!(
+            parse("example.com/gpu=1"),
+            Err(Error::MalformedDevices { .. })
+        ));
+    }
+
+    #[test]
     fn empty_items_are_dropped_and_no_item_is_no_request() {
         // IMG:157-161 drops empty items; IMG:174-176 makes an itemless list void.
         assert_eq!(list("0,,1"), [DeviceId::Index(0), DeviceId::Index(1)]);
@@ -618,7 +658,7 @@ mod tests {
             ":1",
             "-1:0",
             "MIG-GPU-abcdef01-2345-6789-abcd-ef0123456789/1",
-            "nvidia.com/gpu=0",
+            "example.com/gpu=0",
             "junk!",
         ] {
             let err = parse(junk).unwrap_err();

@@ -7,9 +7,12 @@
 //! keeps them; then, as for every other command, it `exec`s the real
 //! runtime with the arguments it was given, unchanged. It parses no more
 //! of runc's command line than the global flags, the command and the
-//! bundle, and never executes itself.
+//! bundle, and never executes itself. In CDI mode (`cdi`, the request's
+//! choice under `auto`) the edits are instead those of the CDI devices the
+//! container names, from the spec directories, any vendor's (`cdi`).
 
 pub mod args;
+pub mod cdi;
 
 use std::ffi::OsString;
 use std::fs;
@@ -25,7 +28,8 @@ use thiserror::Error;
 use crate::atomic;
 use crate::bundle;
 use crate::cdi::apply;
-use crate::cdi::edits::{self, Callback};
+use crate::cdi::edits::{self, Callback, VISIBLE_DEVICES_VOID};
+use crate::cdi::registry::Registry;
 use crate::config::Config;
 use crate::planner::{self, ImageSource, Inputs, Source};
 use crate::program;
@@ -57,6 +61,15 @@ pub enum Error {
     Planner(#[from] planner::Error),
     #[error(transparent)]
     Edit(#[from] Box<crate::cdi::Error>),
+    #[error("bad CDI device {item:?} in {from}: {reason}")]
+    CdiName {
+        /// The item as given.
+        item: String,
+        /// Where it was: the variable, a mount or an annotation, by name.
+        from: String,
+        /// Why it names no CDI device.
+        reason: String,
+    },
     #[error(transparent)]
     Deadline(#[from] Box<crate::deadline::Expired>),
     #[error("cannot execute {path}: {source}")]
@@ -155,17 +168,24 @@ pub fn find_runtime(config: &Config) -> Result<PathBuf> {
     })
 }
 
-/// Writes the plan into `bundle`'s `config.json` when the container asks
-/// for GPUs and the spec is not ours already; the file is replaced whole.
+/// Writes the GPUs a container asks for into `bundle`'s `config.json`,
+/// unless the spec is ours already: the plan's edits in legacy mode, the
+/// named CDI devices' in CDI mode. The file is replaced whole.
 pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -> Result<()> {
     let path = bundle.join("config.json");
     let data = crate::hostfile::read(&path, bundle::MAX_CONFIG).map_err(|source| Error::Read {
         path: path.clone(),
         source,
     })?;
-    // Most containers ask for no GPU: the planner decides that from the
-    // light reading, before the whole spec is decoded.
+    // Most containers ask for no GPU: that is decided from the light
+    // reading, before the whole spec is decoded.
     let container = bundle::parse(bundle, &path, &data)?;
+    let annotated = config.runtime.mode != crate::config::RuntimeMode::Legacy
+        && cdi::may_annotate(&data, &config.runtime.cdi.annotation_prefixes);
+    let whole = annotated.then(|| decode(&path, &data)).transpose()?;
+    if let Some(names) = cdi::requested(config, &container, whole.as_ref())? {
+        return edit_for_cdi(config, &path, &data, whole, &names);
+    }
     let planned = planner::plan(
         config,
         Inputs::new(
@@ -176,10 +196,10 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
     if planned.effective.is_void() {
         return Ok(());
     }
-    let mut spec: Value = serde_json::from_slice(&data).map_err(|e| Error::Spec {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
+    let mut spec = match whole {
+        Some(spec) => spec,
+        None => decode(&path, &data)?,
+    };
     if apply::is_edited(&spec) {
         log::debug!("{}: edited already", path.display());
         return Ok(());
@@ -193,12 +213,7 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
         return Ok(());
     };
     apply::apply(&mut spec, &edits::container_edits(&planned.plan, &callback)).map_err(Box::new)?;
-    let mut text = serde_json::to_vec(&spec).map_err(|e| Error::Spec {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    text.push(b'\n');
-    replace(&path, &text)?;
+    encode_and_replace(&path, &spec)?;
     log::info!(
         "{}: {} device nodes, {} mounts written for the runtime",
         path.display(),
@@ -206,6 +221,63 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
         planned.plan.mounts.len()
     );
     Ok(())
+}
+
+/// CDI mode: the edits of the devices `names` from the spec directories,
+/// as a CDI runtime applies them; an unknown name stops the container here.
+/// `NVIDIA_VISIBLE_DEVICES=void` follows, so that no prestart hook (ours
+/// or NVIDIA's) injects the same GPUs a second time.
+fn edit_for_cdi(
+    config: &Config,
+    path: &Path,
+    data: &[u8],
+    whole: Option<Value>,
+    names: &[crate::cdi::name::Qualified],
+) -> Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let registry = Registry::load(&config.runtime.cdi.spec_dirs);
+    let mut edits = registry.edits(names).map_err(Box::new)?;
+    edits.env.push(VISIBLE_DEVICES_VOID.into());
+    let mut spec = match whole {
+        Some(spec) => spec,
+        None => decode(path, data)?,
+    };
+    if apply::is_edited(&spec) {
+        log::debug!("{}: edited already", path.display());
+        return Ok(());
+    }
+    apply::apply(&mut spec, &edits).map_err(Box::new)?;
+    encode_and_replace(path, &spec)?;
+    let listed: Vec<String> = names.iter().map(ToString::to_string).collect();
+    log::info!(
+        "{}: CDI devices {}: {} device nodes, {} mounts, {} hooks written for the runtime",
+        path.display(),
+        listed.join(", "),
+        edits.device_nodes.len(),
+        edits.mounts.len(),
+        edits.hooks.len()
+    );
+    Ok(())
+}
+
+/// The whole spec, as JSON.
+fn decode(path: &Path, data: &[u8]) -> Result<Value> {
+    serde_json::from_slice(data).map_err(|e| Error::Spec {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// Encodes `spec` and replaces `path` with it.
+fn encode_and_replace(path: &Path, spec: &Value) -> Result<()> {
+    let mut text = serde_json::to_vec(spec).map_err(|e| Error::Spec {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    text.push(b'\n');
+    replace(path, &text)
 }
 
 /// Replaces `path` with `data` through a temporary file beside it, in

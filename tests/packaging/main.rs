@@ -120,15 +120,24 @@ fn shipped_config_sets_every_documented_key_to_its_default() {
     );
 
     let table: toml::Table = text.parse().unwrap();
-    let mut keys = BTreeSet::new();
-    for (key, value) in &table {
-        match value.as_table() {
-            Some(section) => keys.extend(section.keys().map(|k| format!("{key}.{k}"))),
-            None => {
-                keys.insert(key.clone());
+    // Every leaf, dotted: `runtime.cdi.spec-dirs` for a key of `[runtime.cdi]`.
+    fn leaves(prefix: &str, table: &toml::Table, keys: &mut BTreeSet<String>) {
+        for (key, value) in table {
+            let name = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            match value.as_table() {
+                Some(section) => leaves(&name, section, keys),
+                None => {
+                    keys.insert(name);
+                }
             }
         }
     }
+    let mut keys = BTreeSet::new();
+    leaves("", &table, &mut keys);
     let documented = documented_keys();
     assert!(
         documented.len() >= 10,
@@ -721,6 +730,7 @@ fn docker_with_packaged_link(host: &SimHost, log: &Path) -> Run {
             runtimes: &[],
             default_runtime: None,
             docker_config: None,
+            cdi_dir: None,
         },
     );
     // The name dockerd finds is the package's link, not one of ours.

@@ -13,17 +13,9 @@ use std::collections::hash_map::{Entry, HashMap};
 use serde_json::Value;
 
 use super::{edits_of, field, list, Problem};
+use crate::cdi::apply::HOOK_STAGES;
+use crate::cdi::name::{device_name_problem, kind_problem};
 use crate::cdi::spec::{required_version, Spec, VERSIONS};
-
-/// The OCI hook stages, the names CDI accepts for `hookName`.
-const HOOK_STAGES: [&str; 6] = [
-    "prestart",
-    "createRuntime",
-    "createContainer",
-    "startContainer",
-    "poststart",
-    "poststop",
-];
 
 /// Node types CDI accepts (`""` lets the runtime take the host node's).
 const NODE_TYPES: [&str; 5] = ["", "b", "c", "u", "p"];
@@ -32,7 +24,7 @@ const NODE_TYPES: [&str; 5] = ["", "b", "c", "u", "p"];
 /// document read as our types, when it could be.
 pub(super) fn check(doc: &Value, spec: Option<&Spec>, problems: &mut Vec<Problem>) {
     if let Some(version) = doc.get("cdiVersion").and_then(Value::as_str) {
-        check_version(doc, version, spec, problems);
+        check_version(version, spec, problems);
     }
     if let Some(kind) = doc.get("kind").and_then(Value::as_str) {
         if let Some(why) = kind_problem(kind) {
@@ -74,7 +66,7 @@ pub(super) fn check(doc: &Value, spec: Option<&Spec>, problems: &mut Vec<Problem
 }
 
 /// `cdiVersion`: one CDI knows, and one that can express the content.
-fn check_version(doc: &Value, version: &str, spec: Option<&Spec>, problems: &mut Vec<Problem>) {
+fn check_version(version: &str, spec: Option<&Spec>, problems: &mut Vec<Problem>) {
     let Some(have) = rank(version) else {
         problems.push(Problem::new(
             "cdiVersion",
@@ -88,7 +80,7 @@ fn check_version(doc: &Value, version: &str, spec: Option<&Spec>, problems: &mut
     let Some(spec) = spec else {
         return;
     };
-    let needed = needed_version(doc, spec);
+    let needed = required_version(spec);
     if rank(needed).is_some_and(|need| have < need) {
         problems.push(Problem::new(
             "cdiVersion",
@@ -97,96 +89,9 @@ fn check_version(doc: &Value, version: &str, spec: Option<&Spec>, problems: &mut
     }
 }
 
-/// The lowest version for the content: [`required_version`], or 0.7.0 for
-/// the edits our types do not carry (`intelRdt`, `additionalGids`).
-fn needed_version(doc: &Value, spec: &Spec) -> &'static str {
-    let v070 = edits_of(doc).iter().any(|(_, edits)| {
-        edits.get("intelRdt").is_some_and(|v| !v.is_null())
-            || edits
-                .get("additionalGids")
-                .and_then(Value::as_array)
-                .is_some_and(|gids| !gids.is_empty())
-    });
-    let required = required_version(spec);
-    if v070 && rank(required) < rank("0.7.0") {
-        "0.7.0"
-    } else {
-        required
-    }
-}
-
 /// A version's place in [`VERSIONS`], which is in order.
 fn rank(version: &str) -> Option<usize> {
     VERSIONS.iter().position(|v| *v == version)
-}
-
-/// Why `kind` is not `vendor/class`, if it is not.
-fn kind_problem(kind: &str) -> Option<String> {
-    let Some((vendor, class)) = kind
-        .split_once('/')
-        .filter(|(v, c)| !v.is_empty() && !c.is_empty())
-    else {
-        return Some(format!(
-            "{kind:?} is not vendor/class (e.g. nvidia.com/gpu)"
-        ));
-    };
-    // CDI's vendor parser also takes '_', though its comment does not say so.
-    syntax(
-        vendor,
-        "vendor",
-        char::is_ascii_alphabetic,
-        "a letter",
-        |c| matches!(c, '_' | '-' | '.'),
-    )
-    .or_else(|| {
-        // A dot in the class needs CDI 0.6.0: the version check says so.
-        syntax(class, "class", char::is_ascii_alphabetic, "a letter", |c| {
-            matches!(c, '_' | '-' | '.')
-        })
-    })
-    .map(|why| format!("{kind:?}: {why}"))
-}
-
-/// Why `name` is not a CDI device name, if it is not. A leading digit needs
-/// CDI 0.5.0, which the version check reports.
-fn device_name_problem(name: &str) -> Option<String> {
-    syntax(
-        name,
-        "device name",
-        char::is_ascii_alphanumeric,
-        "a letter or digit",
-        |c| matches!(c, '_' | '-' | '.' | ':'),
-    )
-    .map(|why| format!("{name:?}: {why}"))
-}
-
-/// CDI's name grammar: `first` to start, letters, digits or `extra` within,
-/// a letter or digit to end.
-fn syntax(
-    s: &str,
-    what: &str,
-    first: fn(&char) -> bool,
-    first_words: &str,
-    extra: fn(char) -> bool,
-) -> Option<String> {
-    let mut chars = s.chars();
-    let Some(c) = chars.next() else {
-        return Some(format!("the {what} is empty"));
-    };
-    if !first(&c) {
-        return Some(format!(
-            "the {what} must start with {first_words}, not {c:?}"
-        ));
-    }
-    if let Some(bad) = s.chars().find(|c| !c.is_ascii_alphanumeric() && !extra(*c)) {
-        return Some(format!("the {what} holds {bad:?}, which CDI does not take"));
-    }
-    match s.chars().last() {
-        Some(last) if !last.is_ascii_alphanumeric() => Some(format!(
-            "the {what} must end with a letter or digit, not {last:?}"
-        )),
-        _ => None,
-    }
 }
 
 /// Whether a device's edits add nothing: CDI refuses such a device.
@@ -196,9 +101,16 @@ fn is_empty(edits: &Value) -> bool {
         Some(Value::Array(items)) => items.is_empty(),
         Some(_) => false,
     };
-    ["env", "deviceNodes", "hooks", "mounts", "additionalGids"]
-        .into_iter()
-        .all(none)
+    [
+        "env",
+        "deviceNodes",
+        "hooks",
+        "mounts",
+        "additionalGids",
+        "netDevices",
+    ]
+    .into_iter()
+    .all(none)
         && edits.get("intelRdt").is_none_or(Value::is_null)
 }
 
@@ -217,10 +129,12 @@ fn check_edits(edits: &Value, at: &str, problems: &mut Vec<Problem>) {
                 format!("{kind:?} is not a node type CDI takes (b, c, u or p)"),
             ));
         }
-        if let Some(perms) = get("permissions").filter(|p| p.chars().any(|c| !"rwm".contains(c))) {
+        if let Some(perms) =
+            get("permissions").filter(|p| *p != "none" && p.chars().any(|c| !"rwm".contains(c)))
+        {
             problems.push(Problem::new(
                 &field(&node_at, "permissions"),
-                format!("{perms:?}: device cgroup permissions are r, w and m only"),
+                format!("{perms:?}: device cgroup permissions are r, w and m only, or none"),
             ));
         }
     }
@@ -257,6 +171,29 @@ fn check_edits(edits: &Value, at: &str, problems: &mut Vec<Problem>) {
             problems,
         );
         check_env(hook, &hook_at, problems);
+    }
+    check_net_devices(edits, at, problems);
+}
+
+/// `netDevices` (CDI 1.1.0): both names given, and neither taken twice.
+fn check_net_devices(edits: &Value, at: &str, problems: &mut Vec<Problem>) {
+    let mut hosts: HashMap<&str, usize> = HashMap::new();
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for (i, (dev_at, dev)) in list(edits, at, "netDevices").into_iter().enumerate() {
+        for (key, seen) in [("hostInterfaceName", &mut hosts), ("name", &mut names)] {
+            let Some(value) = dev.get(key).and_then(Value::as_str) else {
+                continue;
+            };
+            let key_at = field(&dev_at, key);
+            if value.is_empty() {
+                problems.push(Problem::new(&key_at, "empty"));
+            } else if let Some(first) = seen.insert(value, i) {
+                problems.push(Problem::new(
+                    &key_at,
+                    format!("{value:?} is also netDevices[{first}]'s: each interface goes in once"),
+                ));
+            }
+        }
     }
 }
 
@@ -369,7 +306,7 @@ mod tests {
         );
         assert_eq!(
             problems(&doc("1.2", &["a"])),
-            ["cdiVersion: unknown CDI version \"1.2\": CDI knows 0.1.0, 0.2.0, 0.3.0, 0.4.0, 0.5.0, 0.6.0, 0.7.0, 0.8.0"]
+            ["cdiVersion: unknown CDI version \"1.2\": CDI knows 0.1.0, 0.2.0, 0.3.0, 0.4.0, 0.5.0, 0.6.0, 0.7.0, 0.8.0, 1.0.0, 1.1.0"]
         );
         let mut dotted = doc("0.5.0", &["a"]);
         dotted["kind"] = json!("nvidia.com/gpu.x");
@@ -383,6 +320,30 @@ mod tests {
             problems(&rdt),
             ["cdiVersion: 0.6.0 cannot express this spec, which needs 0.7.0 at least"]
         );
+        for version in ["0.8.0", "1.0.0", "1.1.0"] {
+            assert_eq!(
+                problems(&doc(version, &["0"])),
+                Vec::<String>::new(),
+                "{version}"
+            );
+        }
+        let mut net = doc("1.0.0", &["a"]);
+        net["devices"][0]["containerEdits"]["netDevices"] = json!([
+            {"hostInterfaceName": "eth1", "name": "net0"},
+            {"hostInterfaceName": "eth1", "name": ""}
+        ]);
+        assert_eq!(
+            problems(&net),
+            [
+                "cdiVersion: 1.0.0 cannot express this spec, which needs 1.1.0 at least",
+                "devices[0].containerEdits.netDevices[1].hostInterfaceName: \"eth1\" is also netDevices[0]'s: each interface goes in once",
+                "devices[0].containerEdits.netDevices[1].name: empty",
+            ]
+        );
+        net["cdiVersion"] = json!("1.1.0");
+        net["devices"][0]["containerEdits"]["netDevices"] =
+            json!([{"hostInterfaceName": "eth1", "name": "net0"}]);
+        assert_eq!(problems(&net), Vec::<String>::new());
     }
 
     #[test]
@@ -418,7 +379,7 @@ mod tests {
                 "containerEdits.deviceNodes[0].path: \"dev/x\" is not an absolute path",
                 "containerEdits.deviceNodes[0].hostPath: empty: CDI wants an absolute path",
                 "containerEdits.deviceNodes[0].type: \"x\" is not a node type CDI takes (b, c, u or p)",
-                "containerEdits.deviceNodes[0].permissions: \"rwx\": device cgroup permissions are r, w and m only",
+                "containerEdits.deviceNodes[0].permissions: \"rwx\": device cgroup permissions are r, w and m only, or none",
                 "containerEdits.mounts[0].hostPath: \"lib\" is not an absolute path",
                 "containerEdits.mounts[1].containerPath: \"tmp\" is not an absolute path",
                 "containerEdits.hooks[0].hookName: \"preStart\" is not an OCI hook stage (prestart, createRuntime, createContainer, startContainer, poststart, poststop)",

@@ -85,13 +85,21 @@ const HOOK: &[Field] = &[
     optional("timeout", Shape::Uint32),
 ];
 
-/// `containerEdits.intelRdt` (CDI 0.7.0).
+/// `containerEdits.intelRdt` (CDI 0.7.0; `schemata` and `enableMonitoring` 1.1.0).
 const INTEL_RDT: &[Field] = &[
     optional("closID", Shape::String),
     optional("l3CacheSchema", Shape::String),
     optional("memBwSchema", Shape::String),
+    optional("schemata", STRINGS),
     optional("enableCMT", Shape::Bool),
     optional("enableMBM", Shape::Bool),
+    optional("enableMonitoring", Shape::Bool),
+];
+
+/// `containerEdits.netDevices[]` (CDI 1.1.0).
+const NET_DEVICE: &[Field] = &[
+    required("hostInterfaceName", Shape::String),
+    required("name", Shape::String),
 ];
 
 /// `defs.json#/definitions/containerEdits`, with 0.7.0's `additionalGids`.
@@ -104,6 +112,7 @@ pub(super) const EDITS: &[Field] = &[
     optional("mounts", Shape::ArrayOf(&Shape::Object(MOUNT))),
     optional("intelRdt", Shape::Object(INTEL_RDT)),
     optional("additionalGids", Shape::ArrayOf(&Shape::Uint32)),
+    optional("netDevices", Shape::ArrayOf(&Shape::Object(NET_DEVICE))),
 ];
 
 /// `schema.json#/properties/devices/items`.

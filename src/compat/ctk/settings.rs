@@ -43,7 +43,7 @@ pub struct Key {
 }
 
 /// Every key of NVIDIA's config that has an equivalent in ours.
-pub const KEYS: [Key; 8] = [
+pub const KEYS: [Key; 12] = [
     Key {
         nvidia: "accept-nvidia-visible-devices-envvar-when-unprivileged",
         ours: &["accept-env-when-unprivileged"],
@@ -82,6 +82,26 @@ pub const KEYS: [Key; 8] = [
     Key {
         nvidia: "nvidia-container-runtime.runtimes",
         ours: &["runtime", "runtimes"],
+        kind: Kind::List,
+    },
+    Key {
+        nvidia: "nvidia-container-runtime.mode",
+        ours: &["runtime", "mode"],
+        kind: Kind::String,
+    },
+    Key {
+        nvidia: "nvidia-container-runtime.modes.cdi.default-kind",
+        ours: &["runtime", "cdi", "default-kind"],
+        kind: Kind::String,
+    },
+    Key {
+        nvidia: "nvidia-container-runtime.modes.cdi.annotation-prefixes",
+        ours: &["runtime", "cdi", "annotation-prefixes"],
+        kind: Kind::List,
+    },
+    Key {
+        nvidia: "nvidia-container-runtime.modes.cdi.spec-dirs",
+        ours: &["runtime", "cdi", "spec-dirs"],
         kind: Kind::List,
     },
 ];
@@ -219,6 +239,10 @@ mod tests {
                 "nvidia-container-runtime.log-level=warning",
                 "nvidia-container-runtime.debug=/var/log/onh.log",
                 "nvidia-container-runtime.runtimes=crun,/usr/bin/runc",
+                "nvidia-container-runtime.mode=cdi",
+                "nvidia-container-runtime.modes.cdi.default-kind=example.com/gpu",
+                "nvidia-container-runtime.modes.cdi.annotation-prefixes=cdi.k8s.io/,x.io/",
+                "nvidia-container-runtime.modes.cdi.spec-dirs=/etc/cdi,/srv/cdi",
             ],
         )
         .unwrap();
@@ -231,6 +255,16 @@ mod tests {
         assert_eq!(config.log.level, crate::config::LogLevel::Warn);
         assert_eq!(config.log.file, Path::new("/var/log/onh.log"));
         assert_eq!(config.runtime.runtimes, ["crun", "/usr/bin/runc"]);
+        assert_eq!(config.runtime.mode, crate::config::RuntimeMode::Cdi);
+        assert_eq!(config.runtime.cdi.default_kind, "example.com/gpu");
+        assert_eq!(
+            config.runtime.cdi.annotation_prefixes,
+            ["cdi.k8s.io/", "x.io/"]
+        );
+        assert_eq!(
+            config.runtime.cdi.spec_dirs,
+            [Path::new("/etc/cdi"), Path::new("/srv/cdi")]
+        );
         assert_eq!(
             config.supported_capabilities,
             crate::request::Capabilities::parse("compute,utility").unwrap()
@@ -259,7 +293,8 @@ mod tests {
     #[test]
     fn other_keys_and_bad_values_are_refused_in_one_line() {
         for (set, start) in [
-            ("nvidia-container-runtime.mode=cdi", "--set nvidia-container-runtime.mode: not a key with an equivalent in oci-nvidia-hook's config; these are: accept-nvidia-visible-devices-envvar-when-unprivileged, "),
+            ("nvidia-container-runtime.modes.csv.mount-spec-path=/x", "--set nvidia-container-runtime.modes.csv.mount-spec-path: not a key with an equivalent in oci-nvidia-hook's config; these are: accept-nvidia-visible-devices-envvar-when-unprivileged, "),
+            ("nvidia-container-runtime.mode=csv", "invalid config file "),
             ("nvidia-container-cli.no-cgroups=true", "--set nvidia-container-cli.no-cgroups: not a key"),
             ("disable-require=maybe", "invalid --set disable-require=maybe: expected true or false"),
             ("nvidia-container-cli.root", "invalid --set nvidia-container-cli.root: expected key=value"),

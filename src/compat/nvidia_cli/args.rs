@@ -596,7 +596,9 @@ fn info(items: Vec<Item<Key>>) -> Result<Command, Error> {
 /// only the kinds named, and devices only with `--device`. Capability
 /// flags, which NVIDIA's `list` does not take, narrow the libraries and
 /// binaries; without them, every capability's are listed, the 32-bit ones
-/// only with `--compat32`.
+/// only with `--compat32`. Filters alone (`--device`, capability flags, no
+/// kind named) list what they select: the devices, and with capability
+/// flags every kind of those capabilities' files.
 fn list(items: Vec<Item<Key>>) -> Result<Command, Error> {
     if items.is_empty() {
         return Ok(Command::List(List {
@@ -639,6 +641,18 @@ fn list(items: Vec<Item<Key>>) -> Result<Command, Error> {
             Key::MigMonitor => asked.mig_monitor.push(value),
             Key::Capability(c) => push_once(&mut asked.capabilities, c),
             _ => {}
+        }
+    }
+    // Only filters, no kind named: list what the filters select, never
+    // nothing. The devices (with no --device, the control nodes and MIG
+    // files); with capability flags, the files of those capabilities too.
+    if !(sections.binaries || sections.libraries || sections.ipcs || sections.firmwares) {
+        sections.devices = true;
+        if !asked.capabilities.is_empty() {
+            sections.binaries = true;
+            sections.libraries = true;
+            sections.ipcs = true;
+            sections.firmwares = true;
         }
     }
     if asked

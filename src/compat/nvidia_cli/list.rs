@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::args::{List, Sections};
-use super::Result;
+use super::{Error, Result};
 use crate::config::Config;
 use crate::image::ImageLayout;
 use crate::plan::{MountKind, Plan};
@@ -28,7 +28,11 @@ pub fn run(config: &Config, list: &List, out: &mut impl Write) -> Result<()> {
             ImageSource::Layout(ImageLayout::Debian),
         ),
     )?;
-    for path in listing(&planned.plan, list.sections) {
+    let paths = listing(&planned.plan, list.sections);
+    if paths.is_empty() {
+        return Err(Error::CliNothingListed);
+    }
+    for path in paths {
         writeln!(out, "{}", path.display())?;
     }
     Ok(())

@@ -324,6 +324,33 @@ fn list_with_options_lists_only_what_they_name() {
 }
 
 #[test]
+fn list_with_filters_only_lists_what_they_select() {
+    let every = Sections {
+        devices: true,
+        binaries: true,
+        libraries: true,
+        ipcs: true,
+        firmwares: true,
+    };
+    let l = list(&["list", "--compute"]);
+    assert_eq!(l.sections, every);
+    assert!(l.asked.devices.is_empty());
+    let l = list(&["list", "--device=1", "--utility"]);
+    assert_eq!(l.sections, every);
+    assert_eq!(l.asked.capabilities, vec![Utility]);
+    let l = list(&["list", "--device=1"]);
+    assert_eq!(
+        l.sections,
+        Sections {
+            devices: true,
+            ..Sections::default()
+        }
+    );
+    let l = list(&["list", "--mig-config=0"]);
+    assert!(l.sections.devices && !l.sections.libraries);
+}
+
+#[test]
 fn version_and_help_are_answered_at_either_level() {
     assert_eq!(parse_args(&["--version"]), Ok(Parsed::Version));
     assert_eq!(parse_args(&["-V"]), Ok(Parsed::Version));

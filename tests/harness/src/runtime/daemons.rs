@@ -59,6 +59,9 @@ pub struct DaemonSetup<'a> {
     pub default_runtime: Option<&'a str>,
     /// dockerd's `--config-file` (a `daemon.json`), when one is given.
     pub docker_config: Option<&'a Path>,
+    /// A directory bound over `/etc/cdi` in their namespace: the CDI specs
+    /// the runtime wrapper and CDI-aware engines find there.
+    pub cdi_dir: Option<&'a Path>,
 }
 
 impl Daemons {
@@ -93,12 +96,14 @@ impl Daemons {
             .args(["-m", "--propagation", "private", "sh", "-c"])
             .arg(
                 "mount -t overlay onh-etc -o lowerdir=/etc,upperdir=\"$1\",workdir=\"$2\" /etc \
+                 && { [ -z \"$4\" ] || { mkdir -p /etc/cdi && mount --bind \"$4\" /etc/cdi; }; } \
                  && touch \"$3\" && exec sleep infinity",
             )
             .arg("sh")
             .arg(dir.join("etc-upper"))
             .arg(dir.join("etc-work"))
             .arg(&ready)
+            .arg(setup.cdi_dir.map(path_str).unwrap_or_default())
             .stdin(Stdio::null())
             .spawn()
             .expect("run unshare");
