@@ -721,6 +721,9 @@ fn docker_with_packaged_link(host: &SimHost, log: &Path) -> Run {
             runtimes: &[],
             default_runtime: None,
             docker_config: None,
+            etc_files: &[],
+            root: None,
+            cri: None,
         },
     );
     // The name dockerd finds is the package's link, not one of ours.
