@@ -34,6 +34,14 @@ pub enum Error {
     Output(#[from] io::Error),
     #[error(transparent)]
     Log(#[from] crate::logging::Error),
+    #[error(transparent)]
+    Hook(Box<crate::compat::cdi_hook::Error>),
+}
+
+impl From<crate::compat::cdi_hook::Error> for Error {
+    fn from(e: crate::compat::cdi_hook::Error) -> Self {
+        Error::Hook(Box::new(e))
+    }
 }
 
 impl From<crate::cli::Error> for Error {
@@ -85,6 +93,12 @@ pub enum Command {
         #[command(subcommand)]
         command: cdi::CdiCommand,
     },
+    /// The hooks of NVIDIA's CDI specs, as nvidia-cdi-hook runs them.
+    Hook {
+        /// The hook to run.
+        #[command(subcommand)]
+        command: crate::compat::cdi_hook::HookCommand,
+    },
 }
 
 /// `nvidia-ctk runtime`'s commands.
@@ -128,5 +142,6 @@ pub fn run(ctk: &Ctk) -> Result<()> {
         } => runtime::configure(configure, &mut out),
         Command::Config(args) => settings::run(args, &mut out),
         Command::Cdi { command } => cdi::run(command, config, &mut out),
+        Command::Hook { command } => Ok(crate::compat::cdi_hook::run_command(command, config)?),
     }
 }
