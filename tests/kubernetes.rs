@@ -60,8 +60,8 @@ struct Node {
 impl Node {
     /// Starts a node named `name` for `host`, whose hook config is
     /// `hook_config` (written by the caller into `work`), with `spec`
-    /// (ours) in its `/etc/cdi`.
-    fn start(name: &str, host: &SimHost, hook_config: &Path, spec: &Path) -> Node {
+    /// (ours), when given, in its `/etc/cdi`.
+    fn start(name: &str, host: &SimHost, hook_config: &Path, spec: Option<&Path>) -> Node {
         require_root();
         let root = trixie();
         ensure_cri_api(&root);
@@ -81,7 +81,10 @@ impl Node {
                 runtimes: &[],
                 default_runtime: None,
                 docker_config: None,
-                etc_files: &[("cdi/nvidia.yaml", spec)],
+                etc_files: &spec
+                    .map(|s| ("cdi/nvidia.yaml", s))
+                    .into_iter()
+                    .collect::<Vec<_>>(),
                 root: Some(&root),
                 cri: Some(CriSetup {
                     sandbox_image: PAUSE_IMAGE,
@@ -197,7 +200,7 @@ fn device_plugin_strategies_through_the_cri() {
     let host = host();
     let work = work_root().join("k8s").join("strategies");
     let (config, spec) = config_and_spec(&host, &work);
-    let node = Node::start("strategies", &host, &config, &spec);
+    let node = Node::start("strategies", &host, &config, Some(&spec));
     let (uuid, minor) = (|i| gpu(&host, i).uuid, |i| gpu(&host, i).minor);
 
     let value = uuid(1);
@@ -263,7 +266,7 @@ fn device_plugin_spec_through_the_cri() {
     let host = host();
     let work = work_root().join("k8s").join("plugin-spec");
     let (config, spec) = config_and_spec(&host, &work);
-    let node = Node::start("plugin-spec", &host, &config, &spec);
+    let node = Node::start("plugin-spec", &host, &config, Some(&spec));
     let ours: serde_json::Value = serde_json::from_str(
         &host.stdout(&["cdi", "generate", "--format", "json", "--output", "-"]),
     )
@@ -306,5 +309,88 @@ fn device_plugin_spec_through_the_cri() {
         },
     );
     assert_gpus(&cri.run, &host, &[1], &[minor(2)]);
+    node.finish();
+}
+
+/// The GPU Operator's layout: the driver container's root at
+/// `/run/nvidia/driver`, its device nodes under it, and the hook config
+/// and our spec naming that root. The simulated host's driver tree and
+/// device nodes are bound there inside the node's namespace only.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn gpu_operator_driver_root_through_the_cri() {
+    const DRIVER: &str = "/run/nvidia/driver";
+    let _serial = harness::runtime::run::serial();
+    let host = host();
+    let work = work_root().join("k8s").join("operator");
+    let (config, _) = config_and_spec(&host, &work);
+    let text = fs::read_to_string(&config).unwrap();
+    let text = text
+        .replace(&path_str(&host.dir.join("driver")), DRIVER)
+        .replace(&path_str(&host.dir.join("devroot")), DRIVER);
+    assert!(text.contains(&format!("root = \"{DRIVER}\"")), "{text}");
+    fs::write(&config, text).unwrap();
+    let node = Node::start("operator", &host, &config, None);
+    // The driver container's root: a tmpfs holding the driver tree's
+    // directories and the device nodes' /dev.
+    const LAYOUT: &str = r#"set -e
+driver=$1 devroot=$2 at=$3
+mkdir -p "$at"
+mount -t tmpfs -o mode=0755 operator "$at"
+for e in "$driver"/*; do
+  mkdir "$at/${e##*/}"
+  mount --rbind "$e" "$at/${e##*/}"
+done
+mkdir "$at/dev"
+mount --rbind "$devroot/dev" "$at/dev"
+mkdir -p /run/cdi"#;
+    let mut layout = node.daemons.in_namespace("sh");
+    layout
+        .args(["-c", LAYOUT, "sh"])
+        .arg(host.dir.join("driver"))
+        .arg(host.dir.join("devroot"))
+        .arg(DRIVER);
+    let out = harness::runtime::process::run_bounded(layout, std::time::Duration::from_secs(30));
+    assert!(out.status.is_some_and(|s| s.success()), "{}", out.stderr);
+    // Our spec for that root, made where the root is.
+    let mut generate = node
+        .daemons
+        .in_namespace(&path_str(harness::project::hook_binary()));
+    generate.arg("--config").arg(&config).args([
+        "cdi",
+        "generate",
+        "--output",
+        "/run/cdi/nvidia.yaml",
+    ]);
+    let out = harness::runtime::process::run_bounded(generate, std::time::Duration::from_secs(30));
+    assert!(out.status.is_some_and(|s| s.success()), "{}", out.stderr);
+    let spec = fs::read_to_string(node.daemons.ns_path("/run/cdi/nvidia.yaml")).unwrap();
+    assert!(
+        spec.contains(&format!("hostPath: {DRIVER}/dev/nvidia")),
+        "{spec}"
+    );
+    let (uuid, minor) = (|i| gpu(&host, i).uuid, |i| gpu(&host, i).minor);
+
+    let value = uuid(2);
+    let envvar = node.pod(
+        "operator-envvar",
+        &[minor(0)],
+        Shape {
+            handler: "nvidia",
+            envs: &[("NVIDIA_VISIBLE_DEVICES", &value)],
+            ..NO_SHAPE
+        },
+    );
+    assert_gpus(&envvar.run, &host, &[2], &[minor(0)]);
+    let name = format!("nvidia.com/gpu={}", uuid(1));
+    let cri = node.pod(
+        "operator-cdi-cri",
+        &[minor(3)],
+        Shape {
+            cdi_devices: &[&name],
+            ..NO_SHAPE
+        },
+    );
+    assert_gpus(&cri.run, &host, &[1], &[minor(3)]);
     node.finish();
 }
