@@ -111,9 +111,10 @@ lint:
 # Docker's --gpus (nvidia-container-runtime-hook, looked up on dockerd's
 # PATH: restart dockerd afterwards), ctr run --gpus (nvidia-container-cli)
 # and hosts set up for NVIDIA's runtime (nvidia-container-runtime) call, and
-# nvidia-ctk, which NVIDIA's setup instructions run.
+# nvidia-ctk, which NVIDIA's setup instructions run, and nvidia-cdi-hook,
+# which the hooks of CDI specs made by NVIDIA's tools call.
 # Do not install over NVIDIA's toolkit: the links would replace its tools.
-COMPAT_NAMES := nvidia-container-runtime-hook nvidia-container-cli nvidia-container-runtime nvidia-ctk
+COMPAT_NAMES := nvidia-container-runtime-hook nvidia-container-cli nvidia-container-runtime nvidia-ctk nvidia-cdi-hook
 
 install: build install-units
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook

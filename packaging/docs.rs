@@ -16,6 +16,7 @@ use clap_complete::Shell;
 use clap_mangen::roff::{bold, italic, roman, Roff};
 use clap_mangen::Man;
 use oci_nvidia_hook::cli::Cli;
+use oci_nvidia_hook::compat::cdi_hook::{self, CdiHook};
 use oci_nvidia_hook::compat::ctk::{self, Ctk};
 
 /// The command's name: the binary, its man page, its completions.
@@ -35,9 +36,16 @@ pub const CTK_COMPLETIONS: [(Shell, &str); 3] = [
     (Shell::Fish, "nvidia-ctk.fish"),
 ];
 
+/// The completion files of the compat package's `nvidia-cdi-hook`.
+pub const CDI_HOOK_COMPLETIONS: [(Shell, &str); 3] = [
+    (Shell::Bash, "nvidia-cdi-hook.bash"),
+    (Shell::Zsh, "_nvidia-cdi-hook"),
+    (Shell::Fish, "nvidia-cdi-hook.fish"),
+];
+
 /// Writes `OUT/man/*.1` (the command and each subcommand, nested ones as
 /// `oci-nvidia-hook-cdi-generate.1`), `OUT/man-compat/*.1` (the compat
-/// package's `nvidia-ctk` and its subcommands) and `OUT/completions/*`;
+/// package's `nvidia-ctk`, `nvidia-cdi-hook` and their subcommands) and `OUT/completions/*`;
 /// returns every file written.
 pub fn write_all(out: &Path) -> io::Result<Vec<PathBuf>> {
     let mut written = write_man_pages(&out.join("man"), Cli::command(), NAME)?;
@@ -45,6 +53,11 @@ pub fn write_all(out: &Path) -> io::Result<Vec<PathBuf>> {
         &out.join("man-compat"),
         Ctk::command(),
         ctk::NAME,
+    )?);
+    written.extend(write_man_pages(
+        &out.join("man-compat"),
+        CdiHook::command(),
+        cdi_hook::NAME,
     )?);
     written.extend(write_completions(
         &out.join("completions"),
@@ -57,6 +70,12 @@ pub fn write_all(out: &Path) -> io::Result<Vec<PathBuf>> {
         Ctk::command,
         ctk::NAME,
         &CTK_COMPLETIONS,
+    )?);
+    written.extend(write_completions(
+        &out.join("completions"),
+        CdiHook::command,
+        cdi_hook::NAME,
+        &CDI_HOOK_COMPLETIONS,
     )?);
     Ok(written)
 }
@@ -154,6 +173,10 @@ fn top_sections(pages: &[String]) -> Roff {
         (
             "nvidia-ctk runtime configure",
             "registers nvidia-container-runtime with Docker, containerd or CRI-O, as NVIDIA's setup instructions run it (nvidia-ctk(1)).",
+        ),
+        (
+            "nvidia-cdi-hook",
+            "the createContainer hooks of CDI specs made by NVIDIA's tools (update-ldcache, create-symlinks and the others; nvidia-cdi-hook(1)), also as nvidia-ctk hook.",
         ),
     ] {
         roff.control("TP", []).text([bold(name)]).text([roman(what)]);

@@ -219,6 +219,131 @@ pub fn check_header(path: &Path, bytes: &[u8], arch: Arch, kind: Kind) -> Result
     Ok(())
 }
 
+/// Largest program header table or dynamic section read for a SONAME;
+/// real libraries have a few hundred bytes of each.
+const MAX_TABLE: u64 = 64 * 1024;
+
+/// Longest SONAME read.
+const MAX_SONAME: usize = 4096;
+
+/// A shared object's SONAME and architecture, as `ldconfig` records them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedObject {
+    /// Its `DT_SONAME`.
+    pub soname: String,
+    /// The architecture it is for.
+    pub arch: Arch,
+}
+
+/// The SONAME and architecture of `file` (already opened as a checked
+/// regular file), read with a few bounded `pread`s of its headers and
+/// dynamic section, never mapping or loading it; `None` for anything that is
+/// not a little-endian shared object of a known architecture with a SONAME.
+pub fn shared_object(file: &std::fs::File) -> Option<SharedObject> {
+    use std::os::unix::fs::FileExt;
+    let read = |offset: u64, len: u64| -> Option<Vec<u8>> {
+        if len > MAX_TABLE {
+            return None;
+        }
+        let mut buf = vec![0u8; usize::try_from(len).ok()?];
+        file.read_exact_at(&mut buf, offset).ok()?;
+        Some(buf)
+    };
+    let header = read(0, 52)?;
+    if !header.starts_with(b"\x7fELF") || header.get(5) != Some(&1) {
+        return None;
+    }
+    let wide = match header.get(EI_CLASS) {
+        Some(&ELFCLASS64) => true,
+        Some(&ELFCLASS32) => false,
+        _ => return None,
+    };
+    let header = if wide { read(0, 64)? } else { header };
+    let u16_at =
+        |b: &[u8], at: usize| Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?));
+    let u32_at =
+        |b: &[u8], at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
+    let u64_at =
+        |b: &[u8], at: usize| Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?));
+    let word = |b: &[u8], at: usize| {
+        if wide {
+            u64_at(b, at)
+        } else {
+            u32_at(b, at).map(u64::from)
+        }
+    };
+    if u16_at(&header, 16)? != ET_DYN {
+        return None;
+    }
+    let machine = u16_at(&header, 18)?;
+    let arch = [X86_64, I386, AARCH64]
+        .into_iter()
+        .find(|a| a.machine == machine && (a.class == Class::Elf64) == wide)?;
+    let (phoff, phentsize, phnum) = if wide {
+        (
+            u64_at(&header, 32)?,
+            u16_at(&header, 54)?,
+            u16_at(&header, 56)?,
+        )
+    } else {
+        (
+            u64::from(u32_at(&header, 28)?),
+            u16_at(&header, 42)?,
+            u16_at(&header, 44)?,
+        )
+    };
+    let table = read(phoff, u64::from(phentsize) * u64::from(phnum))?;
+    // Program headers: (type, offset, vaddr, filesz).
+    let phdrs: Vec<(u32, u64, u64, u64)> = table
+        .chunks_exact(usize::from(phentsize.max(1)))
+        .filter_map(|ph| {
+            Some(if wide {
+                (
+                    u32_at(ph, 0)?,
+                    u64_at(ph, 8)?,
+                    u64_at(ph, 16)?,
+                    u64_at(ph, 32)?,
+                )
+            } else {
+                (u32_at(ph, 0)?, word(ph, 4)?, word(ph, 8)?, word(ph, 16)?)
+            })
+        })
+        .collect();
+    const PT_LOAD: u32 = 1;
+    const PT_DYNAMIC: u32 = 2;
+    const DT_STRTAB: u64 = 5;
+    const DT_SONAME: u64 = 14;
+    let &(_, dyn_offset, _, dyn_size) = phdrs.iter().find(|p| p.0 == PT_DYNAMIC)?;
+    let dynamic = read(dyn_offset, dyn_size)?;
+    let entry = if wide { 16 } else { 8 };
+    let (mut strtab, mut soname) = (None, None);
+    for d in dynamic.chunks_exact(entry) {
+        let (tag, value) = (word(d, 0)?, word(d, entry / 2)?);
+        match tag {
+            0 => break,
+            DT_STRTAB => strtab = Some(value),
+            DT_SONAME => soname = Some(value),
+            _ => {}
+        }
+    }
+    // DT_STRTAB is an address: the file offset is the PT_LOAD's that holds it.
+    let strtab = strtab?;
+    let &(_, load_offset, load_vaddr, _) = phdrs
+        .iter()
+        .find(|p| p.0 == PT_LOAD && p.2 <= strtab && strtab - p.2 < p.3)?;
+    let at = (strtab - load_vaddr)
+        .checked_add(load_offset)?
+        .checked_add(soname?)?;
+    let mut name = vec![0u8; MAX_SONAME];
+    let len = file.read_at(&mut name, at).ok()?;
+    let end = name.get(..len)?.iter().position(|&b| b == 0)?;
+    name.truncate(end);
+    let soname = String::from_utf8(name)
+        .ok()
+        .filter(|s| !s.is_empty() && !s.contains('/'))?;
+    Some(SharedObject { soname, arch })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

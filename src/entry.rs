@@ -27,6 +27,7 @@ pub fn run(args: Vec<OsString>) -> Status {
         Ok(Invocation::Ours(cli)) => report(cli::run(&cli)),
         Ok(Invocation::NvidiaCli(invocation)) => report(nvidia_cli::run(&invocation)),
         Ok(Invocation::Ctk(ctk)) => report(compat::ctk::run(&ctk)),
+        Ok(Invocation::CdiHook(hook)) => report(compat::cdi_hook::run(&hook)),
         Ok(Invocation::Print(text)) => {
             print!("{text}");
             Status::Success

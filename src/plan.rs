@@ -367,6 +367,7 @@ mod nodes;
 mod procmask;
 mod select;
 
+pub use procmask::whole_driver;
 pub use select::{select, Selected};
 
 #[cfg(test)]

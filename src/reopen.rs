@@ -76,6 +76,12 @@ pub enum Error {
     Open { path: PathBuf, source: io::Error },
     #[error("{path} was replaced while it was being opened")]
     Replaced { path: PathBuf },
+    #[error("cannot set the mode of {path} to {mode:o}: {source}")]
+    Chmod {
+        path: PathBuf,
+        mode: u32,
+        source: io::Error,
+    },
 }
 
 /// Result of reopening.
@@ -124,6 +130,23 @@ impl Reopener {
             return Err(Error::NotProc);
         }
         Ok(Reopener { fds })
+    }
+
+    /// Sets the permission bits of what `file` (an `O_PATH` descriptor of
+    /// `path`, its type checked by the caller) is, through its magic link:
+    /// the very inode resolved, whatever has since been put at `path`.
+    pub fn chmod(&self, file: BorrowedFd<'_>, path: &Path, mode: u32) -> Result<()> {
+        nix::sys::stat::fchmodat(
+            &self.fds,
+            file.as_raw_fd().to_string().as_str(),
+            Mode::from_bits_truncate(mode),
+            nix::sys::stat::FchmodatFlags::FollowSymlink,
+        )
+        .map_err(|errno| Error::Chmod {
+            path: path.to_path_buf(),
+            mode,
+            source: errno.into(),
+        })
     }
 
     /// Opens `file`, an `O_PATH` descriptor of `path`, for reading, if it is

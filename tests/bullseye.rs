@@ -1,9 +1,8 @@
 //! The shipped binary (`make build`: linked for glibc 2.17, docs/install.md)
 //! on an old system: a Debian 11 (bullseye, glibc 2.31) root made once by
-//! `debootstrap --variant=minbase --include=runc` into
-//! `/var/cache/oci-nvidia-hook/bullseye` (outside the repository; reused
-//! when there), entered with `pivot_root` in a private mount namespace
-//! (shared/TESTBED.md: the hook's `setns` escapes a plain chroot). There,
+//! `debootstrap` (with runc) into `/var/cache/oci-nvidia-hook/bullseye` and
+//! entered with `pivot_root` in a private mount namespace, as
+//! harness::debroot makes and enters every Debian root. There,
 //! on a simulated real-535 host bound in at its own path:
 //!
 //! - `--version`, `info`, `list`, `cdi generate` and `doctor` run;
@@ -22,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use harness::debroot::{DebRoot, Entry};
 use harness::glibc;
 use harness::mounts::{assert_mounts_unchanged, host_mounts};
 use harness::project::hook_binary;
@@ -31,82 +31,33 @@ use harness::runtime::injected::assert_every_gpu_injected;
 use harness::runtime::oci_config::path_str;
 use harness::runtime::process::{run_bounded, Finished};
 use harness::runtime::run::serial;
-use harness::runtime::runtimes::{find_tool, Runtime};
+use harness::runtime::runtimes::Runtime;
 use harness::simhost::{require_root, Fixture, SimHost};
 
-/// Where the bullseye root is kept between runs.
-const ROOT: &str = "/var/cache/oci-nvidia-hook/bullseye";
 /// The binary `make build` ships, checked to need no newer glibc than the floor.
 fn shipped_binary() -> PathBuf {
     glibc::shipped_binary("x86_64-unknown-linux-gnu", "build")
 }
 
-/// The bullseye root with runc, made by debootstrap the first time (into
-/// a side directory, renamed into place only once complete).
-fn bullseye_root() -> PathBuf {
-    let root = PathBuf::from(ROOT);
-    if root.join("usr/sbin/runc").is_file() {
-        return root;
-    }
-    let debootstrap = find_tool("debootstrap").expect(
-        "debootstrap is not on PATH: install it (integration/install-deps, or `make test`)",
-    );
-    let partial = PathBuf::from(format!("{ROOT}.partial"));
-    let _ = std::fs::remove_dir_all(&partial);
-    let status = Command::new(debootstrap)
-        .args(["--variant=minbase", "--include=runc", "bullseye"])
-        .arg(&partial)
-        .status()
-        .expect("run debootstrap");
-    assert!(status.success(), "debootstrap bullseye failed: {status}");
-    std::fs::rename(&partial, &root).expect("move the bullseye root into place");
-    root
+/// The bullseye root with runc (made by debootstrap the first time).
+fn bullseye_root() -> DebRoot {
+    DebRoot::ensure("bullseye", &["runc"])
 }
 
-/// The command that runs `argv` inside the bullseye root: a private mount
-/// namespace, the root bound on itself with /proc, /dev, /sys, cgroups and
-/// a fresh /run, the repository's target directory (simulated hosts,
-/// bundles) at its own path, the shipped binary over the test binary's
-/// path (which bundles name as their hook), then `pivot_root`.
+/// The command that runs `argv` inside the bullseye root: the repository's
+/// target directory (simulated hosts, bundles) at its own path, the
+/// shipped binary over the test binary's path (which bundles name as
+/// their hook).
 fn in_bullseye(shipped: &Path, argv: &[&str]) -> Command {
-    const SETUP: &str = r#"set -e
-root=$1 target=$2 shipped=$3 hook=$4; shift 4
-mount --bind "$root" "$root"
-mount -t proc proc "$root/proc"
-mount --rbind /dev "$root/dev"
-mount -t sysfs sysfs "$root/sys"
-mount --rbind /sys/fs/cgroup "$root/sys/fs/cgroup"
-mount -t tmpfs tmpfs "$root/run"
-mkdir -p "$root$target" "$root/.oldroot"
-mount --rbind "$target" "$root$target"
-mount --bind "$shipped" "$root$hook"
-cd "$root"
-pivot_root . .oldroot
-umount -l /.oldroot
-cd /
-exec "$@""#;
     let target = hook_binary()
         .ancestors()
         .nth(2)
         .expect("the target directory above target/debug/oci-nvidia-hook");
-    let mut cmd = Command::new("unshare");
-    cmd.args([
-        "-m",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        SETUP,
-        "sh",
-        ROOT,
-    ])
-    .arg(target)
-    .arg(shipped)
-    .arg(hook_binary())
-    .args(argv)
-    .env_clear()
-    .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-    cmd
+    let mut entry = Entry::binding(&[target]);
+    entry
+        .file_binds
+        .push((shipped.to_path_buf(), hook_binary().to_path_buf()));
+    bullseye_root().command(&entry, argv)
 }
 
 /// Runs `argv` in the bullseye root, bounded in time.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use harness::project::hook_binary;
 use harness::runtime::bundle::{template_rootfs, work_root, write_hook_config};
 use harness::runtime::cleanup::remove_tree_safely;
-use harness::runtime::daemons::{DaemonSetup, Daemons};
+use harness::runtime::daemons::{nvidia_ctk, DaemonSetup, Daemons};
 use harness::runtime::injected::assert_every_gpu_injected;
 use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT};
 use harness::runtime::process::run_bounded;
@@ -29,25 +29,6 @@ use nix::unistd::Pid;
 
 /// The image the Docker test runs.
 const IMAGE: &str = "onh-ctk:test";
-
-/// `nvidia-ctk ARGS` (our binary through a link of that name), which must succeed.
-fn nvidia_ctk(dir: &Path, args: &[&str]) -> String {
-    let link = dir.join("nvidia-ctk");
-    let _ = fs::remove_file(&link);
-    symlink(hook_binary(), &link).unwrap();
-    let mut cmd = Command::new(&link);
-    cmd.env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .args(args);
-    let out = run_bounded(cmd, RUN_LIMIT);
-    assert!(
-        out.status.is_some_and(|s| s.success()),
-        "nvidia-ctk {args:?} failed: {}{}",
-        out.stdout,
-        out.stderr
-    );
-    out.stdout
-}
 
 /// The daemon.json NVIDIA's tool writes, and dockerd 20.10 runs GPU
 /// containers through the runtime it names.
@@ -115,6 +96,9 @@ fn dockerd_runs_the_runtime_runtime_configure_registered() {
             default_runtime: None,
             docker_config: Some(&daemon_json),
             cdi_dir: None,
+            etc_files: &[],
+            root: None,
+            cri: None,
         },
     );
     let info = daemons.docker(&["info", "--format", "{{json .Runtimes}}"]);

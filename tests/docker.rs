@@ -20,15 +20,13 @@ use std::time::Instant;
 use harness::mounts::{assert_mounts_unchanged, host_mounts};
 use harness::runtime::bundle::{template_rootfs, work_root, write_hook_config};
 use harness::runtime::cleanup::cgroup_dirs;
-use harness::runtime::daemons::{DaemonSetup, Daemons};
+use harness::runtime::daemons::{collect_run, DaemonSetup, Daemons};
 use harness::runtime::expected::node_specs;
 use harness::runtime::host_state::{listing_diff, tree_listing};
-use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::injected::{assert_gpus, assert_injected, gpu, Expected};
 use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT, NVIDIA_MAJOR};
-use harness::runtime::process::Finished;
-use harness::runtime::run::{serial, Run, RunFiles};
-use harness::runtime::runtimes::Runtime;
-use harness::simhost::{Fixture, GpuFacts, SimHost};
+use harness::runtime::run::{serial, Run};
+use harness::simhost::{Fixture, SimHost};
 
 /// The image every container runs: the template rootfs, imported.
 const IMAGE: &str = "onh-gpu:test";
@@ -109,6 +107,9 @@ impl Docker {
                 default_runtime: default,
                 docker_config: None,
                 cdi_dir,
+                etc_files: &[],
+                root: None,
+                cri: None,
             },
         );
         let docker = Docker {
@@ -128,57 +129,10 @@ impl Docker {
             .import_rootfs(&template_rootfs(&self.host), IMAGE);
     }
 
-    /// `docker run --rm ARGS IMAGE sh -c SCRIPT`, where SCRIPT first makes
-    /// decoy nodes for `decoy_minors` (Docker's default rules allow mknod,
-    /// not opening) and then runs the checker and nvidia-smi.
+    /// `docker run --rm ARGS IMAGE` with the checker (harness: [`Daemons::checker_run`]).
     fn run(&self, name: &str, args: &[&str], decoy_minors: &[u32]) -> Run {
-        let mut script = String::new();
-        for minor in decoy_minors {
-            script.push_str(&format!(
-                "mknod /dev/nvidia{minor} c {NVIDIA_MAJOR} {minor}; "
-            ));
-        }
-        script.push_str(CONTAINER_SCRIPT);
-        self.docker_run(name, &["--rm"], args, &script)
-    }
-
-    /// `docker run OPTIONS -v OUT:/out ARGS IMAGE sh -c SCRIPT`, as a [`Run`].
-    fn docker_run(&self, name: &str, options: &[&str], args: &[&str], script: &str) -> Run {
-        let out_dir = self.daemons.dir.join(name).join("out");
-        std::fs::create_dir_all(&out_dir).unwrap();
-        let _ = std::fs::remove_file(&self.hook_log);
-        let volume = format!("{}:/out", path_str(&out_dir));
-        let mut argv: Vec<&str> = vec!["run", "--network", "none", "-v", &volume];
-        argv.extend_from_slice(options);
-        argv.extend_from_slice(args);
-        argv.extend_from_slice(&[IMAGE, "/bin/sh", "-c", script]);
-        let started = Instant::now();
-        let finished = self.daemons.docker(&argv);
-        let elapsed = started.elapsed();
-        eprintln!("{name}: docker run took {} ms", elapsed.as_millis());
-        self.collect(name, finished, elapsed, &out_dir)
-    }
-
-    /// The run's outcome; `out_dir` is `<run>/out`, the checker's /out.
-    fn collect(
-        &self,
-        name: &str,
-        finished: Finished,
-        elapsed: std::time::Duration,
-        out_dir: &Path,
-    ) -> Run {
-        let run_dir = out_dir.parent().expect("out/ has a parent");
-        Run::collect(
-            Runtime::RuncV1,
-            name,
-            finished,
-            elapsed,
-            RunFiles {
-                bundle: run_dir,
-                rootfs: run_dir,
-                hook_log: &self.hook_log,
-            },
-        )
+        self.daemons
+            .checker_run(name, args, IMAGE, decoy_minors, &self.hook_log)
     }
 
     /// Stops the daemons and checks that the host is as it was: mounts,
@@ -225,50 +179,6 @@ impl Docker {
 /// `/etc` as a listing, to show that the daemons' overlay kept it unchanged.
 fn etc_listing() -> std::collections::BTreeMap<PathBuf, String> {
     tree_listing(Path::new("/etc"))
-}
-
-fn gpu(host: &SimHost, index: u32) -> GpuFacts {
-    host.facts
-        .gpus
-        .clone()
-        .into_iter()
-        .find(|g| g.index == index)
-        .unwrap_or_else(|| panic!("no GPU {index}"))
-}
-
-/// Exactly the GPUs of `indices` (plus nvidiactl and UVM for compute),
-/// allowed by the cgroup, libcuda 12020 and nvidia-smi; every decoy denied.
-fn assert_gpus(run: &Run, host: &SimHost, indices: &[u32], decoys: &[u32]) {
-    let minors: Vec<u32> = indices.iter().map(|i| gpu(host, *i).minor).collect();
-    assert_injected(
-        run,
-        host,
-        &Expected {
-            nodes: &node_specs(host, &minors),
-            real_libraries: true,
-        },
-    );
-    let ctx = run.describe();
-    for (minor, node) in run.report.gpu_nodes() {
-        if minors.contains(&minor) {
-            continue;
-        }
-        assert!(
-            decoys.contains(&minor),
-            "/dev/nvidia{minor} was not asked for:{ctx}"
-        );
-        assert_eq!(
-            node.open.as_deref(),
-            Some("EPERM"),
-            "decoy /dev/nvidia{minor}: the device cgroup must deny it:{ctx}"
-        );
-    }
-    for minor in decoys {
-        assert!(
-            run.report.gpu_nodes().contains_key(minor),
-            "the decoy /dev/nvidia{minor} is missing:{ctx}"
-        );
-    }
 }
 
 /// Every form of `--gpus` Docker 20.10 sends (TESTBED.md), on one pair of
@@ -425,7 +335,13 @@ fn ctr_run_gpus() {
         args.extend_from_slice(&["--rootfs", &rootfs_arg, name, "/bin/sh", "-c", &script]);
         let started = Instant::now();
         let finished = docker.daemons.ctr(&namespace, &args);
-        let run = docker.collect(name, finished, started.elapsed(), &out_dir);
+        let run = collect_run(
+            name,
+            finished,
+            started.elapsed(),
+            &out_dir,
+            &docker.hook_log,
+        );
         let indices: Vec<u32> = gpus.iter().filter_map(|a| a.parse().ok()).collect();
         // ctr grants the devices it names; the decoy must stay denied.
         let minors: Vec<u32> = indices.iter().map(|i| gpu(&host, *i).minor).collect();
@@ -576,16 +492,17 @@ fn docker_runtime_nvidia_in_cdi_mode_applies_the_named_cdi_devices() {
         "{{ echo env=$EXAMPLE_DEV; stat -c 'node=%F %t:%T' /dev/example0; echo x > /dev/example0 && echo write=ok; }} \
          > /out/example 2>&1; {CONTAINER_SCRIPT}"
     );
-    let run = docker.docker_run(
+    let run = docker.daemons.script_run(
         "cdi-vendor",
-        &["--rm"],
         &[
             "--runtime",
             "nvidia",
             "-e",
             "NVIDIA_VISIBLE_DEVICES=example.com/dev=x,nvidia.com/gpu=0",
         ],
+        IMAGE,
         &script,
+        &docker.hook_log,
     );
     assert_gpus(&run, &host, &[0], &[]);
     let example =

@@ -2,10 +2,12 @@
 //! binary: `nvidia-container-runtime-hook` (Docker's `--gpus`, hooks.d files
 //! written for NVIDIA's toolkit) and `nvidia-container-cli` (containerd's
 //! `ctr run --gpus`, NVIDIA's own hook in legacy mode, people's habits) and
-//! `nvidia-ctk` (NVIDIA's current setup instructions).
+//! `nvidia-ctk` (NVIDIA's current setup instructions) and `nvidia-cdi-hook`
+//! (the hooks of CDI specs NVIDIA's tools write).
 //! Each front parses NVIDIA's command line for that name and hands the
 //! request to the same planner and hook as ours; none decides policy.
 
+pub mod cdi_hook;
 pub mod ctk;
 pub mod nvidia_cli;
 pub mod runtime_hook;
@@ -93,8 +95,16 @@ pub enum Error {
     Engine(#[from] engine_config::Error),
     #[error(transparent)]
     Ours(Box<cli::Error>),
+    #[error(transparent)]
+    CdiHook(Box<cdi_hook::Error>),
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
+}
+
+impl From<cdi_hook::Error> for Error {
+    fn from(e: cdi_hook::Error) -> Self {
+        Error::CdiHook(Box::new(e))
+    }
 }
 
 impl From<cli::Error> for Error {
@@ -127,6 +137,8 @@ pub enum Invocation {
     NvidiaCli(Box<nvidia_cli::Invocation>),
     /// A command of NVIDIA's `nvidia-ctk`.
     Ctk(Box<ctk::Ctk>),
+    /// A hook of NVIDIA's `nvidia-cdi-hook`.
+    CdiHook(Box<cdi_hook::CdiHook>),
     /// Text to print, and nothing else to do (versions, help).
     Print(String),
     /// Nothing to do (`poststart`, `poststop`).
@@ -169,6 +181,7 @@ pub fn dispatch(args: Vec<OsString>) -> Result<Invocation, Error> {
             nvidia_cli::Parsed::Help(text) => Invocation::Print(text),
         },
         Front::Ctk => Invocation::Ctk(Box::new(ctk::parse(&args))),
+        Front::CdiHook => Invocation::CdiHook(Box::new(cdi_hook::parse(&args))),
     })
 }
 
@@ -185,6 +198,8 @@ pub enum Front {
     Cli,
     /// `nvidia-ctk`: NVIDIA's toolkit command line.
     Ctk,
+    /// `nvidia-cdi-hook`: the hooks of NVIDIA's CDI specs.
+    CdiHook,
 }
 
 impl Front {
@@ -195,6 +210,7 @@ impl Front {
             Some(RUNTIME_NAME) => Front::Runtime,
             Some(nvidia_cli::NAME) => Front::Cli,
             Some(ctk::NAME) => Front::Ctk,
+            Some(cdi_hook::NAME) => Front::CdiHook,
             _ => Front::Ours,
         }
     }
@@ -213,6 +229,7 @@ mod tests {
             ("nvidia-container-cli", Front::Cli),
             ("/usr/local/bin/nvidia-container-cli", Front::Cli),
             ("/usr/bin/nvidia-ctk", Front::Ctk),
+            ("/usr/bin/nvidia-cdi-hook", Front::CdiHook),
             ("/usr/bin/nvidia-container-cli.real", Front::Ours),
             ("/usr/bin/oci-nvidia-hook", Front::Ours),
             ("oci-nvidia-hook", Front::Ours),

@@ -62,7 +62,7 @@ pub fn add_runtime(
             text: main.to_string(),
         }]);
     };
-    let mut nvidia = DocumentMut::new();
+    let mut nvidia = drop_in_base(&main, plugin, runtime.set_as_default);
     add_to(&mut nvidia, drop_in, version, source, runtime)?;
     let mut outputs = vec![Output {
         path: drop_in.to_path_buf(),
@@ -75,6 +75,64 @@ pub fn add_runtime(
         });
     }
     Ok(outputs)
+}
+
+/// What a drop-in starts from. containerd merges an imported file by whole
+/// plugin sections, not keys (its issue 5837): a drop-in's CRI section
+/// replaces the main config's, and a `runtimes` table there replaces the
+/// built-in list. So the drop-in carries a copy of the main config's CRI
+/// section, and the default runtime (`runc` unless the config names
+/// another; ours when `ours_default`) stays listed; without them
+/// containerd 1.7 refuses to load the CRI plugin ("no corresponding
+/// runtime configured").
+fn drop_in_base(main: &DocumentMut, plugin: &str, ours_default: bool) -> DocumentMut {
+    let mut doc = DocumentMut::new();
+    let mut section = get_table(main.as_table(), &["plugins", plugin])
+        .map(fresh_copy)
+        .unwrap_or_default();
+    let default = get_str(
+        main.as_table(),
+        &["plugins", plugin, "containerd", "default_runtime_name"],
+    )
+    .unwrap_or("runc")
+    .to_string();
+    let listed = get_table(&section, &["containerd", "runtimes"])
+        .is_some_and(|runtimes| runtimes.contains_key(&default));
+    if !listed && !ours_default {
+        let mut runc = Table::new();
+        runc.insert("runtime_type", value(RUNC_V2));
+        let containerd = section
+            .entry("containerd")
+            .or_insert_with(|| Item::Table(Table::new()));
+        if let Some(containerd) = containerd.as_table_like_mut() {
+            let runtimes = containerd
+                .entry("runtimes")
+                .or_insert(Item::Table(Table::new()));
+            if let Some(runtimes) = runtimes.as_table_like_mut() {
+                runtimes.insert(&default, Item::Table(runc));
+            }
+        }
+    }
+    let mut plugins = Table::new();
+    plugins.insert(plugin, Item::Table(section));
+    let mut plugins = Item::Table(plugins);
+    imply_parents(&mut plugins);
+    doc.insert("plugins", plugins);
+    doc
+}
+
+/// Marks every table holding only tables implicit, so a copy prints no
+/// empty `[a]`, `[a.b]` headers above the tables that hold settings.
+fn imply_parents(item: &mut Item) {
+    if let Some(table) = item.as_table_mut() {
+        let only_tables = table.iter().all(|(_, i)| i.is_table());
+        if !table.is_empty() && only_tables {
+            table.set_implicit(true);
+        }
+        for (_, child) in table.iter_mut() {
+            imply_parents(child);
+        }
+    }
 }
 
 /// The config's version, as containerd reads it: none in a config with
@@ -399,6 +457,34 @@ mod tests {
         );
     }
 
+    // containerd replaces whole plugin sections on import (issue 5837):
+    // seen with containerd 1.7 refusing a drop-in that lacked runc.
+    #[test]
+    fn the_drop_in_keeps_the_main_configs_cri_section_and_its_default_runtime() {
+        let main =
+            "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3\"\n";
+        let out = add_runtime(
+            Path::new("/c.toml"),
+            Some(main),
+            Some(Path::new("/d/99-nvidia.toml")),
+            &TEST,
+        )
+        .unwrap();
+        let drop_in = table(&out[0].text);
+        let cri = &drop_in["plugins"]["io.containerd.grpc.v1.cri"];
+        assert_eq!(
+            cri["sandbox_image"].as_str(),
+            Some("pause:3"),
+            "{drop_in:?}"
+        );
+        let runtimes = &cri["containerd"]["runtimes"];
+        assert_eq!(
+            runtimes["runc"]["runtime_type"].as_str(),
+            Some("io.containerd.runc.v2")
+        );
+        assert!(runtimes.get("test").is_some(), "{drop_in:?}");
+    }
+
     #[test]
     fn the_drop_in_copies_the_main_configs_runc() {
         let main = r#"version = 2
@@ -417,6 +503,10 @@ mod tests {
         assert_eq!(
             out[0].text,
             "version = 2\n\n\
+             [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n\
+             runtime_type = \"io.containerd.runc.v2\"\n\n\
+             [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n\
+             SystemdCgroup = true\n\n\
              [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.test]\n\
              runtime_type = \"io.containerd.runc.v2\"\n\n\
              [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.test.options]\n\

@@ -427,6 +427,63 @@ pub fn run_granted(config: &Config, stdin: impl Read + AsFd, made: &SpecMade) ->
     Ok(())
 }
 
+/// A container that a hook of NVIDIA's `nvidia-cdi-hook` edits: where its
+/// state said it is, and whether this process already runs in its mount
+/// namespace (the `createContainer` stage, where NVIDIA's specs put those
+/// hooks) or must enter it (`createRuntime`, `prestart`).
+pub struct Located {
+    /// How logs name it.
+    pub id: String,
+    /// What its bundle says of it.
+    pub container: bundle::Container,
+    /// Its init, checked and held, when this process is outside its mount
+    /// namespace; `None` inside it.
+    outside: Option<(u32, Option<OwnedFd>)>,
+}
+
+/// Reads the state (from `state_file`, else `stdin`) and the bundle, and
+/// finds whether this process is in the container's mount namespace; if
+/// not, its pid is checked as the prestart hook checks it.
+pub fn locate(stdin: impl Read + AsFd, state_file: Option<&Path>) -> Result<Located> {
+    let data = match state_file {
+        Some(path) => crate::hostfile::read(path, MAX_STATE).map_err(|source| Error::Inspect {
+            path: path.to_path_buf(),
+            source,
+        })?,
+        None => state::read(stdin)?,
+    };
+    let state = state::parse(&data)?;
+    let container = bundle::load(&state.bundle)?;
+    let ns = |pid: &str| {
+        let path = Path::new(PROC).join(pid).join("ns/mnt");
+        std::fs::metadata(&path)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|source| Error::Inspect { path, source })
+    };
+    let outside = if ns("self")? == ns(&state.pid.to_string())? {
+        None
+    } else {
+        Some((state.pid, hold_creating(state.pid)?))
+    };
+    Ok(Located {
+        id: state.id,
+        container,
+        outside,
+    })
+}
+
+impl Located {
+    /// Makes the container's mount namespace this process's (a no-op
+    /// inside it), through `sys`.
+    pub fn enter(&self, sys: &LinuxSys) -> Result<()> {
+        if let Some((pid, pidfd)) = &self.outside {
+            pid::still_held(Path::new(PROC), *pid, pidfd.as_ref())?;
+            sys.enter_mount_namespace(Path::new(PROC), *pid, pidfd.as_ref().map(AsFd::as_fd))?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::fs;

@@ -171,7 +171,7 @@ fn stage_unless_same(slot: Slot, old: Option<&[u8]>, data: &[u8]) -> Result<Opti
 
 /// Reads a file of the image, following links only inside the rootfs; what
 /// they reach must be a regular file, and only then is it opened.
-fn read_image_file(
+pub(super) fn read_image_file(
     root: &Root,
     reopener: &Reopener,
     path: &Path,
@@ -189,18 +189,7 @@ fn read_image_file(
     };
     let (file, size) = reopener
         .reopen_sized(handle.as_fd(), path, Expect::File)
-        .map_err(|e| match e {
-            reopen::Error::Kind {
-                path,
-                found,
-                expected,
-            } => Error::Exists {
-                path,
-                found,
-                expected,
-            },
-            other => Error::Reopen(other),
-        })?;
+        .map_err(super::edits::kind_error)?;
     // Room for all of it and a byte more: the read that finds the end.
     let capacity = usize::try_from(size.min(limit))
         .unwrap_or(0)

@@ -32,6 +32,7 @@
 //! `/proc/driver/nvidia`, `sources` opens the host side, and `sys` is the
 //! seam.
 
+pub mod edits;
 mod journal;
 mod loader;
 mod place;

@@ -60,6 +60,7 @@ use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
 use harness::runtime::runtimes::{podman_run_args, Runtime};
 use harness::simhost::{require_root, Fixture, SimHost};
 use oci_nvidia_hook::cli::Cli;
+use oci_nvidia_hook::compat::cdi_hook::CdiHook;
 use oci_nvidia_hook::compat::ctk::Ctk;
 use oci_nvidia_hook::config::Config;
 
@@ -236,15 +237,23 @@ fn manual_pages_cover_every_command() {
             names(sub, &name, out);
         }
     }
-    // Ours in the main package; nvidia-ctk's in the compat package.
-    for (subdir, cmd, top) in [
-        ("man", Cli::command(), "oci-nvidia-hook"),
-        ("man-compat", Ctk::command(), "nvidia-ctk"),
+    // Ours in the main package; nvidia-ctk's and nvidia-cdi-hook's in the compat package.
+    for (subdir, commands) in [
+        ("man", vec![(Cli::command(), "oci-nvidia-hook")]),
+        (
+            "man-compat",
+            vec![
+                (Ctk::command(), "nvidia-ctk"),
+                (CdiHook::command(), "nvidia-cdi-hook"),
+            ],
+        ),
     ] {
         let mut want = BTreeSet::new();
-        want.insert(format!("{top}.1"));
-        names(&cmd, top, &mut want);
-        want.remove(&format!("{top}-help.1"));
+        for (cmd, top) in commands {
+            want.insert(format!("{top}.1"));
+            names(&cmd, top, &mut want);
+            want.remove(&format!("{top}-help.1"));
+        }
         let have: BTreeSet<String> = std::fs::read_dir(dir.path().join(subdir))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -731,6 +740,9 @@ fn docker_with_packaged_link(host: &SimHost, log: &Path) -> Run {
             default_runtime: None,
             docker_config: None,
             cdi_dir: None,
+            etc_files: &[],
+            root: None,
+            cri: None,
         },
     );
     // The name dockerd finds is the package's link, not one of ours.

@@ -61,6 +61,12 @@ pub enum Command {
         #[command(subcommand)]
         command: cdi::CdiCommand,
     },
+    /// The hooks of NVIDIA's CDI specs, as nvidia-cdi-hook runs them.
+    Hook {
+        /// The hook to run.
+        #[command(subcommand)]
+        command: crate::compat::cdi_hook::HookCommand,
+    },
 }
 
 /// `nvidia-ctk runtime`'s commands.
@@ -104,5 +110,6 @@ pub fn run(ctk: &Ctk) -> Result<()> {
         } => runtime::configure(configure, &mut out),
         Command::Config(args) => settings::run(args, &mut out),
         Command::Cdi { command } => cdi::run(command, config, &mut out),
+        Command::Hook { command } => Ok(crate::compat::cdi_hook::run_command(command, config)?),
     }
 }

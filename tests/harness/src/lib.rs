@@ -10,6 +10,7 @@
 pub mod cdi_schema;
 pub mod cli;
 pub mod compat;
+pub mod debroot;
 pub mod direct;
 pub mod glibc;
 pub mod host_root;

@@ -20,11 +20,13 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::cleanup::{cgroup_dirs, remove_tree_safely};
-use super::oci_config::path_str;
+use super::oci_config::{path_str, CONTAINER_SCRIPT, NVIDIA_MAJOR};
 use super::process::{run_bounded, Finished};
-use super::run::RUN_LIMIT;
+use super::run::{Run, RunFiles, RUN_LIMIT};
 use super::runtimes::require_tool;
-use crate::project::hook_binary;
+use super::runtimes::Runtime;
+use crate::debroot::{DebRoot, Entry};
+use crate::project::{hook_binary, repo};
 
 /// How long a daemon gets to come up or go away.
 const DAEMON_LIMIT: Duration = Duration::from_secs(60);
@@ -43,6 +45,7 @@ pub struct Daemons {
     containerd: Option<Child>,
     dockerd: Option<Child>,
     run_dirs_before: Vec<bool>,
+    in_root: bool,
 }
 
 /// What the daemons are started with.
@@ -62,18 +65,36 @@ pub struct DaemonSetup<'a> {
     /// A directory bound over `/etc/cdi` in their namespace: the CDI specs
     /// the runtime wrapper and CDI-aware engines find there.
     pub cdi_dir: Option<&'a Path>,
+    /// More files for their `/etc` (path under it, host file to copy): CDI specs.
+    pub etc_files: &'a [(&'a str, &'a Path)],
+    /// The Debian root the daemons run from (harness::debroot: its
+    /// dockerd, containerd and docker CLI), or this host's when `None`.
+    pub root: Option<&'a DebRoot>,
+    /// containerd with its CRI plugin instead of dockerd (harness::runtime::cri).
+    pub cri: Option<CriSetup<'a>>,
+}
+
+/// containerd's CRI plugin, set up as a kubelet's node has it.
+pub struct CriSetup<'a> {
+    /// The sandbox (pause) image's reference, imported before any pod runs.
+    pub sandbox_image: &'a str,
+    /// Arguments after `nvidia-ctk runtime configure --runtime=containerd
+    /// --config=FILE --drop-in-config=DIR/conf.d/99-nvidia.toml`, run on containerd's config before it starts (none: not run).
+    pub configure: &'a [&'a str],
 }
 
 impl Daemons {
     /// Starts both daemons in a private namespace under `dir`.
     pub fn start(dir: &Path, setup: &DaemonSetup) -> Daemons {
-        for tool in ["containerd", "dockerd", "ctr", "unshare", "nsenter"] {
-            require_tool(tool);
+        if setup.root.is_none() {
+            for tool in ["containerd", "dockerd", "ctr", "unshare", "nsenter"] {
+                require_tool(tool);
+            }
+            assert!(
+                Path::new("/usr/bin/docker").is_file(),
+                "/usr/bin/docker (Debian's docker.io) is missing: run integration/install-deps"
+            );
         }
-        assert!(
-            Path::new("/usr/bin/docker").is_file(),
-            "/usr/bin/docker (Debian's docker.io) is missing: run integration/install-deps"
-        );
         remove_tree_safely(dir);
         fs::create_dir_all(dir.join("etc-upper/oci-nvidia-hook")).unwrap();
         fs::create_dir_all(dir.join("etc-work")).unwrap();
@@ -82,6 +103,11 @@ impl Daemons {
             dir.join("etc-upper/oci-nvidia-hook/config.toml"),
         )
         .expect("copy the hook config");
+        for (rel, file) in setup.etc_files {
+            let to = dir.join("etc-upper").join(rel);
+            fs::create_dir_all(to.parent().expect("a file under /etc")).unwrap();
+            fs::copy(file, &to).unwrap_or_else(|e| panic!("copy {} to {rel}: {e}", file.display()));
+        }
         let bin = dir.join("bin");
         fs::create_dir_all(&bin).unwrap();
         for name in setup.links {
@@ -92,21 +118,35 @@ impl Daemons {
 
         // The holder: a private mount namespace with the overlay on /etc.
         let ready = dir.join("ready");
-        let holder = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "sh", "-c"])
-            .arg(
-                "mount -t overlay onh-etc -o lowerdir=/etc,upperdir=\"$1\",workdir=\"$2\" /etc \
-                 && { [ -z \"$4\" ] || { mkdir -p /etc/cdi && mount --bind \"$4\" /etc/cdi; }; } \
-                 && touch \"$3\" && exec sleep infinity",
-            )
-            .arg("sh")
-            .arg(dir.join("etc-upper"))
-            .arg(dir.join("etc-work"))
-            .arg(&ready)
-            .arg(setup.cdi_dir.map(path_str).unwrap_or_default())
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("run unshare");
+        const HOLD: &str =
+            "mount -t overlay onh-etc -o lowerdir=/etc,upperdir=\"$1\",workdir=\"$2\" /etc \
+             && { [ -z \"$4\" ] || { mkdir -p /etc/cdi && mount --bind \"$4\" /etc/cdi; }; } \
+             && touch \"$3\" && exec sleep infinity";
+        let (upper, work) = (
+            path_str(&dir.join("etc-upper")),
+            path_str(&dir.join("etc-work")),
+        );
+        let cdi = setup.cdi_dir.map(path_str).unwrap_or_default();
+        let hold = [
+            "sh",
+            "-c",
+            HOLD,
+            "sh",
+            &upper,
+            &work,
+            &path_str(&ready),
+            &cdi,
+        ];
+        let mut holder = match setup.root {
+            // The repository (simulated hosts, bundles, this binary) at its own path.
+            Some(root) => root.command(&Entry::binding(&[repo()]), &hold),
+            None => {
+                let mut cmd = Command::new("unshare");
+                cmd.args(["-m", "--propagation", "private"]).args(hold);
+                cmd
+            }
+        };
+        let holder = holder.stdin(Stdio::null()).spawn().expect("run unshare");
         let mut daemons = Daemons {
             dir: dir.to_path_buf(),
             tag,
@@ -114,15 +154,29 @@ impl Daemons {
             containerd: None,
             dockerd: None,
             run_dirs_before,
+            in_root: setup.root.is_some(),
         };
         daemons.wait_for(&ready, "the holder's /etc overlay");
 
         let config = dir.join("containerd.toml");
+        let plugins = match &setup.cri {
+            None => "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n".to_string(),
+            // No CAP_SYS_RESOURCE here: runc may not lower oom_score_adj (TESTBED.md).
+            // runc listed as `containerd config default` lists it: a config
+            // naming any runtime replaces the built-in list.
+            Some(cri) => format!(
+                "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = {}\n  \
+                 restrict_oom_score_adj = true\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  \
+                 runtime_type = \"io.containerd.runc.v2\"\n",
+                toml_string(cri.sandbox_image)
+            ),
+        };
         fs::write(
             &config,
             format!(
-                "version = 2\nroot = {}\nstate = {}\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
-                 [grpc]\n  address = {}\n[ttrpc]\n  address = {}\n",
+                "version = 2\nroot = {}\nstate = {}\n\
+                 [grpc]\n  address = {}\n[ttrpc]\n  address = {}\n{plugins}",
                 toml(&dir.join("ctd-root")),
                 toml(&dir.join("ctd-state")),
                 toml(&daemons.containerd_socket()),
@@ -130,6 +184,22 @@ impl Daemons {
             ),
         )
         .unwrap();
+        if let Some(cri) = setup.cri.as_ref().filter(|c| !c.configure.is_empty()) {
+            let mut args = vec![
+                "runtime".to_string(),
+                "configure".into(),
+                "--runtime=containerd".into(),
+                format!("--config={}", path_str(&config)),
+                // Never NVIDIA's default drop-in under the host's /etc.
+                format!(
+                    "--drop-in-config={}",
+                    path_str(&dir.join("conf.d/99-nvidia.toml"))
+                ),
+            ];
+            args.extend(cri.configure.iter().map(|a| a.to_string()));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            nvidia_ctk(dir, &args);
+        }
         let containerd = daemons
             .in_namespace("containerd")
             .arg("--config")
@@ -140,6 +210,9 @@ impl Daemons {
             .expect("start containerd");
         daemons.containerd = Some(containerd);
         daemons.wait_for(&daemons.containerd_socket(), "containerd's socket");
+        if setup.cri.is_some() {
+            return daemons;
+        }
 
         let mut dockerd = daemons.in_namespace("dockerd");
         dockerd
@@ -230,6 +303,13 @@ impl Daemons {
         self.dir.join("docker.sock")
     }
 
+    /// What `path` (absolute, and through no absolute symlink: that would
+    /// resolve against this host's root) is in the daemons' namespace, seen
+    /// from this host.
+    pub fn ns_path(&self, path: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root{path}", self.holder.id()))
+    }
+
     /// `program` run in the daemons' mount namespace.
     pub fn in_namespace(&self, program: &str) -> Command {
         let mut cmd = Command::new("nsenter");
@@ -240,9 +320,13 @@ impl Daemons {
         cmd
     }
 
-    /// `docker -H … ARGS`, bounded.
+    /// `docker -H … ARGS`, bounded (the root's docker CLI when they run in one).
     pub fn docker(&self, args: &[&str]) -> Finished {
-        let mut cmd = Command::new("/usr/bin/docker");
+        let mut cmd = if self.in_root {
+            self.in_namespace("docker")
+        } else {
+            Command::new("/usr/bin/docker")
+        };
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("HOME", &self.dir)
@@ -279,6 +363,45 @@ impl Daemons {
             out.stderr,
             self.logs()
         );
+    }
+
+    /// `docker run --rm --network none -v OUT:/out ARGS IMAGE sh -c SCRIPT`
+    /// as a [`Run`], where SCRIPT first makes decoy nodes for
+    /// `decoy_minors` (Docker's default rules allow mknod, not opening)
+    /// and then runs the checker and nvidia-smi; OUT is `<dir>/<name>/out`.
+    pub fn checker_run(
+        &self,
+        name: &str,
+        args: &[&str],
+        image: &str,
+        decoy_minors: &[u32],
+        hook_log: &Path,
+    ) -> Run {
+        self.script_run(name, args, image, &checker_script(decoy_minors), hook_log)
+    }
+
+    /// `docker run --rm --network none -v OUT:/out ARGS IMAGE sh -c SCRIPT`
+    /// as a [`Run`], for a test's own script; OUT is `<dir>/<name>/out`.
+    pub fn script_run(
+        &self,
+        name: &str,
+        args: &[&str],
+        image: &str,
+        script: &str,
+        hook_log: &Path,
+    ) -> Run {
+        let out_dir = self.dir.join(name).join("out");
+        fs::create_dir_all(&out_dir).unwrap();
+        let _ = fs::remove_file(hook_log);
+        let volume = format!("{}:/out", path_str(&out_dir));
+        let mut argv: Vec<&str> = vec!["run", "--rm", "--network", "none", "-v", &volume];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&[image, "/bin/sh", "-c", script]);
+        let started = Instant::now();
+        let finished = self.docker(&argv);
+        let elapsed = started.elapsed();
+        eprintln!("{name}: docker run took {} ms", elapsed.as_millis());
+        collect_run(name, finished, elapsed, &out_dir, hook_log)
     }
 
     /// `ctr -a … -n NAMESPACE ARGS`, bounded, in the daemons' namespace with
@@ -345,6 +468,42 @@ impl Drop for Daemons {
     }
 }
 
+/// A daemon-run container's outcome as a [`Run`]: `out_dir` is
+/// `<run>/out`, the checker's /out.
+pub fn collect_run(
+    name: &str,
+    finished: Finished,
+    elapsed: Duration,
+    out_dir: &Path,
+    hook_log: &Path,
+) -> Run {
+    let run_dir = out_dir.parent().expect("out/ has a parent");
+    Run::collect(
+        Runtime::RuncV1,
+        name,
+        finished,
+        elapsed,
+        RunFiles {
+            bundle: run_dir,
+            rootfs: run_dir,
+            hook_log,
+        },
+    )
+}
+
+/// The container's script: decoy `/dev/nvidiaN` nodes for `decoy_minors`
+/// (made without a device-cgroup rule), then the checker and nvidia-smi.
+pub fn checker_script(decoy_minors: &[u32]) -> String {
+    let mut script = String::new();
+    for minor in decoy_minors {
+        script.push_str(&format!(
+            "mknod /dev/nvidia{minor} c {NVIDIA_MAJOR} {minor}; "
+        ));
+    }
+    script.push_str(CONTAINER_SCRIPT);
+    script
+}
+
 /// SIGTERM, then SIGKILL if it lingers.
 fn stop(mut child: Child) {
     let pid = Pid::from_raw(child.id() as i32);
@@ -381,10 +540,32 @@ fn log_file(path: &Path) -> Stdio {
         .into()
 }
 
-/// A TOML basic string.
+/// A TOML basic string for `path`.
 fn toml(path: &Path) -> String {
-    format!(
-        "\"{}\"",
-        path_str(path).replace('\\', "\\\\").replace('"', "\\\"")
-    )
+    toml_string(&path_str(path))
+}
+
+/// A TOML basic string.
+fn toml_string(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// `nvidia-ctk ARGS` (this binary through a link of that name in `dir`),
+/// which must succeed; its stdout.
+pub fn nvidia_ctk(dir: &Path, args: &[&str]) -> String {
+    let link = dir.join("nvidia-ctk");
+    let _ = fs::remove_file(&link);
+    symlink(hook_binary(), &link).unwrap();
+    let mut cmd = Command::new(&link);
+    cmd.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .args(args);
+    let out = run_bounded(cmd, RUN_LIMIT);
+    assert!(
+        out.status.is_some_and(|s| s.success()),
+        "nvidia-ctk {args:?} failed: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    out.stdout
 }

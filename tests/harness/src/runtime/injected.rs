@@ -8,7 +8,7 @@
 
 use super::expected::{node_specs, NodeSpec, LIB_DIR};
 use super::run::Run;
-use crate::simhost::SimHost;
+use crate::simhost::{GpuFacts, SimHost};
 
 /// nvidia-smi's message when it found libnvidia-ml but no kernel driver:
 /// proof that the injected binary and library work together.
@@ -170,4 +170,49 @@ fn assert_real_libraries_work(run: &Run, host: &SimHost) {
         Some(SMI_NO_DRIVER_EXIT),
         "nvidia-smi exit code:{ctx}"
     );
+}
+
+/// GPU `index` of `host`.
+pub fn gpu(host: &SimHost, index: u32) -> GpuFacts {
+    host.facts
+        .gpus
+        .clone()
+        .into_iter()
+        .find(|g| g.index == index)
+        .unwrap_or_else(|| panic!("no GPU {index}"))
+}
+
+/// Exactly the GPUs of `indices` (plus nvidiactl and UVM for compute),
+/// allowed by the cgroup, libcuda 12020 and nvidia-smi; every decoy denied.
+pub fn assert_gpus(run: &Run, host: &SimHost, indices: &[u32], decoys: &[u32]) {
+    let minors: Vec<u32> = indices.iter().map(|i| gpu(host, *i).minor).collect();
+    assert_injected(
+        run,
+        host,
+        &Expected {
+            nodes: &node_specs(host, &minors),
+            real_libraries: true,
+        },
+    );
+    let ctx = run.describe();
+    for (minor, node) in run.report.gpu_nodes() {
+        if minors.contains(&minor) {
+            continue;
+        }
+        assert!(
+            decoys.contains(&minor),
+            "/dev/nvidia{minor} was not asked for:{ctx}"
+        );
+        assert_eq!(
+            node.open.as_deref(),
+            Some("EPERM"),
+            "decoy /dev/nvidia{minor}: the device cgroup must deny it:{ctx}"
+        );
+    }
+    for minor in decoys {
+        assert!(
+            run.report.gpu_nodes().contains_key(minor),
+            "the decoy /dev/nvidia{minor} is missing:{ctx}"
+        );
+    }
 }

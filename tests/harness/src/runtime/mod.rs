@@ -5,6 +5,7 @@
 pub mod bundle;
 pub mod cleanup;
 pub mod container;
+pub mod cri;
 pub mod daemons;
 pub mod expected;
 pub mod host_state;
