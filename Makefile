@@ -106,8 +106,18 @@ lint:
 # Do not install over NVIDIA's toolkit: the links would replace its tools.
 COMPAT_NAMES := nvidia-container-runtime-hook nvidia-container-cli nvidia-container-runtime nvidia-ctk nvidia-cdi-hook
 
+# The binary is set-group-ID to this unprivileged group (65534: nogroup,
+# or nobody on RPM systems), which makes the kernel start every run in
+# glibc's secure mode, even as root: the loader then ignores LD_PRELOAD and
+# its relatives from the environment a runtime hands a hook (the image's,
+# at createContainer). The binary drops the group first thing. See
+# docs/design.md, "A start no image can hijack".
+SECURE_GROUP ?= 65534
+
 install: build install-units
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
+	chgrp $(SECURE_GROUP) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
+	chmod 2755 $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
 	install -D -m 0644 hooks.d/oci-nvidia-hook.json $(DESTDIR)/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json
 	for name in $(COMPAT_NAMES); do ln -sf oci-nvidia-hook $(DESTDIR)$(PREFIX)/bin/$$name; done
 
