@@ -48,6 +48,9 @@ enum HooksDir {
     OursAndNvidias,
 }
 
+/// A rewrite of the generated spec, given the run's directory.
+type Reshape<'a> = dyn Fn(&mut serde_json::Value, &Path) + 'a;
+
 /// One Podman run with CDI devices.
 struct CdiRun<'a> {
     name: &'a str,
@@ -61,7 +64,7 @@ struct CdiRun<'a> {
     /// writes the GPUs into the spec, instead of runc with a CDI spec.
     wrapper: bool,
     /// Rewrites our generated spec (given the run's directory) before Podman reads it.
-    reshape: Option<&'a dyn Fn(&mut serde_json::Value, &Path)>,
+    reshape: Option<&'a Reshape<'a>>,
 }
 
 /// `/run/cdi` must exist to be covered; made here if the host lacks it,
@@ -319,17 +322,26 @@ fn podman_takes_a_gpu_by_uuid() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn podman_takes_all_gpus() {
     let host = host();
+    all_gpus(&host, "all", None);
+}
+
+/// Podman runs `nvidia.com/gpu=all` from our spec (`reshape`d, if given),
+/// giving every GPU.
+fn all_gpus(host: &SimHost, name: &str, reshape: Option<&Reshape>) -> Run {
     let run = run_cdi(&CdiRun {
-        name: "all",
-        host: &host,
+        name,
+        host,
         devices: &["all"],
         env: &[],
         hooks: HooksDir::Empty,
         wrapper: false,
-        reshape: None,
+        reshape,
     });
-    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
-    assert_cdi_gpus(&run, &host, &minors, &[]);
+    if reshape.is_none() {
+        let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
+        assert_cdi_gpus(&run, host, &minors, &[]);
+    }
+    run
 }
 
 #[test]
@@ -512,17 +524,8 @@ fn nvidias_shape(spec: &mut serde_json::Value, dir: &Path, links: &[String], dri
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn podman_runs_a_spec_in_nvidias_format_through_nvidia_cdi_hook() {
     let host = host();
-    let ours = run_cdi(&CdiRun {
-        name: "ours-for-nvidia",
-        host: &host,
-        devices: &["all"],
-        env: &[],
-        hooks: HooksDir::Empty,
-        wrapper: false,
-        reshape: None,
-    });
+    let ours = all_gpus(&host, "ours-for-nvidia", None);
     let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
-    assert_cdi_gpus(&ours, &host, &minors, &[]);
     // The links NVIDIA's spec names (the development `.so` names); the
     // SONAME links are update-ldcache's, as ldconfig's are for NVIDIA.
     let version = host.facts.driver_version.clone();
@@ -536,15 +539,7 @@ fn podman_runs_a_spec_in_nvidias_format_through_nvidia_cdi_hook() {
     let driver = version.clone();
     let reshape =
         |spec: &mut serde_json::Value, dir: &Path| nvidias_shape(spec, dir, &links, &driver);
-    let run = run_cdi(&CdiRun {
-        name: "nvidias-format",
-        host: &host,
-        devices: &["all"],
-        env: &[],
-        hooks: HooksDir::Empty,
-        wrapper: false,
-        reshape: Some(&reshape),
-    });
+    let run = all_gpus(&host, "nvidias-format", Some(&reshape));
     let mut nodes = node_specs(&host, &minors);
     nodes.sort();
     assert_injected(
