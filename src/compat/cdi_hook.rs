@@ -246,6 +246,10 @@ pub fn run_command(command: &HookCommand, config: &Config) -> Result<()> {
         }
         HookCommand::DisableDeviceNodeModification { state } => {
             let proc_dir = config.driver.proc_root.join("driver/nvidia");
+            if !proc_dir.join("params").exists() {
+                log::debug!("{}: no driver loaded, nothing to mask", proc_dir.display());
+                return Ok(());
+            }
             let plan = Plan {
                 proc_mask: Some(plan::whole_driver(&proc_dir, gpu_buses(&proc_dir)?)),
                 ..Plan::default()
