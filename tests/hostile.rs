@@ -705,6 +705,16 @@ fn a_full_rootfs_fails_the_hook_with_a_clear_error() {
         .all(|e| !e.file_name().to_string_lossy().contains("oci-nvidia-hook.")));
 }
 
+/// An image with a fifo at `/etc/fifo`.
+fn fifo_at_etc(case: &Case) {
+    fs::create_dir_all(case.rootfs().join("etc")).unwrap();
+    nix::unistd::mkfifo(
+        &case.rootfs().join("etc/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+}
+
 /// A case for `nvidia-cdi-hook ARGS` (the state on stdin), the image
 /// changed by `prepare` first.
 fn cdi_hook_case(args: &[&str], prepare: impl Fn(&Case)) -> Case {
@@ -760,14 +770,7 @@ fn nvidia_cdi_hook_subcommands_stay_inside_the_rootfs() {
         (
             "create-symlinks, a fifo at the link",
             vec!["create-symlinks", "--link", "x::/etc/fifo"],
-            Box::new(|c: &Case| {
-                fs::create_dir_all(c.rootfs().join("etc")).unwrap();
-                nix::unistd::mkfifo(
-                    &c.rootfs().join("etc/fifo"),
-                    nix::sys::stat::Mode::from_bits_truncate(0o644),
-                )
-                .unwrap();
-            }),
+            Box::new(fifo_at_etc),
             Some("/etc/fifo"),
         ),
         (
@@ -779,14 +782,7 @@ fn nvidia_cdi_hook_subcommands_stay_inside_the_rootfs() {
         (
             "chmod, a fifo",
             vec!["chmod", "--mode", "777", "--path", "/etc/fifo"],
-            Box::new(|c: &Case| {
-                fs::create_dir_all(c.rootfs().join("etc")).unwrap();
-                nix::unistd::mkfifo(
-                    &c.rootfs().join("etc/fifo"),
-                    nix::sys::stat::Mode::from_bits_truncate(0o644),
-                )
-                .unwrap();
-            }),
+            Box::new(fifo_at_etc),
             Some("/etc/fifo"),
         ),
         (
