@@ -47,7 +47,11 @@ demo: build deps
 # build simulated hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
 # bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-ldcache
+
+# nvidia-cdi-hook update-ldcache against NVIDIA's fork of ldconfig -r ROOT.
+bench-ldcache: build
+	integration/bench-ldcache $(BIN)
 
 # Criterion: ldcache parse/write, ELF checks, request parsing, plan building.
 bench-inprocess:
@@ -116,8 +120,18 @@ lint:
 # Do not install over NVIDIA's toolkit: the links would replace its tools.
 COMPAT_NAMES := nvidia-container-runtime-hook nvidia-container-cli nvidia-container-runtime nvidia-ctk nvidia-cdi-hook
 
+# The binary is set-group-ID to this unprivileged group (65534: nogroup,
+# or nobody on RPM systems), which makes the kernel start every run in
+# glibc's secure mode, even as root: the loader then ignores LD_PRELOAD and
+# its relatives from the environment a runtime hands a hook (the image's,
+# at createContainer). The binary drops the group first thing. See
+# docs/design.md, "A start no image can hijack".
+SECURE_GROUP ?= 65534
+
 install: build install-units
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
+	chgrp $(SECURE_GROUP) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
+	chmod 2755 $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
 	install -D -m 0644 hooks.d/oci-nvidia-hook.json $(DESTDIR)/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json
 	for name in $(COMPAT_NAMES); do ln -sf oci-nvidia-hook $(DESTDIR)$(PREFIX)/bin/$$name; done
 

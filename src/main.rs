@@ -6,7 +6,9 @@
 //! about 80 µs of that. What of it the hook relies on is done here: a write
 //! to a closed pipe is an error (`list | head`), not a fatal `SIGPIPE`, and
 //! stdout is flushed before exit ([`entry::run`]). A stack overflow is then
-//! a plain `SIGSEGV`.
+//! a plain `SIGSEGV`. An installed binary is set-group-ID, which starts it
+//! in glibc's secure mode; the group is left first of all
+//! ([`sys::process::leave_set_group_start`]).
 #![no_main]
 #![deny(unsafe_code)]
 
@@ -21,6 +23,9 @@ use oci_nvidia_hook::{entry, sys};
 #[allow(unsafe_code)]
 #[no_mangle]
 pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+    if let Err(e) = sys::process::leave_set_group_start() {
+        return entry::fail(&e) as c_int;
+    }
     if let Err(e) = sys::signal::ignore_sigpipe() {
         return entry::fail(&e) as c_int;
     }

@@ -48,6 +48,9 @@ enum HooksDir {
     OursAndNvidias,
 }
 
+/// A rewrite of the generated spec, given the run's directory.
+type Reshape<'a> = dyn Fn(&mut serde_json::Value, &Path) + 'a;
+
 /// One Podman run with CDI devices.
 struct CdiRun<'a> {
     name: &'a str,
@@ -62,6 +65,8 @@ struct CdiRun<'a> {
     /// Podman's runtime is our wrapper (`nvidia-container-runtime`), which
     /// writes the GPUs into the spec, instead of runc with a CDI spec.
     wrapper: bool,
+    /// Rewrites our generated spec (given the run's directory) before Podman reads it.
+    reshape: Option<&'a Reshape<'a>>,
 }
 
 /// `/run/cdi` must exist to be covered; made here if the host lacks it,
@@ -148,6 +153,13 @@ fn run_cdi(case: &CdiRun) -> Run {
         std::fs::write(&spec, "").unwrap();
     } else {
         generate(&config, &spec);
+    }
+    if let Some(reshape) = case.reshape {
+        let mut value: serde_json::Value =
+            serde_yaml::from_slice(&std::fs::read(&spec).unwrap()).unwrap();
+        reshape(&mut value, &dir);
+        // JSON is YAML: Podman reads it under the same name.
+        std::fs::write(&spec, serde_json::to_vec_pretty(&value).unwrap()).unwrap();
     }
     // The wrapper reads the default config: an overlay on /etc in the
     // run's namespace carries it, leaving the host's /etc as it is.
@@ -293,6 +305,7 @@ fn podman_takes_a_gpu_by_index() {
         hooks: HooksDir::Empty,
         imex: &[],
         wrapper: false,
+        reshape: None,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 0)], &[]);
 }
@@ -310,6 +323,7 @@ fn podman_takes_a_gpu_by_uuid() {
         hooks: HooksDir::Empty,
         imex: &[],
         wrapper: false,
+        reshape: None,
     });
     assert_cdi_gpus(&run, &host, &[gpu.minor], &[]);
 }
@@ -318,17 +332,27 @@ fn podman_takes_a_gpu_by_uuid() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn podman_takes_all_gpus() {
     let host = host();
+    all_gpus(&host, "all", None);
+}
+
+/// Podman runs `nvidia.com/gpu=all` from our spec (`reshape`d, if given),
+/// giving every GPU.
+fn all_gpus(host: &SimHost, name: &str, reshape: Option<&Reshape>) -> Run {
     let run = run_cdi(&CdiRun {
-        name: "all",
-        host: &host,
+        name,
+        host,
         devices: &["all"],
         env: &[],
         hooks: HooksDir::Empty,
         imex: &[],
         wrapper: false,
+        reshape,
     });
-    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
-    assert_cdi_gpus(&run, &host, &minors, &[]);
+    if reshape.is_none() {
+        let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
+        assert_cdi_gpus(&run, host, &minors, &[]);
+    }
+    run
 }
 
 #[test]
@@ -344,6 +368,7 @@ fn podman_takes_two_devices_named_two_ways() {
         hooks: HooksDir::Empty,
         imex: &[],
         wrapper: false,
+        reshape: None,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 1), third.minor], &[]);
 }
@@ -376,6 +401,7 @@ fn podman_takes_a_mig_device() {
         hooks: HooksDir::Empty,
         imex: &[],
         wrapper: false,
+        reshape: None,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, parent)], &caps);
     let log = run.hook_log.as_deref().unwrap_or_default();
@@ -403,6 +429,7 @@ fn hooks_d_hooks_do_not_inject_a_second_time() {
         hooks: HooksDir::OursAndNvidias,
         imex: &[],
         wrapper: false,
+        reshape: None,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 0)], &[]);
     let log = run.hook_log.as_deref().unwrap_or_default();
@@ -428,6 +455,7 @@ fn podman_with_the_runtime_wrapper_takes_a_gpu() {
         hooks: HooksDir::Empty,
         imex: &[],
         wrapper: true,
+        reshape: None,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 1)], &[]);
     let log = run.hook_log.as_deref().unwrap_or_default();
@@ -455,6 +483,7 @@ fn podman_takes_an_imex_channel_and_a_gpus_drm_nodes() {
         hooks: HooksDir::Empty,
         imex: &["1"],
         wrapper: false,
+        reshape: None,
     });
     run.assert_completed();
     let node = |path: &str| {
@@ -492,4 +521,135 @@ fn podman_takes_an_imex_channel_and_a_gpus_drm_nodes() {
     assert_eq!(node(&other.card), None, "{}", run.describe());
     let link = format!("/dev/dri/by-path/pci-{}-card", gpu.bus.to_ascii_lowercase());
     assert_eq!(node(&link).map(|n| n.0), Some('l'), "{}", run.describe());
+}
+
+/// Turns our spec into the shape NVIDIA's `nvidia-ctk cdi generate` writes
+/// (its `pkg/nvcdi`): the same device nodes and mounts, but instead of our
+/// `cdi-hook`, `createContainer` hooks without `env` calling
+/// `nvidia-cdi-hook` (here a link named so to this binary):
+/// `create-symlinks --link TARGET::LINK…`, `update-ldcache --folder DIR…`,
+/// `enable-cuda-compat`, `disable-device-node-modification` and `chmod`.
+fn nvidias_shape(spec: &mut serde_json::Value, dir: &Path, links: &[String], driver: &str) {
+    let hook_path = dir.join("nvidia-cdi-hook");
+    let _ = std::fs::remove_file(&hook_path);
+    std::os::unix::fs::symlink(hook_binary(), &hook_path).unwrap();
+    let mut folders: Vec<String> = Vec::new();
+    let mut all: Vec<&mut serde_json::Value> = Vec::new();
+    for (key, value) in spec.as_object_mut().unwrap().iter_mut() {
+        match key.as_str() {
+            "containerEdits" => all.push(value),
+            "devices" => all.extend(
+                value
+                    .as_array_mut()
+                    .unwrap()
+                    .iter_mut()
+                    .map(|d| &mut d["containerEdits"]),
+            ),
+            _ => {}
+        }
+    }
+    for edits in all {
+        if let Some(map) = edits.as_object_mut() {
+            map.remove("hooks");
+        }
+        for mount in edits["mounts"].as_array().into_iter().flatten() {
+            let path = Path::new(mount["containerPath"].as_str().unwrap());
+            if path.file_name().unwrap().to_string_lossy().contains(".so") {
+                let folder = path.parent().unwrap().to_string_lossy().into_owned();
+                if !folders.contains(&folder) {
+                    folders.push(folder);
+                }
+            }
+        }
+    }
+    let hook = |args: Vec<String>| {
+        let mut argv = vec!["nvidia-cdi-hook".to_string()];
+        argv.extend(args);
+        serde_json::json!({"hookName": "createContainer", "path": path_str(&hook_path), "args": argv})
+    };
+    let mut symlinks = vec!["create-symlinks".to_string()];
+    for link in links {
+        symlinks.extend(["--link".to_string(), link.clone()]);
+    }
+    let mut ldcache = vec!["update-ldcache".to_string()];
+    for folder in &folders {
+        ldcache.extend(["--folder".to_string(), folder.clone()]);
+    }
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    spec["containerEdits"]["hooks"] = serde_json::json!([
+        hook(words(&[
+            "enable-cuda-compat",
+            "--host-driver-version",
+            driver
+        ])),
+        hook(symlinks),
+        hook(ldcache),
+        hook(words(&["disable-device-node-modification"])),
+        hook(words(&["chmod", "--mode", "755", "--path", "/dev/dri"])),
+    ]);
+}
+
+/// A spec in NVIDIA's format, its hooks calling our `nvidia-cdi-hook` at
+/// createContainer, gives the container the same nodes, libraries, loader
+/// cache and links as our own spec does.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_runs_a_spec_in_nvidias_format_through_nvidia_cdi_hook() {
+    let host = host();
+    let ours = all_gpus(&host, "ours-for-nvidia", None);
+    let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
+    // The links NVIDIA's spec names (the development `.so` names); the
+    // SONAME links are update-ldcache's, as ldconfig's are for NVIDIA.
+    let version = host.facts.driver_version.clone();
+    let links: Vec<String> = ours
+        .report
+        .links
+        .iter()
+        .filter(|(link, _)| link.ends_with(".so"))
+        .map(|(link, target)| format!("{target}::{link}"))
+        .collect();
+    let driver = version.clone();
+    let reshape =
+        |spec: &mut serde_json::Value, dir: &Path| nvidias_shape(spec, dir, &links, &driver);
+    let run = all_gpus(&host, "nvidias-format", Some(&reshape));
+    let mut nodes = node_specs(&host, &minors);
+    nodes.sort();
+    assert_injected(
+        &run,
+        &host,
+        &Expected {
+            nodes: &nodes,
+            real_libraries: host.facts.flavour == Flavour::Real,
+        },
+    );
+    let log = run.hook_log.as_deref().unwrap_or_default();
+    assert!(
+        log.contains("update-ldcache:")
+            && log.contains("create-symlinks:")
+            && !log.contains("CDI:"),
+        "nvidia-cdi-hook ran at createContainer, our cdi-hook did not:{}",
+        run.describe()
+    );
+    let keys = |r: &harness::runtime::run::Run| r.report.nodes.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&run), keys(&ours), "device nodes:{}", run.describe());
+    assert_eq!(
+        run.report.links,
+        ours.report.links,
+        "links:{}",
+        run.describe()
+    );
+    let entries = |r: &harness::runtime::run::Run| {
+        r.ld_cache
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| (e.soname, e.tag, e.path))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let missing: Vec<_> = entries(&ours).difference(&entries(&run)).cloned().collect();
+    assert!(
+        missing.is_empty(),
+        "the loader cache lacks what our spec gives: {missing:?}{}",
+        run.describe()
+    );
 }

@@ -14,7 +14,7 @@ use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use harness::direct::{bundle, hook_with_stdin, state, Namespaced};
+use harness::direct::{bundle, hook_with_stdin, named_with_stdin, state, Namespaced};
 use harness::mounts::{assert_mounts_unchanged, host_mounts, mount_table};
 use harness::simhost::{Fixture, SimHost};
 
@@ -59,8 +59,12 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
 struct Case {
     dir: tempfile::TempDir,
     bundle: PathBuf,
-    /// The hook's arguments after `--config`.
+    /// The hook's arguments after `--config`; for `nvidia-cdi-hook`, its
+    /// name and arguments (it takes no `--config`).
     args: Vec<String>,
+    /// Whether a success must show mounts of the hook's (not for the
+    /// `nvidia-cdi-hook` subcommands that make none).
+    mounts: bool,
 }
 
 impl Case {
@@ -82,6 +86,7 @@ impl Case {
             dir,
             bundle,
             args: vec!["prestart".into()],
+            mounts: true,
         }
     }
 
@@ -154,7 +159,11 @@ impl Case {
         let pid = container.pid().to_string();
         let container_mounts_before = mount_table(&pid);
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        let out = hook_with_stdin(&sim.config, &args, &state(container.pid(), &self.bundle));
+        let stdin = state(container.pid(), &self.bundle);
+        let out = match args.split_first() {
+            Some((&"nvidia-cdi-hook", rest)) => named_with_stdin("nvidia-cdi-hook", rest, &stdin),
+            _ => hook_with_stdin(&sim.config, &args, &stdin),
+        };
 
         // Seen from the test's own mount namespace: the host.
         assert_eq!(
@@ -216,7 +225,7 @@ impl Case {
             "mounts went away in the container's namespace: {removed:#?}"
         );
         assert!(
-            !out.status.success() || !added.is_empty(),
+            !out.status.success() || !self.mounts || !added.is_empty(),
             "the hook succeeded, yet pid {pid}'s mount table shows none of its mounts"
         );
         added
@@ -694,4 +703,133 @@ fn a_full_rootfs_fails_the_hook_with_a_clear_error() {
         .unwrap()
         .flatten()
         .all(|e| !e.file_name().to_string_lossy().contains("oci-nvidia-hook.")));
+}
+
+/// An image with a fifo at `/etc/fifo`.
+fn fifo_at_etc(case: &Case) {
+    fs::create_dir_all(case.rootfs().join("etc")).unwrap();
+    nix::unistd::mkfifo(
+        &case.rootfs().join("etc/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+}
+
+/// A case for `nvidia-cdi-hook ARGS` (the state on stdin), the image
+/// changed by `prepare` first.
+fn cdi_hook_case(args: &[&str], prepare: impl Fn(&Case)) -> Case {
+    let mut case = Case::new();
+    case.args = std::iter::once("nvidia-cdi-hook")
+        .chain(args.iter().copied())
+        .map(String::from)
+        .collect();
+    case.mounts = false;
+    prepare(&case);
+    case
+}
+
+/// Every `nvidia-cdi-hook` subcommand against an image whose paths point
+/// out of the rootfs, or hold a fifo or a directory where a file or link
+/// goes: each either finds nothing inside the rootfs (and does nothing) or
+/// refuses in one line naming the path; nothing outside changes (Case::run).
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn nvidia_cdi_hook_subcommands_stay_inside_the_rootfs() {
+    let (sim, _serial) = sim();
+    let lib = "usr/lib/x86_64-linux-gnu";
+    let gpu_node = |case: &Case| {
+        let dev = case.rootfs().join("dev");
+        fs::create_dir_all(&dev).unwrap();
+        nix::sys::stat::mknod(
+            &dev.join("nvidia0"),
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(195, 0),
+        )
+        .unwrap();
+    };
+    // (what, arguments, image, refused naming this path or done)
+    type Prepare = Box<dyn Fn(&Case)>;
+    let cases: Vec<(&str, Vec<&str>, Prepare, Option<&str>)> = vec![
+        (
+            "update-ldcache, the folder linked out",
+            vec!["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"],
+            Box::new(move |c: &Case| c.link(lib, c.canary())),
+            None,
+        ),
+        (
+            "create-symlinks, the link's directory linked out",
+            vec![
+                "create-symlinks",
+                "--link",
+                "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+            ],
+            Box::new(move |c: &Case| c.link(lib, c.canary())),
+            Some("/usr/lib/x86_64-linux-gnu"),
+        ),
+        (
+            "create-symlinks, a fifo at the link",
+            vec!["create-symlinks", "--link", "x::/etc/fifo"],
+            Box::new(fifo_at_etc),
+            Some("/etc/fifo"),
+        ),
+        (
+            "chmod, a path linked to a host file",
+            vec!["chmod", "--mode", "777", "--path", "/etc/passwd"],
+            Box::new(|c: &Case| c.link("etc/passwd", c.canary().join("passwd"))),
+            None,
+        ),
+        (
+            "chmod, a fifo",
+            vec!["chmod", "--mode", "777", "--path", "/etc/fifo"],
+            Box::new(fifo_at_etc),
+            Some("/etc/fifo"),
+        ),
+        (
+            "update-application-profile, /etc linked out",
+            vec!["update-application-profile"],
+            Box::new(move |c: &Case| {
+                gpu_node(c);
+                c.link("etc", c.canary());
+            }),
+            Some("/etc"),
+        ),
+        (
+            "update-application-profile, a directory at the profile",
+            vec!["update-application-profile"],
+            Box::new(move |c: &Case| {
+                gpu_node(c);
+                fs::create_dir_all(
+                    c.rootfs()
+                        .join("etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"),
+                )
+                .unwrap();
+            }),
+            Some("10-container.conf"),
+        ),
+        (
+            "enable-cuda-compat, the compat directory linked out",
+            vec!["enable-cuda-compat", "--host-driver-version", "470.1"],
+            Box::new(|c: &Case| c.link("usr/local/cuda/compat", c.canary())),
+            None,
+        ),
+        (
+            "disable-device-node-modification, /proc/driver linked out",
+            vec!["disable-device-node-modification"],
+            Box::new(|c: &Case| c.link("proc/driver", c.canary())),
+            None,
+        ),
+    ];
+    for (what, args, prepare, refused) in cases {
+        let case = cdi_hook_case(&args, prepare);
+        let out = case.run(&sim);
+        let err = String::from_utf8_lossy(&out.stderr);
+        match refused {
+            Some(path) => assert!(
+                !out.status.success() && err.contains(path),
+                "{what}: must be refused naming {path}: {err}"
+            ),
+            None => assert!(out.status.success(), "{what}: {err}"),
+        }
+    }
 }

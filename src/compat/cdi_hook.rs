@@ -16,8 +16,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::Error;
 use clap::{Args, Parser, Subcommand};
-use thiserror::Error;
 
 use crate::config::{CompatMode, Config, LogLevel};
 use crate::hook::{self, Located};
@@ -33,27 +33,6 @@ pub const COMPAT_CONF: &str = "/etc/ld.so.conf.d/00-compat-oci-nvidia-hook.conf"
 
 /// Where `update-application-profile` writes the driver's profile.
 const APPLICATION_PROFILE: &str = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf";
-
-/// Why a hook failed.
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error(transparent)]
-    Hook(#[from] hook::Error),
-    #[error(transparent)]
-    Inject(#[from] inject::Error),
-    #[error(transparent)]
-    Config(#[from] crate::config::Error),
-    #[error(transparent)]
-    Log(#[from] crate::logging::Error),
-    #[error(transparent)]
-    Image(#[from] crate::image::Error),
-    #[error("invalid --link {0:?}: expected TARGET::LINK")]
-    Link(String),
-    #[error("invalid --mode {0:?}: expected octal permission bits, at most 7777")]
-    Mode(String),
-    #[error("cannot list the host's {path}: {source}")]
-    HostProc { path: PathBuf, source: io::Error },
-}
 
 /// Result of a hook.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -246,6 +225,10 @@ pub fn run_command(command: &HookCommand, config: &Config) -> Result<()> {
         }
         HookCommand::DisableDeviceNodeModification { state } => {
             let proc_dir = config.driver.proc_root.join("driver/nvidia");
+            if !proc_dir.join("params").exists() {
+                log::debug!("{}: no driver loaded, nothing to mask", proc_dir.display());
+                return Ok(());
+            }
             let plan = Plan {
                 proc_mask: Some(plan::whole_driver(&proc_dir, gpu_buses(&proc_dir)?)),
                 ..Plan::default()
@@ -318,10 +301,10 @@ fn symlinks(links: &[String]) -> Result<Vec<Symlink>> {
     let mut out: Vec<Symlink> = Vec::new();
     for spec in links {
         let Some((target, link)) = spec.split_once("::") else {
-            return Err(Error::Link(spec.clone()));
+            return Err(Error::CdiHookLink(spec.clone()));
         };
         if target.is_empty() || link.is_empty() || link.contains("::") {
-            return Err(Error::Link(spec.clone()));
+            return Err(Error::CdiHookLink(spec.clone()));
         }
         let link = Symlink {
             path: Path::new("/").join(link),
@@ -339,7 +322,7 @@ fn parse_mode(mode: &str) -> Result<u32> {
     u32::from_str_radix(mode.trim(), 8)
         .ok()
         .filter(|m| *m <= 0o7777)
-        .ok_or_else(|| Error::Mode(mode.to_string()))
+        .ok_or_else(|| Error::CdiHookMode(mode.to_string()))
 }
 
 /// The bus ids of the GPUs the host's `proc_dir` shows.
@@ -348,7 +331,7 @@ fn gpu_buses(proc_dir: &Path) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(&path) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => return Err(Error::HostProc { path, source }),
+        Err(source) => return Err(Error::CdiHookHostProc { path, source }),
     };
     let mut buses = entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

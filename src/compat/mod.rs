@@ -96,14 +96,26 @@ pub enum Error {
     #[error(transparent)]
     Ours(Box<cli::Error>),
     #[error(transparent)]
-    CdiHook(Box<cdi_hook::Error>),
+    Inject(Box<crate::inject::Error>),
+    #[error(transparent)]
+    Image(#[from] crate::image::Error),
+    // nvidia-cdi-hook's arguments and work.
+    #[error("invalid --link {0:?}: expected TARGET::LINK")]
+    CdiHookLink(String),
+    #[error("invalid --mode {0:?}: expected octal permission bits, at most 7777")]
+    CdiHookMode(String),
+    #[error("cannot list the host's {path}: {source}")]
+    CdiHookHostProc {
+        path: std::path::PathBuf,
+        source: io::Error,
+    },
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
 }
 
-impl From<cdi_hook::Error> for Error {
-    fn from(e: cdi_hook::Error) -> Self {
-        Error::CdiHook(Box::new(e))
+impl From<crate::inject::Error> for Error {
+    fn from(e: crate::inject::Error) -> Self {
+        Error::Inject(Box::new(e))
     }
 }
 

@@ -452,15 +452,30 @@ pub fn locate(stdin: impl Read + AsFd, state_file: Option<&Path>) -> Result<Loca
         })?,
         None => state::read(stdin)?,
     };
-    let state = state::parse(&data)?;
-    let container = bundle::load(&state.bundle)?;
     let ns = |pid: &str| {
         let path = Path::new(PROC).join(pid).join("ns/mnt");
         std::fs::metadata(&path)
             .map(|m| (m.dev(), m.ino()))
             .map_err(|source| Error::Inspect { path, source })
     };
-    let outside = if ns("self")? == ns(&state.pid.to_string())? {
+    // Run from inside the container's pid namespace (runc and crun run
+    // `createContainer` hooks from its init), this process's pid differs
+    // from the one the host's procfs gives it, and the state's pid is the
+    // init's own view (1): the namespace this process is in is the
+    // container's. Otherwise it is the container's if the state's pid
+    // shares it.
+    let in_child_pid_ns =
+        std::fs::read_link(Path::new(PROC).join("self")).map_err(|source| Error::Inspect {
+            path: Path::new(PROC).join("self"),
+            source,
+        })? != Path::new(&std::process::id().to_string());
+    let state = if in_child_pid_ns {
+        state::parse_inside(&data)?
+    } else {
+        state::parse(&data)?
+    };
+    let container = bundle::load(&state.bundle)?;
+    let outside = if in_child_pid_ns || ns("self")? == ns(&state.pid.to_string())? {
         None
     } else {
         Some((state.pid, hold_creating(state.pid)?))

@@ -43,6 +43,16 @@ pub fn read(input: impl Read + AsFd) -> Result<Vec<u8>> {
 
 /// Parses the state JSON; `pid` and `bundle` must be present.
 pub fn parse(data: &[u8]) -> Result<ContainerState> {
+    parse_pid(data, false)
+}
+
+/// [`parse`] for a hook run inside the container's pid namespace, where
+/// crun's `createContainer` state says pid 0 (none): the pid is not used.
+pub fn parse_inside(data: &[u8]) -> Result<ContainerState> {
+    parse_pid(data, true)
+}
+
+fn parse_pid(data: &[u8], any_pid: bool) -> Result<ContainerState> {
     if data.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::State(
             "stdin is empty: expected the OCI state JSON".into(),
@@ -56,6 +66,7 @@ pub fn parse(data: &[u8]) -> Result<ContainerState> {
     })?;
     let pid = match state.pid() {
         Some(pid) if *pid > 0 => *pid as u32,
+        Some(0) | None if any_pid => 0,
         Some(pid) => return Err(Error::State(format!("invalid pid {pid}"))),
         None => {
             return Err(Error::State(

@@ -21,7 +21,7 @@ use pathrs::Root;
 use super::journal::Journal;
 use super::place::{kind_at, Dirs};
 use super::staged::Staged;
-use super::{Error, Result};
+use super::{kind_error, Error, Result};
 use crate::elf;
 use crate::ldcache::{self, libcmp};
 use crate::plan::{LoaderEntry, Symlink};
@@ -291,22 +291,6 @@ fn resolve(root: &Root, path: &Path) -> Result<Option<pathrs::Handle>> {
         path: path.to_path_buf(),
         source,
     })
-}
-
-/// A reopen refused for its type is the image's entry in the way.
-pub(super) fn kind_error(e: reopen::Error) -> Error {
-    match e {
-        reopen::Error::Kind {
-            path,
-            found,
-            expected,
-        } => Error::Exists {
-            path,
-            found,
-            expected,
-        },
-        other => Error::Reopen(other),
-    }
 }
 
 #[cfg(test)]

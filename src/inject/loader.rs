@@ -189,7 +189,7 @@ pub(super) fn read_image_file(
     };
     let (file, size) = reopener
         .reopen_sized(handle.as_fd(), path, Expect::File)
-        .map_err(super::edits::kind_error)?;
+        .map_err(super::kind_error)?;
     // Room for all of it and a byte more: the read that finds the end.
     let capacity = usize::try_from(size.min(limit))
         .unwrap_or(0)

@@ -337,6 +337,22 @@ impl<S: Sys> Injection<'_, S> {
     }
 }
 
+/// A reopen refused for its type is the image's entry in the way.
+fn kind_error(e: reopen::Error) -> Error {
+    match e {
+        reopen::Error::Kind {
+            path,
+            found,
+            expected,
+        } => Error::Exists {
+            path,
+            found,
+            expected,
+        },
+        other => Error::Reopen(other),
+    }
+}
+
 fn missing_source(path: &Path) -> Error {
     Error::Source {
         path: path.to_path_buf(),

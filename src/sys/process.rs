@@ -10,6 +10,26 @@ use nix::errno::Errno;
 use nix::libc;
 use nix::unistd::{fork, ForkResult, Pid};
 
+/// Leaves a set-group-ID start. `make install` installs the binary
+/// set-group-ID to an unprivileged group so that the kernel starts every
+/// run of it in secure mode (`AT_SECURE`), even as root: glibc's loader
+/// then ignores `LD_PRELOAD`, `LD_LIBRARY_PATH`, `LD_AUDIT`, `GCONV_PATH`
+/// and the like, whatever environment a runtime hands a hook (an image's,
+/// at `createContainer`: CVE-2025-23266). Once running, nothing of that
+/// group is wanted: the real group is taken back as effective and saved
+/// group too, and the process made dumpable again, as the kernel's
+/// set-ID start left it not, so that its `/proc/self` is its caller's.
+/// A no-op for a binary that was not started set-group-ID.
+pub fn leave_set_group_start() -> io::Result<()> {
+    let real = nix::unistd::getgid();
+    if nix::unistd::getegid() == real {
+        return Ok(());
+    }
+    nix::unistd::setresgid(real, real, real)?;
+    nix::sys::prctl::set_dumpable(true)?;
+    Ok(())
+}
+
 /// Forks a child that closes every descriptor but stdio and `keep`, runs
 /// `child` and leaves with `_exit` and its status (101 if it panics); the
 /// parent gets the child's pid. Driver code run in the child thus reaches

@@ -13,10 +13,18 @@ use crate::project::hook_binary;
 
 /// Runs `oci-nvidia-hook --config CONFIG ARGS` with `stdin`, and a cleared environment.
 pub fn hook_with_stdin(config: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    let mut all = vec!["--config", config.to_str().expect("a UTF-8 config path")];
+    all.extend(args);
+    named_with_stdin("oci-nvidia-hook", &all, stdin)
+}
+
+/// Runs the binary under the name `argv0` (`nvidia-cdi-hook`) with `args`,
+/// `stdin`, and a cleared environment.
+pub fn named_with_stdin(argv0: &str, args: &[&str], stdin: &[u8]) -> Output {
+    use std::os::unix::process::CommandExt;
     let mut child = Command::new(hook_binary())
+        .arg0(argv0)
         .env_clear()
-        .arg("--config")
-        .arg(config)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
