@@ -37,7 +37,7 @@ use harness::runtime::cri::{
 };
 use harness::runtime::daemons::{checker_script, CriSetup, DaemonSetup, Daemons};
 use harness::runtime::host_state::{listing_diff, tree_listing};
-use harness::runtime::injected::{assert_gpus, gpu};
+use harness::runtime::injected::{assert_gpus, assert_gpus_any_layout, gpu};
 use harness::runtime::oci_config::path_str;
 use harness::simhost::{require_root, Fixture, SimHost};
 
@@ -298,7 +298,8 @@ fn device_plugin_spec_through_the_cri() {
             ..NO_SHAPE
         },
     );
-    assert_gpus(&annotations.run, &host, &[2], &[minor(1)]);
+    // NVIDIA's layout, not ours: the driver's files at their host paths.
+    assert_gpus_any_layout(&annotations.run, &host, &[2], &[minor(1)]);
 
     let name = format!("{PLUGIN_KIND}={}", uuid(1));
     let cri = node.pod(
@@ -309,7 +310,7 @@ fn device_plugin_spec_through_the_cri() {
             ..NO_SHAPE
         },
     );
-    assert_gpus(&cri.run, &host, &[1], &[minor(2)]);
+    assert_gpus_any_layout(&cri.run, &host, &[1], &[minor(2)]);
     node.finish();
 }
 

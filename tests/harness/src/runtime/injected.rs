@@ -216,3 +216,51 @@ pub fn assert_gpus(run: &Run, host: &SimHost, indices: &[u32], decoys: &[u32]) {
         );
     }
 }
+
+/// For a spec laid out by someone else (NVIDIA's CDI library mounts the
+/// driver's files at their paths in the driver root, not ours): exactly
+/// the GPUs of `indices` allowed by the cgroup (ENXIO), every decoy
+/// denied (EPERM), no other GPU node, and the mounted libcuda answering
+/// `cuDriverGetVersion` with the host's CUDA version.
+pub fn assert_gpus_any_layout(run: &Run, host: &SimHost, indices: &[u32], decoys: &[u32]) {
+    let ctx = run.describe();
+    let minors: Vec<u32> = indices.iter().map(|i| gpu(host, *i).minor).collect();
+    let nodes = run.report.gpu_nodes();
+    for minor in &minors {
+        let node = nodes
+            .get(minor)
+            .unwrap_or_else(|| panic!("/dev/nvidia{minor} is missing:{ctx}"));
+        assert_eq!(
+            node.open.as_deref(),
+            Some("ENXIO"),
+            "/dev/nvidia{minor}: the device cgroup must allow it:{ctx}"
+        );
+    }
+    for (minor, node) in &nodes {
+        if minors.contains(minor) {
+            continue;
+        }
+        assert!(
+            decoys.contains(minor),
+            "/dev/nvidia{minor} was not asked for:{ctx}"
+        );
+        assert_eq!(
+            node.open.as_deref(),
+            Some("EPERM"),
+            "decoy /dev/nvidia{minor}: the device cgroup must deny it:{ctx}"
+        );
+    }
+    for minor in decoys {
+        assert!(
+            nodes.contains_key(minor),
+            "the decoy /dev/nvidia{minor} is missing:{ctx}"
+        );
+    }
+    let cuda = run.report.cuda.as_ref().expect("a cuda line");
+    assert_eq!(cuda.field("rc"), Some("0"), "cuDriverGetVersion:{ctx}");
+    assert_eq!(
+        cuda.field("version"),
+        Some(host.facts.cuda_version.to_string().as_str()),
+        "cuDriverGetVersion:{ctx}"
+    );
+}
