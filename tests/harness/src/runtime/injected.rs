@@ -194,13 +194,20 @@ pub fn assert_gpus(run: &Run, host: &SimHost, indices: &[u32], decoys: &[u32]) {
             real_libraries: true,
         },
     );
+    assert_decoys_denied(run, &minors, decoys);
+}
+
+/// Every GPU node but `minors` is one of `decoys`, each there and denied
+/// by the device cgroup (EPERM).
+fn assert_decoys_denied(run: &Run, minors: &[u32], decoys: &[u32]) {
     let ctx = run.describe();
-    for (minor, node) in run.report.gpu_nodes() {
-        if minors.contains(&minor) {
+    let nodes = run.report.gpu_nodes();
+    for (minor, node) in &nodes {
+        if minors.contains(minor) {
             continue;
         }
         assert!(
-            decoys.contains(&minor),
+            decoys.contains(minor),
             "/dev/nvidia{minor} was not asked for:{ctx}"
         );
         assert_eq!(
@@ -211,7 +218,7 @@ pub fn assert_gpus(run: &Run, host: &SimHost, indices: &[u32], decoys: &[u32]) {
     }
     for minor in decoys {
         assert!(
-            run.report.gpu_nodes().contains_key(minor),
+            nodes.contains_key(minor),
             "the decoy /dev/nvidia{minor} is missing:{ctx}"
         );
     }
@@ -236,26 +243,7 @@ pub fn assert_gpus_any_layout(run: &Run, host: &SimHost, indices: &[u32], decoys
             "/dev/nvidia{minor}: the device cgroup must allow it:{ctx}"
         );
     }
-    for (minor, node) in &nodes {
-        if minors.contains(minor) {
-            continue;
-        }
-        assert!(
-            decoys.contains(minor),
-            "/dev/nvidia{minor} was not asked for:{ctx}"
-        );
-        assert_eq!(
-            node.open.as_deref(),
-            Some("EPERM"),
-            "decoy /dev/nvidia{minor}: the device cgroup must deny it:{ctx}"
-        );
-    }
-    for minor in decoys {
-        assert!(
-            nodes.contains_key(minor),
-            "the decoy /dev/nvidia{minor} is missing:{ctx}"
-        );
-    }
+    assert_decoys_denied(run, &minors, decoys);
     let cuda = run.report.cuda.as_ref().expect("a cuda line");
     assert_eq!(cuda.field("rc"), Some("0"), "cuDriverGetVersion:{ctx}");
     assert_eq!(
