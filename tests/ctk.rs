@@ -19,10 +19,10 @@ use harness::runtime::bundle::{template_rootfs, work_root, write_hook_config};
 use harness::runtime::cleanup::remove_tree_safely;
 use harness::runtime::daemons::{nvidia_ctk, DaemonSetup, Daemons};
 use harness::runtime::injected::assert_every_gpu_injected;
-use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT};
+use harness::runtime::oci_config::path_str;
 use harness::runtime::process::run_bounded;
-use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
-use harness::runtime::runtimes::{require_tool, Runtime};
+use harness::runtime::run::{serial, RUN_LIMIT};
+use harness::runtime::runtimes::require_tool;
 use harness::simhost::{require_root, Fixture, SimHost};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -111,36 +111,12 @@ fn dockerd_runs_the_runtime_runtime_configure_registered() {
     );
 
     daemons.import_rootfs(&template_rootfs(&host), IMAGE);
-    let out_dir = work.join("run/out");
-    fs::create_dir_all(&out_dir).unwrap();
-    let volume = format!("{}:/out", path_str(&out_dir));
-    let started = Instant::now();
-    let finished = daemons.docker(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "-v",
-        &volume,
-        "--runtime",
-        "nvidia",
-        "-e",
-        "NVIDIA_VISIBLE_DEVICES=all",
-        IMAGE,
-        "/bin/sh",
-        "-c",
-        CONTAINER_SCRIPT,
-    ]);
-    let run = Run::collect(
-        Runtime::RuncV1,
+    let run = daemons.checker_run(
         "ctk-docker",
-        finished,
-        started.elapsed(),
-        RunFiles {
-            bundle: &work.join("run"),
-            rootfs: &work.join("run"),
-            hook_log: &hook_log,
-        },
+        &["--runtime", "nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=all"],
+        IMAGE,
+        &[],
+        &hook_log,
     );
     assert_every_gpu_injected(&run, &host);
     drop(daemons);

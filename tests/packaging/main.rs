@@ -54,7 +54,7 @@ use harness::runtime::cleanup::{remove_tree_safely, Cleanup};
 use harness::runtime::daemons::{DaemonSetup, Daemons};
 use harness::runtime::expected::node_specs;
 use harness::runtime::injected::{assert_injected, Expected as Injected};
-use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT};
+use harness::runtime::oci_config::CONTAINER_SCRIPT;
 use harness::runtime::process::run_bounded;
 use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
 use harness::runtime::runtimes::{podman_run_args, Runtime};
@@ -756,38 +756,7 @@ fn docker_with_packaged_link(host: &SimHost, log: &Path) -> Run {
     let image = "onh-packaged:test";
     daemons.import_rootfs(&template_rootfs(host), image);
 
-    let out_dir = dir.join("run").join("out");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let _ = std::fs::remove_file(log);
-    let volume = format!("{}:/out", path_str(&out_dir));
-    let started = Instant::now();
-    let finished = daemons.docker(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "-v",
-        &volume,
-        "--gpus",
-        "all",
-        image,
-        "/bin/sh",
-        "-c",
-        CONTAINER_SCRIPT,
-    ]);
-    let elapsed = started.elapsed();
-    let run_dir = dir.join("run");
-    let run = Run::collect(
-        Runtime::RuncV1,
-        "packaged-docker",
-        finished,
-        elapsed,
-        RunFiles {
-            bundle: &run_dir,
-            rootfs: &run_dir,
-            hook_log: log,
-        },
-    );
+    let run = daemons.checker_run("packaged-docker", &["--gpus", "all"], image, &[], log);
     drop(daemons);
     run
 }
