@@ -31,6 +31,15 @@ impl Format {
         }
     }
 
+    /// The group a set-group-ID file belongs to: the unprivileged group,
+    /// gid 65534, which Debian names nogroup and RPM distributions nobody.
+    pub fn secure_group(self) -> &'static str {
+        match self {
+            Format::Deb => "nogroup",
+            Format::Rpm => "nobody",
+        }
+    }
+
     /// What `${unitdir}`, `${udevrulesdir}` and `${zshcompdir}` are.
     fn expand(self, dest: &str) -> String {
         let (units, udev, zsh) = match self {
@@ -56,13 +65,17 @@ impl Format {
 pub struct Expected {
     /// Its permission bits (0777 for a link).
     pub mode: u32,
+    /// Its group's name: root, or [`Format::secure_group`] for a
+    /// set-group-ID file.
+    pub group: String,
     /// A link's target.
     pub link: Option<String>,
     /// A conffile (dpkg) or `%config(noreplace)` (RPM).
     pub conffile: bool,
 }
 
-/// Every path `package` holds in `format`, man pages expanded from the
+/// Every path `package` holds in `format`, owned by root (its group
+/// [`Expected::group`]), man pages expanded from the
 /// generated pages in the row's `@docs/` directory (`man`, `man-compat`).
 pub fn expected(package: &str, format: Format, docs: &Path) -> BTreeMap<String, Expected> {
     let text = std::fs::read_to_string(repo().join("packaging/files")).expect("packaging/files");
@@ -81,8 +94,14 @@ pub fn expected(package: &str, format: Format, docs: &Path) -> BTreeMap<String, 
         }
         let mode = u32::from_str_radix(mode, 8).expect("octal mode");
         let dest = format.expand(dest);
+        let group = if mode & 0o2000 != 0 {
+            format.secure_group()
+        } else {
+            "root"
+        };
         let file = |conffile| Expected {
             mode,
+            group: group.to_string(),
             link: None,
             conffile,
         };
@@ -102,6 +121,7 @@ pub fn expected(package: &str, format: Format, docs: &Path) -> BTreeMap<String, 
                     dest,
                     Expected {
                         mode,
+                        group: "root".to_string(),
                         link: Some(source.to_string()),
                         conffile: false,
                     },

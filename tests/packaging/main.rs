@@ -10,7 +10,10 @@
 //! - both .deb files and both .rpm files hold exactly what
 //!   `packaging/files` lists, with its modes; lintian finds no error and no
 //!   warning that an override does not explain;
-//! - `dpkg -i` of both: the units enabled, man pages open, bash completes;
+//! - `dpkg -i` of both: the binary set-group-ID to nogroup (2755, gid
+//!   65534), so that no `LD_PRELOAD` and the like an image hands an entry
+//!   point of it (prestart, cdi-hook, nvidia-cdi-hook, the runtime
+//!   wrapper) loads; the units enabled, man pages open, bash completes;
 //!   Podman with no `--hooks-dir` starts a GPU container through the
 //!   packaged hooks.d file, and Docker's `--gpus all` through the compat
 //!   package's `/usr/bin/nvidia-container-runtime-hook`, both on a
@@ -38,6 +41,7 @@ mod files;
 mod host;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -48,6 +52,7 @@ use crate::host::{dpkg, status, HostGuard};
 use clap::CommandFactory;
 use harness::glibc;
 use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::preload::EvilLibrary;
 use harness::project::{documents, hook_binary, repo};
 use harness::runtime::bundle::{copy_template, template_rootfs, work_root, write_hook_config};
 use harness::runtime::cleanup::{remove_tree_safely, Cleanup};
@@ -66,6 +71,10 @@ use oci_nvidia_hook::config::Config;
 
 /// The packaged hooks.d file, which Podman reads when given no --hooks-dir.
 const HOOKS_D_FILE: &str = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json";
+/// The packaged binary.
+const BINARY: &str = "/usr/bin/oci-nvidia-hook";
+/// The unprivileged group it is set-group-ID to (nogroup).
+const SECURE_GID: u32 = 65534;
 /// The compat package's link that dockerd must find on its PATH.
 const RUNTIME_HOOK_LINK: &str = "/usr/bin/nvidia-container-runtime-hook";
 /// The units the main package enables, and the links enabling makes.
@@ -305,8 +314,10 @@ fn deb_contents(deb: &Path) -> BTreeMap<String, Expected> {
     for line in String::from_utf8(out.stdout).unwrap().lines() {
         let cols: Vec<&str> = line.split_whitespace().collect();
         let (perms, owner, path) = (cols[0], cols[1], cols[5]);
-        assert_eq!(owner, "root/root", "{line}");
+        let (user, group) = owner.split_once('/').unwrap();
+        assert_eq!(user, "root", "{line}");
         if perms.starts_with('d') {
+            assert_eq!(group, "root", "{line}");
             continue;
         }
         let link = (cols.get(6) == Some(&"->")).then(|| cols[7].to_string());
@@ -314,6 +325,7 @@ fn deb_contents(deb: &Path) -> BTreeMap<String, Expected> {
             path.trim_start_matches('.').to_string(),
             Expected {
                 mode: mode_of(perms),
+                group: group.to_string(),
                 link,
                 conffile: false,
             },
@@ -322,15 +334,19 @@ fn deb_contents(deb: &Path) -> BTreeMap<String, Expected> {
     files
 }
 
-/// `-rwxr-xr-x` as 0o755.
+/// `-rwxr-xr-x` as 0o755, `-rwxr-sr-x` as 0o2755 (`S`: set-group-ID
+/// without group execute).
 fn mode_of(perms: &str) -> u32 {
-    perms[1..]
+    let bits = perms[1..]
         .chars()
-        .fold(0, |mode, c| (mode << 1) | u32::from(c != '-'))
+        .fold(0, |mode, c| (mode << 1) | u32::from(c != '-' && c != 'S'));
+    let setgid = matches!(perms.chars().nth(6), Some('s' | 'S'));
+    bits | if setgid { 0o2000 } else { 0 }
 }
 
 /// Each .deb holds exactly the files packaging/files lists for it, with
-/// their modes and link targets, owned by root; the conffile is declared.
+/// their modes and link targets, owned by root (the set-group-ID binary
+/// by nogroup); the conffile is declared.
 #[test]
 #[cfg_attr(
     not(feature = "_test_as_root"),
@@ -453,7 +469,7 @@ fn packages_need_the_glibc_their_binary_needs() {
 }
 
 /// Each .rpm lists exactly the files packaging/files lists for RPM, with
-/// their modes, root-owned; the conffile is `%config(noreplace)`; the
+/// their modes, root-owned (the set-group-ID binary by nobody); the conffile is `%config(noreplace)`; the
 /// compat package requires this version and conflicts with NVIDIA's.
 #[test]
 #[cfg_attr(
@@ -482,8 +498,10 @@ fn rpms_list_the_listed_files_with_their_modes() {
                 parts.next().unwrap(),
             );
             let head: Vec<&str> = head.split_whitespace().collect();
-            assert_eq!(head[1], "root:root", "{line}");
+            let (user, group) = head[1].split_once(':').unwrap();
+            assert_eq!(user, "root", "{line}");
             if head[0].starts_with('d') {
+                assert_eq!(group, "root", "{line}");
                 dirs.push(path.to_string());
                 continue;
             }
@@ -492,6 +510,7 @@ fn rpms_list_the_listed_files_with_their_modes() {
                 path.to_string(),
                 Expected {
                     mode: mode_of(head[0]),
+                    group: group.to_string(),
                     link: (!target.is_empty()).then(|| target.to_string()),
                     conffile: flags.contains('c') && flags.contains('n'),
                 },
@@ -621,8 +640,10 @@ fn backup_dir(test: &str) -> PathBuf {
 }
 
 /// Both packages installed with `dpkg -i`, and what that must give: both
-/// known to dpkg at the built version, every listed file in place, the
-/// units enabled (deb-systemd-helper works without systemd running).
+/// known to dpkg at the built version, every listed file in place with its
+/// mode and group (the binary 2755 root:nogroup, gid 65534, so that the
+/// kernel starts it in secure mode), the units enabled (deb-systemd-helper
+/// works without systemd running).
 fn install(built: &Built) {
     dpkg(&["-i"], &built.debs());
     for package in PACKAGES {
@@ -631,8 +652,19 @@ fn install(built: &Built) {
             let meta = std::fs::symlink_metadata(&path)
                 .unwrap_or_else(|e| panic!("{path} is not installed: {e}"));
             assert_eq!(meta.file_type().is_symlink(), want.link.is_some(), "{path}");
+            if want.link.is_none() {
+                assert_eq!(meta.mode() & 0o7777, want.mode, "{path}'s mode");
+                let gid = if want.group == "root" { 0 } else { SECURE_GID };
+                assert_eq!((meta.uid(), meta.gid()), (0, gid), "{path}'s owner");
+            }
         }
     }
+    let binary = std::fs::metadata(BINARY).unwrap();
+    assert_eq!(
+        (binary.mode() & 0o7777, binary.gid()),
+        (0o2755, SECURE_GID),
+        "{BINARY} is not set-group-ID to gid {SECURE_GID}"
+    );
     for link in ENABLED_LINKS {
         assert!(
             std::fs::read_link(link).is_ok(),
@@ -793,10 +825,7 @@ fn debs_install_serve_podman_and_docker_and_purge_without_a_trace() {
     let guard = HostGuard::take(&installed_paths(built), &backup_dir("install"));
 
     install(built);
-    let version = Command::new("/usr/bin/oci-nvidia-hook")
-        .arg("--version")
-        .output()
-        .unwrap();
+    let version = Command::new(BINARY).arg("--version").output().unwrap();
     assert!(
         String::from_utf8_lossy(&version.stdout)
             .starts_with(&format!("oci-nvidia-hook {VERSION} (commit ")),
@@ -834,7 +863,7 @@ fn debs_install_serve_podman_and_docker_and_purge_without_a_trace() {
     let modified = std::fs::read_to_string(CONFFILE).unwrap();
 
     // doctor, as installed, finds the packaged hooks.d file and its binary.
-    let doctor = Command::new("/usr/bin/oci-nvidia-hook")
+    let doctor = Command::new(BINARY)
         .env_clear()
         .args(["doctor", "--json"])
         .output()
@@ -852,6 +881,14 @@ fn debs_install_serve_podman_and_docker_and_purge_without_a_trace() {
         })
         .unwrap_or_else(|| panic!("doctor does not see the packaged hooks.d file: {report:#}"));
     assert_eq!(hooks["status"], "ok", "{hooks:#}");
+
+    // No library of the image loads into an entry point of the packaged
+    // binary: the hook's stages through runc, nvidia-cdi-hook and the
+    // runtime wrapper through the compat links.
+    let evil = EvilLibrary::build("packaged-preload");
+    evil.assert_control_loads();
+    evil.assert_no_entry_point_loads(Path::new(BINARY), &[Runtime::RuncV1], "packaged");
+    evil.remove();
 
     let run = podman_with_packaged_hook(&host, &log);
     assert_all_gpus(&run, &host);
