@@ -20,7 +20,7 @@ UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
 UNITS        := packaging/systemd/oci-nvidia-hook-cdi.service packaging/systemd/oci-nvidia-hook-cdi.path
 UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 
-.PHONY: build build-aarch64 test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor lint install install-units fuzz deb rpm package-docs
+.PHONY: build build-aarch64 test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-targets lint install install-units fuzz deb rpm package-docs
 
 build:
 	CARGO=$(CARGO) integration/zigbuild --release --locked --target $(TARGET).$(GLIBC_FLOOR)
@@ -47,7 +47,7 @@ demo: build deps
 # build simulated hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
 # bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-ldcache
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-ldcache bench-targets
 
 # nvidia-cdi-hook update-ldcache against NVIDIA's fork of ldconfig -r ROOT.
 bench-ldcache: build
@@ -101,6 +101,12 @@ bench-doctor: build deps
 bench-floor: build
 	$(CARGO) build --release --locked
 	integration/bench-floor $(BIN) target/release/oci-nvidia-hook
+
+# Issue 26's two ratios in one run, the binary installed set-group-ID: the
+# hook alone in runc at 8 GPUs against NVIDIA's hook + cli (ANCHORS.md's
+# figure), and a pass-through wrapper call against runc's own.
+bench-targets: build deps
+	integration/bench-targets $(BIN)
 
 # Every fuzz target for FUZZ_SECONDS each (CI uses 15).
 FUZZ_SECONDS ?= 60
