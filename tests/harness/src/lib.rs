@@ -23,3 +23,4 @@ pub mod project;
 pub mod refusal;
 pub mod runtime;
 pub mod simhost;
+pub mod stuck;
