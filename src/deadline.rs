@@ -185,16 +185,20 @@ impl Drop for Waiting {
 /// [`MARGIN`] (at least 1 ms): so it runs out before the alarm.
 pub fn clip(own: Duration) -> Duration {
     armed(|state| match state {
-        Some(armed) => {
-            let margin = MARGIN.min(armed.bound / 4);
-            let left = armed
-                .at
-                .saturating_duration_since(Instant::now())
-                .saturating_sub(margin);
-            own.min(left).max(Duration::from_millis(1))
-        }
+        Some(armed) => clip_to(
+            own,
+            armed.at.saturating_duration_since(Instant::now()),
+            armed.bound,
+        ),
         None => own,
     })
+}
+
+/// `own` cut to `left` of a deadline of `bound`, less the margin.
+fn clip_to(own: Duration, left: Duration, bound: Duration) -> Duration {
+    let margin = MARGIN.min(bound / 4);
+    own.min(left.saturating_sub(margin))
+        .max(Duration::from_millis(1))
 }
 
 /// Fails once the deadline passed: between steps that make changes, which
@@ -246,5 +250,15 @@ mod tests {
         // Unarmed: an inner bound is its own.
         assert_eq!(clip(Duration::from_secs(10)), Duration::from_secs(10));
         assert!(check().is_ok());
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        // NVML's 10 s within the default 15 s: its own, with time to spare.
+        assert_eq!(clip_to(s(10), s(15), s(15)), s(10));
+        // Late in the run: what is left, less the margin for the line and undoing.
+        assert_eq!(clip_to(s(10), s(3), s(15)), ms(2500));
+        // A short deadline keeps a quarter of itself back.
+        assert_eq!(clip_to(s(10), ms(200), ms(200)), ms(150));
+        // Run out: the least wait, which fails at once with its own error.
+        assert_eq!(clip_to(s(10), Duration::ZERO, s(15)), ms(1));
     }
 }

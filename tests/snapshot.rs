@@ -2,7 +2,8 @@
 //! replaced, truncated, tampered with or turned into a fifo while 16
 //! containers start at once through runc, and host files that would block
 //! a start (the driver root's cache or a procfs file turned into a fifo, a
-//! log file that is a fifo nobody reads). Every start either is correct or
+//! log file that is a fifo nobody reads, a procfs file whose read does not
+//! return). Every start either is correct or
 //! fails with one clear line, within the deadline; none hangs, and a start
 //! that fails leaves the rootfs as it was.
 //!
@@ -23,6 +24,7 @@ use harness::runtime::process::run_bounded;
 use harness::runtime::run::{serial, Run, Serial, RUN_LIMIT};
 use harness::runtime::runtimes::Runtime;
 use harness::simhost::{Fixture, SimHost};
+use harness::stuck::StuckFile;
 
 /// Containers started at once while the snapshot is sabotaged.
 const STARTS: usize = 16;
@@ -371,6 +373,115 @@ fn a_driver_root_cache_or_procfs_file_that_is_a_fifo_fails_the_start_at_once() {
         |_| {},
         &["driver/nvidia/version", "a fifo, not a regular file"],
     );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_procfs_read_that_does_not_return_fails_the_start_at_its_deadline() {
+    let serial = serial();
+    let host = host("snapshot-stuck-proc", DEADLINE);
+    // A regular file whose read blocks: the type check lets it through,
+    // and only the deadline ends the wait.
+    let version = host.dir.join("proc/driver/nvidia/version");
+    let stuck = StuckFile::over(&version);
+    let elapsed = assert_fails_within_the_deadline(
+        &serial,
+        &host,
+        "stuck-proc",
+        &BundleExtras::default(),
+        |_| {},
+        &[
+            "prestart: gave up after 2000 ms (deadline-ms) waiting for reading",
+            "proc/driver/nvidia/version",
+        ],
+    );
+    assert!(
+        elapsed >= DEADLINE,
+        "it failed before the deadline: not the deadline's doing"
+    );
+    drop(stuck);
+    // The file back, the host starts containers again.
+    let prepared = prepare(
+        &serial,
+        &scenario("stuck-proc-after", &host),
+        &Default::default(),
+    );
+    assert_correct(&start(&prepared));
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn nvidia_cdi_hook_and_nvidia_ctk_hook_are_bounded_by_the_deadline() {
+    use std::process::Command;
+
+    let dir = tempfile::tempdir().unwrap();
+    // The OCI state read from a file whose read does not return.
+    let state = dir.path().join("state.json");
+    fs::write(&state, b"").unwrap();
+    let stuck = StuckFile::over(&state);
+    let hook = harness::project::hook_binary();
+    for name in ["nvidia-cdi-hook", "nvidia-ctk"] {
+        std::os::unix::fs::symlink(hook, dir.path().join(name)).unwrap();
+    }
+    let spec = format!("--container-spec={}", state.display());
+    let cases = [
+        ("nvidia-cdi-hook", vec!["update-ldcache", spec.as_str()]),
+        (
+            "nvidia-ctk hook",
+            vec!["hook", "update-ldcache", spec.as_str()],
+        ),
+    ];
+    // Both at once: each waits out the default config's bound.
+    let dir_path = dir.path();
+    let runs: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = cases
+            .iter()
+            .map(|(entry, args)| {
+                scope.spawn(move || {
+                    let name = entry.split(' ').next().unwrap_or(entry);
+                    let mut cmd = Command::new(dir_path.join(name));
+                    cmd.args(args);
+                    let started = Instant::now();
+                    let finished = run_bounded(cmd, Duration::from_secs(60));
+                    (*entry, finished, started.elapsed())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (entry, finished, elapsed) in runs {
+        let stderr = &finished.stderr;
+        assert!(!finished.timed_out, "{entry}: hung past 60 s: {stderr}");
+        assert_eq!(
+            finished.status.and_then(|s| s.code()),
+            Some(1),
+            "{entry}: {stderr}"
+        );
+        let head = format!("error: {entry}: gave up after ");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(&head))
+            .unwrap_or_else(|| panic!("{entry}: no deadline line: {stderr}"));
+        assert!(
+            line.ends_with(&format!(
+                "ms (deadline-ms) waiting for reading {}",
+                state.display()
+            )),
+            "{entry}: {line}"
+        );
+        let millis: u64 = line
+            .split(&head)
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{entry}: no bound in {line}"));
+        let bound = Duration::from_millis(millis);
+        assert!(
+            elapsed >= bound && elapsed < bound + Duration::from_secs(3),
+            "{entry}: {elapsed:?} for a bound of {bound:?}"
+        );
+    }
+    drop(stuck);
 }
 
 #[test]

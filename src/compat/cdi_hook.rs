@@ -144,9 +144,11 @@ pub fn parse(args: &[std::ffi::OsString]) -> CdiHook {
 }
 
 /// Runs `hook` with the default config file (for the log and the driver's
-/// procfs), `--debug`/`--quiet` setting its level.
+/// procfs), `--debug`/`--quiet` setting its level; a runtime waits for it,
+/// so it runs under the config's deadline like every hook.
 pub fn run(hook: &CdiHook) -> Result<()> {
-    let mut config = Config::load(None)?;
+    let mut config =
+        crate::deadline::bounded_load(Some(NAME), || Config::load(None), Config::deadline)?;
     if hook.debug {
         config.log.level = LogLevel::Debug;
     } else if hook.quiet {

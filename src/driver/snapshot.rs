@@ -689,8 +689,20 @@ mod tests {
             symlink("nvidia/libcuda.so.535.261.03", lib.join("libcuda.so.1")).unwrap();
             fs::create_dir_all(root.join("etc")).unwrap();
             fs::write(root.join("etc/ld.so.cache"), b"glibc-ld.so.cache1.1").unwrap();
+            fs::create_dir_all(root.join("usr/bin")).unwrap();
+            fs::write(root.join("usr/bin/nvidia-smi"), b"\x7fELF").unwrap();
+            let firmware = root.join("lib/firmware/nvidia/535.261.03");
+            fs::create_dir_all(&firmware).unwrap();
+            fs::write(firmware.join("gsp_ga10x.bin"), b"gsp").unwrap();
             let driver = DriverRoot::new(&root);
             let cache = driver.resolve(Path::new("/etc/ld.so.cache")).unwrap();
+            let found = |inner: &str, capability| HostFile {
+                capability,
+                path: driver.resolve(Path::new(inner)).unwrap().host,
+                destination: PathBuf::from(inner),
+            };
+            let binaries = vec![found("/usr/bin/nvidia-smi", Some(Capability::Utility))];
+            let firmware = vec![found("/lib/firmware/nvidia/535.261.03/gsp_ga10x.bin", None)];
             let resolved = driver
                 .resolve(Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1"))
                 .unwrap();
@@ -707,9 +719,9 @@ mod tests {
                     prefix: "libnvidia-ml.so",
                     core: true,
                 }],
-                binaries: Vec::new(),
-                missing_binaries: vec!["nvidia-smi"],
-                firmware: Vec::new(),
+                binaries,
+                missing_binaries: vec!["nvidia-debugdump"],
+                firmware,
                 configs: Vec::new(),
                 cache: cache.host,
             };
@@ -918,27 +930,17 @@ mod tests {
         assert!(err.to_string().contains(named), "{case}: {err}");
     }
 
-    #[test]
-    fn a_snapshot_naming_files_outside_the_root_is_refused() {
-        type Edit = fn(&str, &str) -> String;
-        let cases: [(&str, Edit); 5] = [
-            ("another host file", |_, _| "/etc/shadow".into()),
-            ("up and out of the root", |root, _| {
-                format!("{root}/usr/lib/../../../../etc/shadow")
-            }),
-            ("through a dot", |root, lib| {
-                lib.replacen(root, &format!("{root}/."), 1)
-            }),
-            ("through an empty component", |root, lib| {
-                lib.replacen(root, &format!("{root}/"), 1)
-            }),
-            ("relative", |_, lib| lib.trim_start_matches('/').into()),
-        ];
+    /// A path rewriting a library's (root and library path given).
+    type PathEdit = fn(&str, &str) -> String;
+
+    /// Checks that a snapshot naming each of `cases` instead of its
+    /// library, in its library list alone or in its stamp too, is refused
+    /// as unsafe, naming the path.
+    fn paths_refused(cases: &[(&str, PathEdit)]) {
         for (case, edit) in cases {
             let host = Host::new();
             host.store();
             let bad = edit(&host.root.to_string_lossy(), &host.library_path());
-            // In the library list alone, and in its stamp too.
             for both in [false, true] {
                 host.store();
                 host.rewrite(|json| {
@@ -959,6 +961,90 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_with_dot_or_dot_dot_components_is_refused() {
+        paths_refused(&[
+            ("up and out of the root", |root, _| {
+                format!("{root}/usr/lib/../../../../etc/shadow")
+            }),
+            ("up and back into the root", |root, lib| {
+                lib.replacen(root, &format!("{root}/usr/.."), 1)
+            }),
+            ("through a dot", |root, lib| {
+                lib.replacen(root, &format!("{root}/."), 1)
+            }),
+        ]);
+    }
+
+    #[test]
+    fn a_snapshot_with_relative_or_empty_paths_is_refused() {
+        paths_refused(&[
+            ("relative", |_, lib| lib.trim_start_matches('/').into()),
+            ("through an empty component", |root, lib| {
+                lib.replacen(root, &format!("{root}/"), 1)
+            }),
+            ("with a trailing slash", |_, lib| format!("{lib}/")),
+        ]);
+    }
+
+    #[test]
+    fn a_snapshot_naming_files_outside_the_root_is_refused() {
+        paths_refused(&[
+            ("another host file", |_, _| "/etc/shadow".into()),
+            // A prefix of the root's name is not the root.
+            ("beside the root", |root, _| format!("{root}2/libcuda.so.1")),
+        ]);
+    }
+
+    #[test]
+    fn a_path_normal_and_under_the_root_is_still_resolved_inside_it() {
+        // A link inside the root up and out of it: the path is normal and
+        // under the root, its stamp's lstat may match, but resolved inside
+        // the root it is not the file stamped.
+        let host = Host::new();
+        host.store();
+        // Only the inputs stamped, not the directories on the way: so that
+        // nothing but resolving inside the root can tell.
+        let inputs: Vec<String> = [&host.root, &host.files.cache]
+            .into_iter()
+            .chain(host.files.libraries.iter().map(|l| &l.path))
+            .chain(host.files.binaries.iter().map(|b| &b.path))
+            .chain(host.files.firmware.iter().map(|f| &f.path))
+            .map(|p| p.to_string_lossy().to_string())
+            .collect();
+        host.rewrite(|json| {
+            json["stamps"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|s| inputs.iter().any(|i| s["path"] == i.as_str()))
+        });
+        assert_eq!(host.load().unwrap(), host.files);
+        let lib = host.root.join("usr/lib/x86_64-linux-gnu");
+        let outside = host.dir.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::rename(lib.join("nvidia"), outside.join("nvidia")).unwrap();
+        let up = "../".repeat(lib.strip_prefix("/").unwrap().components().count());
+        symlink(
+            format!("{up}{}", outside.join("nvidia").display()),
+            lib.join("nvidia"),
+        )
+        .unwrap();
+        // Through the host's own lookup it is the very file stamped.
+        let stamped = fs::metadata(&host.files.libraries[0].path).unwrap();
+        assert_eq!(
+            stamped.ino(),
+            fs::metadata(outside.join("nvidia/libcuda.so.535.261.03"))
+                .unwrap()
+                .ino()
+        );
+        match host.load() {
+            Err(Error::SnapshotStale { examined, .. }) => {
+                assert_eq!(examined, host.files.libraries[0].path)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn a_snapshot_of_names_this_build_does_not_know_is_refused() {
         let host = Host::new();
         host.store();
@@ -968,43 +1054,108 @@ mod tests {
         });
     }
 
-    #[test]
-    fn a_snapshot_must_stamp_every_input_the_inventory_depends_on() {
-        let host = Host::new();
+    /// Checks that `host`'s snapshot, its stamps edited by `edit`, is
+    /// refused as incomplete (or `expected`), naming `named`.
+    fn stamps_refused(
+        host: &Host,
+        case: &str,
+        named: &str,
+        edit: impl FnOnce(&mut serde_json::Value),
+        expected: fn(&Error) -> bool,
+    ) {
         host.store();
+        host.rewrite(edit);
+        refused(host, case, named, expected);
+    }
+
+    fn incomplete(e: &Error) -> bool {
+        matches!(e, Error::SnapshotIncomplete { .. })
+    }
+
+    #[test]
+    fn a_snapshot_with_an_empty_stamp_list_is_refused() {
+        let host = Host::new();
         let root = host.root.to_string_lossy().to_string();
-        let cache = host.files.cache.to_string_lossy().to_string();
-        let lib = host.library_path();
-        for (case, dropped, named) in [
-            ("no stamps at all", None, root.as_str()),
-            ("no stamp of the root", Some(root.as_str()), root.as_str()),
-            (
-                "no stamp of the cache",
-                Some(cache.as_str()),
-                cache.as_str(),
-            ),
-            ("no stamp of a library", Some(lib.as_str()), lib.as_str()),
-        ] {
-            host.store();
-            host.rewrite(|json| {
-                let stamps = json["stamps"].as_array_mut().unwrap();
-                match dropped {
-                    None => stamps.clear(),
-                    Some(path) => stamps.retain(|s| s["path"] != path),
-                }
-            });
-            refused(&host, case, named, |e| {
-                matches!(e, Error::SnapshotIncomplete { .. })
-            });
+        stamps_refused(
+            &host,
+            "no stamps at all",
+            &root,
+            |json| json["stamps"].as_array_mut().unwrap().clear(),
+            incomplete,
+        );
+    }
+
+    #[test]
+    fn a_snapshot_with_no_stamp_list_is_refused() {
+        let host = Host::new();
+        stamps_refused(
+            &host,
+            "no stamp list",
+            "stamps",
+            |json| {
+                json.as_object_mut().unwrap().remove("stamps");
+            },
+            |e| matches!(e, Error::SnapshotDecode { .. }),
+        );
+    }
+
+    #[test]
+    fn a_snapshot_with_a_partial_stamp_list_is_refused() {
+        let host = Host::new();
+        let shown = |p: &Path| p.to_string_lossy().to_string();
+        let inputs = [
+            ("the root", shown(&host.root)),
+            ("the cache", shown(&host.files.cache)),
+            ("a library", host.library_path()),
+            ("a program", shown(&host.files.binaries[0].path)),
+            ("a firmware file", shown(&host.files.firmware[0].path)),
+        ];
+        for (case, dropped) in inputs {
+            stamps_refused(
+                &host,
+                &format!("no stamp of {case}"),
+                &dropped,
+                |json| {
+                    let stamps = json["stamps"].as_array_mut().unwrap();
+                    let before = stamps.len();
+                    stamps.retain(|s| s["path"] != dropped.as_str());
+                    assert_eq!(stamps.len(), before - 1, "{case} was stamped");
+                },
+                incomplete,
+            );
         }
-        // No stamp list is no snapshot of this format.
+    }
+
+    #[test]
+    fn a_snapshot_with_an_emptied_stamp_is_refused() {
+        // A stamp of the right path whose other fields are gone does not
+        // decode; one zeroed decodes and is stale.
+        let host = Host::new();
+        let lib = host.library_path();
+        stamps_refused(
+            &host,
+            "a stamp of its path alone",
+            "missing field",
+            |json| {
+                for stamp in json["stamps"].as_array_mut().unwrap() {
+                    if stamp["path"] == lib.as_str() {
+                        *stamp = serde_json::json!({ "path": lib });
+                    }
+                }
+            },
+            |e| matches!(e, Error::SnapshotDecode { .. }),
+        );
         host.store();
         host.rewrite(|json| {
-            json.as_object_mut().unwrap().remove("stamps");
+            for stamp in json["stamps"].as_array_mut().unwrap() {
+                if stamp["path"] == lib.as_str() {
+                    for field in ["dev", "ino", "mode", "size"] {
+                        stamp[field] = 0.into();
+                    }
+                }
+            }
         });
-        refused(&host, "no stamp list", "stamps", |e| {
-            matches!(e, Error::SnapshotDecode { .. })
-        });
+        assert!(matches!(host.load(), Err(Error::SnapshotStale { .. })));
     }
 
     #[test]

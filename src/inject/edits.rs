@@ -138,6 +138,9 @@ pub fn libraries(rootfs: &Path, folders: &[PathBuf]) -> Result<Libraries> {
 /// files and character devices are changed, anything else is refused. A
 /// failure puts back the modes already changed. Returns how many changed.
 pub fn chmod(rootfs: &Path, paths: &[PathBuf], mode: u32) -> Result<usize> {
+    // All the modes changed, or none: the deadline waits, or stops it first.
+    let _held = crate::deadline::hold();
+    crate::deadline::check()?;
     let root = open_root(rootfs)?;
     let reopener = Reopener::open().map_err(Error::Reopen)?;
     let mut changed = Vec::new();
@@ -183,6 +186,9 @@ pub fn chmod(rootfs: &Path, paths: &[PathBuf], mode: u32) -> Result<usize> {
 /// in place of a regular file or link there; a file already holding it is
 /// left alone. Returns whether it wrote.
 pub fn write_file(rootfs: &Path, path: &Path, data: &[u8]) -> Result<bool> {
+    // Written whole or not at all: the deadline waits, or stops it first.
+    let _held = crate::deadline::hold();
+    crate::deadline::check()?;
     let root = open_root(rootfs)?;
     let old = read_in(&root, &Reopener::open().map_err(Error::Reopen)?, path)?;
     let mut journal = Journal::default();

@@ -126,7 +126,9 @@ pub fn log_failure(args: &[OsString], message: &str) {
         .append(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        // After the deadline is disarmed: a fifo no one reads is refused
+        // (ENXIO), never waited for.
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
         .open(&path)
         .and_then(|mut file| writeln!(file, "{line}"));
 }

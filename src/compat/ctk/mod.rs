@@ -100,7 +100,9 @@ pub fn config(ctk: &Ctk) -> crate::config::Result<Config> {
 
 /// Runs `ctk`'s command (logging set up), writing to stdout.
 pub fn run(ctk: &Ctk) -> Result<()> {
-    let config = &self::config(ctk)?;
+    // `nvidia-ctk hook` runs as a runtime's hook: bounded as every hook is.
+    let entry = matches!(ctk.command, Command::Hook { .. }).then_some("nvidia-ctk hook");
+    let config = &crate::deadline::bounded_load(entry, || self::config(ctk), Config::deadline)?;
     crate::logging::init(&config.log)?;
     let stdout = io::stdout();
     let mut out = stdout.lock();

@@ -24,3 +24,4 @@ pub mod project;
 pub mod refusal;
 pub mod runtime;
 pub mod simhost;
+pub mod stuck;
