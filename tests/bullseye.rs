@@ -12,7 +12,8 @@
 //!
 //! The container's rootfs and its checker are the other suites' (built on
 //! this host by integration/rootfs): what is old here is the system the hook
-//! and runc run on. Every mount lives in the namespace and vanishes with
+//! and runc run on. The fixtures build on bullseye too: integration/rootfs
+//! (and the checker it compiles) runs there with bullseye's gcc and glibc. Every mount lives in the namespace and vanishes with
 //! it. Needs root, debootstrap (integration/install-deps) and the shipped
 //! binary (`make build`; `make test` builds it first):
 //! `cargo test --features _test_as_root --test bullseye`.
@@ -24,7 +25,7 @@ use std::time::Duration;
 use harness::debroot::{DebRoot, Entry};
 use harness::glibc;
 use harness::mounts::{assert_mounts_unchanged, host_mounts};
-use harness::project::hook_binary;
+use harness::project::{hook_binary, repo, target_tmpdir};
 use harness::runtime::bundle::{Hook, Scenario};
 use harness::runtime::container::run_through;
 use harness::runtime::injected::assert_every_gpu_injected;
@@ -39,9 +40,10 @@ fn shipped_binary() -> PathBuf {
     glibc::shipped_binary("x86_64-unknown-linux-gnu", "build")
 }
 
-/// The bullseye root with runc (made by debootstrap the first time).
+/// The bullseye root with runc, and what integration/rootfs needs to
+/// build a test image there (made by debootstrap the first time).
 fn bullseye_root() -> DebRoot {
-    DebRoot::ensure("bullseye", &["runc"])
+    DebRoot::ensure("bullseye", &["runc", "gcc", "libc6-dev", "busybox-static"])
 }
 
 /// The command that runs `argv` inside the bullseye root: the repository's
@@ -169,4 +171,57 @@ fn bullseye_runc_runs_the_prestart_hook() {
     assert_every_gpu_injected(&run, &host);
     drop(serial);
     assert_mounts_unchanged(&before, "the bullseye container");
+}
+
+/// The test image builds on glibc 2.31: integration/rootfs runs in the
+/// bullseye root with bullseye's gcc (the checker needs `-ldl` there and
+/// has no `strerrorname_np`; bullseye's ldconfig lists ABI tags), and its
+/// checker runs under the image's own loader.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn the_test_image_builds_on_bullseye() {
+    require_root();
+    let _serial = serial();
+    let root = bullseye_root();
+    // The image's parent is bound in: integration/rootfs replaces the image
+    // directory itself, which a mount point would not let it.
+    let parent = target_tmpdir().join("bullseye-rootfs");
+    let _ = std::fs::remove_dir_all(&parent);
+    std::fs::create_dir_all(&parent).expect("create the image's directory");
+    let out = parent.join("image");
+    let integration = repo().join("integration");
+    let script = path_str(&integration.join("rootfs"));
+    let image = path_str(&out);
+    let built = run_bounded(
+        root.command(
+            &Entry::binding(&[&integration, &parent]),
+            &[&script, &image],
+        ),
+        Duration::from_secs(120),
+    );
+    assert!(
+        !built.timed_out,
+        "integration/rootfs in bullseye was killed"
+    );
+    let status = built.status.and_then(|s| s.code());
+    assert_eq!(
+        status,
+        Some(0),
+        "integration/rootfs in bullseye failed:\n{}\n{}",
+        built.stdout,
+        built.stderr
+    );
+    assert!(
+        built.stderr.contains("rootfs: done"),
+        "integration/rootfs in bullseye did not finish: {}",
+        built.stderr
+    );
+    let checker = std::fs::read(out.join("checker")).expect("the checker built in bullseye");
+    assert!(
+        !checker
+            .windows(b"GLIBC_2.34".len())
+            .any(|w| w == b"GLIBC_2.34"),
+        "the checker built in bullseye names glibc 2.34"
+    );
+    std::fs::remove_dir_all(&parent).expect("remove the bullseye-built image");
 }
