@@ -621,6 +621,7 @@ fn prepare_cli_container(
             env,
             hook: Hook::Prestart,
             decoy_minors,
+            decoys: &[],
             reuse_rootfs: false,
             prepare: None,
         },

@@ -168,6 +168,7 @@ fn run_hooked(
         env: &[],
         hook: Hook::Absent,
         decoy_minors: &[],
+        decoys: &[],
         reuse_rootfs: false,
         prepare: Some(&prepare),
     };
