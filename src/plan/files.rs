@@ -82,7 +82,6 @@ pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, request: &Request, im
             });
         }
     }
-    gated(plan, inventory, request);
     for ipc in inventory
         .ipcs
         .iter()
@@ -94,6 +93,8 @@ pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, request: &Request, im
         };
         plan.mount(kind, &ipc.path, ipc.destination.clone());
     }
+    // Last: a file the capabilities brought already is not mounted twice.
+    gated(plan, inventory, request);
 }
 
 /// The files the enabled feature-gated devices bring beside their nodes, as

@@ -1193,6 +1193,27 @@ fn gated_devices_bring_their_files() {
         let fm = mounted(&plan, MountKind::Socket)
             .contains(&"/run/nvidia-fabricmanager/socket".to_string());
         assert_eq!(fm, req.gated.nvswitch, "case {i}");
+        // Utility brings the socket too: it is mounted once.
+        let mut with_utility = files_host();
+        with_utility.ipcs.push(Ipc {
+            capability: Capability::Utility,
+            kind: IpcKind::Socket,
+            path: "/sim/driver/run/nvidia-fabricmanager/socket".into(),
+            destination: "/run/nvidia-fabricmanager/socket".into(),
+        });
+        let plan = Plan::build(
+            &with_utility,
+            &req,
+            &ImageLayout::Debian.into(),
+            NodeMode::Mknod,
+        )
+        .unwrap();
+        let sockets = mounted(&plan, MountKind::Socket);
+        let fms = sockets
+            .iter()
+            .filter(|s| s.ends_with("nvidia-fabricmanager/socket"))
+            .count();
+        assert_eq!(fms, 1, "case {i}: {sockets:?}");
         for m in plan.mounts.iter().filter(|m| m.kind == MountKind::State) {
             assert!(m.options.read_only && m.options.nodev && m.options.noexec);
         }
