@@ -67,7 +67,7 @@ pub(super) fn check(doc: &Value, host: &mut Host<'_>, problems: &mut Vec<Problem
                         told_no_driver = true;
                         problems.push(Problem::new(
                             &hook_at,
-                            format!("cannot check the driver the spec was made for: {why}"),
+                            format!("{} the spec was made for: {why}", super::kinds::NO_DRIVER),
                         ));
                     }
                 },

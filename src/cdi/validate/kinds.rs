@@ -13,6 +13,9 @@ use crate::cdi::generate::IMEX_KIND;
 use crate::driver::nodes::IMEX_DIR;
 use crate::request::MAX_IMEX_CHANNEL;
 
+/// How a problem that the driver cannot be asked begins.
+pub(super) const NO_DRIVER: &str = "cannot check the driver";
+
 /// The kind of the GPU spec.
 const GPU_KIND: &str = "nvidia.com/gpu";
 
@@ -38,11 +41,11 @@ pub(super) fn check(
     }
     let host = match host() {
         Ok(host) => host,
+        // A host without the driver is one problem: our hook's check may
+        // have said so already.
+        Err(_) if problems.iter().any(|p| p.what.starts_with(NO_DRIVER)) => return,
         Err(why) => {
-            problems.push(Problem::new(
-                "kind",
-                format!("cannot check its devices against the driver: {why}"),
-            ));
+            problems.push(Problem::new("kind", format!("{NO_DRIVER}: {why}")));
             return;
         }
     };
