@@ -214,6 +214,20 @@ static void report_files(void)
 		for_each_match(lib_dirs[d], libs, report_file);
 	}
 	for_each_match("/usr/bin", bins, report_file);
+	/* Graphics, display and OpenCL files beyond the libraries; the GBM
+	 * backend link; our application profile; the gated devices' files. */
+	static const char *const nv[] = {"*nvidia*", NULL}, *const all[] = {"*", NULL};
+	static const char *const beyond[] = {
+		"/usr/lib/xorg/modules/drivers", "/usr/lib/xorg/modules/extensions",
+		"/usr/share/egl/egl_external_platform.d", "/etc/OpenCL/vendors",
+		"/usr/lib/x86_64-linux-gnu/gbm", "/usr/lib64/gbm"};
+	for (size_t d = 0; d < sizeof beyond / sizeof *beyond; d++)
+		for_each_match(beyond[d], nv, report_file);
+	for_each_match("/etc/nvidia/nvidia-application-profiles-rc.d", all, report_file);
+	static const char *const udev[] = {"udev", NULL}, *const cufile[] = {"cufile.json", NULL};
+	for_each_match("/run", udev, report_file);
+	for_each_match("/etc", cufile, report_file);
+	for_each_match("/run/nvidia-fabricmanager", all, report_file);
 }
 
 /* The loaded object's real path, from the link map dlopen made. */

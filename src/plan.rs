@@ -76,10 +76,13 @@ pub enum MountKind {
     Socket,
     /// A daemon's pipe directory.
     Directory,
+    /// A directory of host state read, never written (udev's database, for GDS).
+    State,
 }
 
 impl MountKind {
-    /// Files are read-only; sockets and pipe directories must be writable but never executable.
+    /// Files are read-only; state is read-only and never executable; sockets
+    /// and pipe directories must be writable but never executable.
     pub fn options(self) -> MountOptions {
         match self {
             MountKind::Binary | MountKind::Library | MountKind::Firmware | MountKind::Config => {
@@ -90,6 +93,12 @@ impl MountKind {
                     noexec: false,
                 }
             }
+            MountKind::State => MountOptions {
+                read_only: true,
+                nosuid: true,
+                nodev: true,
+                noexec: true,
+            },
             MountKind::Socket | MountKind::Directory => MountOptions {
                 read_only: false,
                 nosuid: true,
@@ -154,8 +163,39 @@ pub struct Mount {
 pub struct Symlink {
     /// The link, in the container.
     pub path: PathBuf,
-    /// What it points to: a name in the same directory.
+    /// What it points to, relative to the link's directory: a name beside
+    /// it, or `../NAME` for the GBM backend.
     pub target: PathBuf,
+}
+
+/// A small file of ours written into the container: its content is the
+/// plan's, never a host file's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WrittenFile {
+    /// Where it goes in the container.
+    pub path: PathBuf,
+    /// What it holds.
+    pub data: String,
+}
+
+/// Where NVIDIA's `update-application-profile` (toolkit 1.20) writes the
+/// driver's application profile.
+pub const APPLICATION_PROFILE: &str =
+    "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf";
+
+/// The driver application profile that keeps EGL and Vulkan to the GPUs
+/// of `minors` (`EGLVisibleDGPUDevices`, a mask of GPU minors below 64), as
+/// NVIDIA's hook writes it; none when no minor fits the mask.
+pub fn application_profile(minors: impl IntoIterator<Item = u32>) -> Option<String> {
+    let mask = minors
+        .into_iter()
+        .filter(|minor| *minor < 64)
+        .fold(0u64, |mask, minor| mask | 1 << minor);
+    (mask != 0).then(|| {
+        format!(
+            "{{\"profiles\":[{{\"name\":\"_container_\",\"settings\":[\"EGLVisibleDGPUDevices\",{mask:#x}]}}],\"rules\":[{{\"pattern\":[],\"profile\":\"_container_\"}}]}}"
+        )
+    })
 }
 
 /// One rule for the container's device cgroup.
@@ -300,6 +340,8 @@ pub struct Plan {
     pub loader_dirs: Vec<PathBuf>,
     /// The masked `/proc/driver/nvidia`.
     pub proc_mask: Option<ProcMask>,
+    /// Small files of ours: the driver's application profile for graphics.
+    pub files: Vec<WrittenFile>,
 }
 
 impl Plan {
@@ -325,7 +367,16 @@ impl Plan {
         plan.selected = devices.iter().filter_map(SelectedDevice::of).collect();
         nodes::plan(&mut plan, inventory, request, &devices, &management)?;
         plan.proc_mask = Some(procmask::plan(inventory, &devices, &management));
-        files::plan(&mut plan, inventory, &request.capabilities, image);
+        files::plan(&mut plan, inventory, request, image);
+        if request.capabilities.contains(Capability::Graphics) {
+            let minors = devices.iter().map(|d| d.gpu().minor);
+            if let Some(data) = application_profile(minors) {
+                plan.files.push(WrittenFile {
+                    path: PathBuf::from(APPLICATION_PROFILE),
+                    data,
+                });
+            }
+        }
         Ok(plan)
     }
 

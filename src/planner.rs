@@ -25,7 +25,7 @@ use crate::image::{self, Image, ImageLayout};
 use crate::nvml;
 use crate::plan::{self, NodeMode, Plan, SelectedDevice};
 use crate::request::{
-    self, Capabilities, Capability, DeviceId, DeviceSelection, ImexChannels, Request,
+    self, Capabilities, Capability, DeviceId, DeviceSelection, Gated, ImexChannels, Request,
 };
 use crate::require::{self, DeviceFacts, Facts, Requirements};
 
@@ -68,6 +68,9 @@ pub enum Source<'a> {
         devices: &'a str,
         /// Capabilities, as `NVIDIA_DRIVER_CAPABILITIES` takes them.
         capabilities: &'a str,
+        /// The devices beyond the GPU, as a container's variables ask for
+        /// them (`NVIDIA_IMEX_CHANNELS=…`, `NVIDIA_GDS=enabled`, …).
+        env: &'a [String],
     },
     /// NVIDIA's CLI command line: what it asks, and the container it asks
     /// for (`configure`), whose bundle says whether it is privileged and in
@@ -173,18 +176,24 @@ fn effective(config: &Config, source: Source<'_>) -> Result<Effective> {
         Source::Flags {
             devices,
             capabilities,
+            env,
         } => {
             // The flags read as the variables do, so `list` shows what a
             // container with the same values would get.
             let request = match DeviceSelection::parse(Some(devices))? {
                 DeviceSelection::Void => Request::void(),
-                devices => Request::new(
-                    devices,
-                    restrict(
-                        Capabilities::from_variable(Some(capabilities), false)?,
-                        config,
-                    ),
-                ),
+                devices => {
+                    let mut request = Request::new(
+                        devices,
+                        restrict(
+                            Capabilities::from_variable(Some(capabilities), false)?,
+                            config,
+                        ),
+                    );
+                    request.imex = ImexChannels::from_env(env)?;
+                    request.gated = Gated::from_env(env);
+                    request
+                }
             };
             Ok(Effective {
                 request,
@@ -696,6 +705,7 @@ pub fn plan_each_device(
             Source::Flags {
                 devices,
                 capabilities,
+                env: &[],
             },
         )
     };

@@ -159,6 +159,7 @@ fn bullseye_runc_runs_the_prestart_hook() {
         env: &[("NVIDIA_VISIBLE_DEVICES", "all")],
         hook: Hook::Prestart,
         decoy_minors: &[],
+        decoys: &[],
         reuse_rootfs: false,
         prepare: None,
     };

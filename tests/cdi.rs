@@ -634,3 +634,97 @@ fn an_unwritable_output_directory_is_one_line_and_writes_nothing() {
     assert!(err.contains("Read-only file system"), "{err}");
     assert_eq!(listing(&ro), Vec::<String>::new());
 }
+
+/// On the `--extras` host: the GPU spec (each GPU's DRM nodes in its device)
+/// and the IMEX spec beside it validate clean; another GPU's DRM node in a
+/// device, and a channel with another major or under another name, do not.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn validate_knows_the_imex_spec_and_each_gpus_drm_nodes() {
+    let sim = SimHost::shared(Fixture::synthetic(2).extras());
+    let extras = sim.facts.extras.as_ref().expect("an --extras host");
+    let dir = tempfile::tempdir().unwrap();
+    let gpu_file = generate_to(
+        &sim,
+        dir.path(),
+        "nvidia.yaml",
+        &["--device-name-strategy", "index"],
+    );
+    let imex_file = dir.path().join("nvidia-imex-channel.yaml");
+    for file in [&gpu_file, &imex_file] {
+        let checked = validate(&sim.config, file);
+        assert!(
+            checked.status.success(),
+            "{}: {}{}",
+            file.display(),
+            String::from_utf8_lossy(&checked.stdout),
+            String::from_utf8_lossy(&checked.stderr)
+        );
+    }
+
+    // GPU 1's device given GPU 0's card node instead of its own.
+    let mut doc = parse(&std::fs::read_to_string(&gpu_file).unwrap());
+    let devices = doc["devices"].as_array_mut().unwrap();
+    let at = devices
+        .iter()
+        .position(|d| d["name"] == "1")
+        .expect("device 1");
+    let other = extras
+        .drm
+        .iter()
+        .find(|d| d.bus == sim.facts.gpus[0].bus)
+        .unwrap();
+    let nodes = devices[at]["containerEdits"]["deviceNodes"]
+        .as_array_mut()
+        .unwrap();
+    let card = nodes
+        .iter()
+        .position(|n| {
+            n["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("/dev/dri/card"))
+        })
+        .expect("GPU 1's device has its card node");
+    let minor: u32 = other
+        .card
+        .trim_start_matches("/dev/dri/card")
+        .parse()
+        .unwrap();
+    nodes[card] = json!({"path": other.card, "type": "c", "major": 226, "minor": minor});
+    std::fs::write(&gpu_file, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    let found = problems(&sim.config, &gpu_file);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(&format!("devices[{at}].containerEdits.deviceNodes[{card}]: {} is the DRM node of the GPU at /dev/nvidia{}", other.card, sim.facts.gpus[0].minor)),
+        "{found:?}"
+    );
+
+    // Channel 1 with another major, and named 7.
+    let mut doc = parse(&std::fs::read_to_string(&imex_file).unwrap());
+    let devices = doc["devices"].as_array_mut().unwrap();
+    let one = devices
+        .iter()
+        .position(|d| d["name"] == "1")
+        .expect("channel 1");
+    devices[one]["containerEdits"]["deviceNodes"][0]["major"] = json!(extras.imex_major + 1);
+    let zero = devices
+        .iter()
+        .position(|d| d["name"] == "0")
+        .expect("channel 0");
+    devices[zero]["name"] = json!("7");
+    std::fs::write(&imex_file, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    let found = problems(&sim.config, &imex_file);
+    let joined = found.join("\n");
+    assert!(
+        joined.contains(&format!(
+            "major {}, the driver's nvidia-caps-imex-channels is {}",
+            extras.imex_major + 1,
+            extras.imex_major
+        )),
+        "{joined}"
+    );
+    assert!(
+        joined.contains("IMEX channel 7 without its node /dev/nvidia-caps-imex-channels/channel7"),
+        "{joined}"
+    );
+}

@@ -521,6 +521,35 @@ fn podman_takes_an_imex_channel_and_a_gpus_drm_nodes() {
     assert_eq!(node(&other.card), None, "{}", run.describe());
     let link = format!("/dev/dri/by-path/pci-{}-card", gpu.bus.to_ascii_lowercase());
     assert_eq!(node(&link).map(|n| n.0), Some('l'), "{}", run.describe());
+    // The spec's mounts bring the files beyond the libraries; its hook the
+    // GBM backend link and the application profile of the GPU Podman gave.
+    for path in [
+        "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+        "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so",
+        "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+        "/etc/OpenCL/vendors/nvidia.icd",
+    ] {
+        let file = run.report.files.get(path);
+        assert!(
+            file.is_some_and(|f| f.read_only && f.nodev),
+            "{path}: {file:?}{}",
+            run.describe()
+        );
+    }
+    assert_eq!(
+        run.report
+            .links
+            .get("/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so")
+            .map(String::as_str),
+        Some("../libnvidia-allocator.so.1"),
+        "{}",
+        run.describe()
+    );
+    let profile = "etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf";
+    let written = std::fs::read_to_string(run.rootfs.join(profile))
+        .unwrap_or_else(|e| panic!("{profile}: {e}{}", run.describe()));
+    let mask = format!("\"EGLVisibleDGPUDevices\",{:#x}]", 1u64 << gpu.minor);
+    assert!(written.contains(&mask), "{written}");
 }
 
 /// Turns our spec into the shape NVIDIA's `nvidia-ctk cdi generate` writes

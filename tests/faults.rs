@@ -74,6 +74,7 @@ fn refused_bpf_calls_stop_the_container_with_a_clear_error() {
             env: &[("NVIDIA_VISIBLE_DEVICES", "0")],
             hook: Hook::Prestart,
             decoy_minors: &[],
+            decoys: &[],
             reuse_rootfs: false,
             prepare: None,
         },

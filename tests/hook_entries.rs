@@ -196,6 +196,7 @@ fn hook_entries_the_test_harness_generates_set_env() {
         out_dir: Path::new("/test/out"),
         binds: &[],
         decoy_minors: &[],
+        decoys: &[],
         hook: Some((hook_binary(), &args)),
     });
     let entries = hook_entries(&config, "the harness's config.json");

@@ -375,3 +375,108 @@ fn unsupported_capabilities_are_not_listed() {
     assert!(!listed.contains("libcuda"), "{listed}");
     assert!(listed.contains("libnvidia-ml"), "{listed}");
 }
+
+/// The devices and files beyond the GPU on the real host's `--extras`
+/// (Debian's X server, EGL platform and OpenCL packages): each listed
+/// under the flag that selects it, and only then; another GPU's DRM nodes
+/// and an unasked channel never.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn the_devices_and_files_beyond_the_gpu_list_under_their_flags() {
+    let sim = SimHost::shared(Fixture::real(2).extras());
+    let extras = sim.facts.extras.as_ref().expect("an --extras host");
+    let dev = sim.path("devroot/dev").display().to_string();
+    let (gpu, other) = (&sim.facts.gpus[1], &sim.facts.gpus[0]);
+    let drm = |bus: &str| {
+        let d = extras.drm.iter().find(|d| d.bus == bus).expect("DRM nodes");
+        [d.card.clone(), d.render.clone()].map(|p| format!("{dev}{}", &p[4..]))
+    };
+    let device = gpu.index.to_string();
+    let out = sim.stdout(&[
+        "list",
+        "--device",
+        &device,
+        "--capabilities",
+        "display,compute,utility",
+        "--imex-channels",
+        "1",
+        "--enable",
+        "gds",
+        "--enable",
+        "nvswitch",
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    let mut want: Vec<String> = vec![
+        format!("{dev}/nvidia-caps-imex-channels/channel1"),
+        extras.xorg_driver.clone(),
+        extras.glx_server.clone(),
+        extras.opencl_icd.clone(),
+        extras.udev.clone(),
+        extras.cufile.clone(),
+        extras.fabricmanager_socket.clone(),
+    ];
+    want.extend(drm(&gpu.bus));
+    want.extend(extras.egl_platforms.iter().cloned());
+    want.extend(
+        extras
+            .nvswitch
+            .iter()
+            .chain(&extras.gds)
+            .map(|p| format!("{dev}{}", &p[4..])),
+    );
+    for path in &want {
+        assert!(lines.contains(&path.as_str()), "{path} missing from {out}");
+    }
+    let mut never: Vec<String> = vec![format!("{dev}/nvidia-caps-imex-channels/channel0")];
+    never.extend(drm(&other.bus));
+    never.extend(
+        extras
+            .mofed
+            .iter()
+            .chain(&extras.gdrcopy)
+            .map(|p| format!("{dev}{}", &p[4..])),
+    );
+    for path in &never {
+        assert!(!lines.contains(&path.as_str()), "{path} listed: {out}");
+    }
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.ends_with("nvidia-fabricmanager/socket"))
+            .count(),
+        1,
+        "{out}"
+    );
+    // Without the flags, none of them.
+    let plain = sim.stdout(&["list", "--device", &device, "--capabilities", "utility"]);
+    for path in want
+        .iter()
+        .filter(|p| !p.ends_with("nvidia-fabricmanager/socket"))
+    {
+        assert!(!plain.lines().any(|l| l == path), "{path} listed: {plain}");
+    }
+    // NVIDIA's command line: the channel under --imex-channel, the DRM
+    // nodes under --graphics, each among the devices.
+    let cli = harness::nvidia_cli::nvidia_cli_stdout(
+        &sim.config,
+        &[
+            "list",
+            &format!("--device={device}"),
+            "--graphics",
+            "--imex-channel=1",
+        ],
+    );
+    let cli_lines: Vec<&str> = cli.lines().collect();
+    for path in drm(&gpu.bus)
+        .iter()
+        .chain([&format!("{dev}/nvidia-caps-imex-channels/channel1")])
+    {
+        assert!(
+            cli_lines.contains(&path.as_str()),
+            "{path} missing from {cli}"
+        );
+    }
+    for path in drm(&other.bus) {
+        assert!(!cli_lines.contains(&path.as_str()), "{path} listed: {cli}");
+    }
+}

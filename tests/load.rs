@@ -164,6 +164,7 @@ fn prepare_fleet(serial: &Serial, runtime: Runtime, host: &SimHost, gpus: &[GpuF
                     env: &[("NVIDIA_VISIBLE_DEVICES", &index)],
                     hook: Hook::Prestart,
                     decoy_minors: &decoys,
+                    decoys: &[],
                     reuse_rootfs: false,
                     prepare: None,
                 },
@@ -868,6 +869,7 @@ fn restarts(runtime: Runtime, starts: usize) {
         env: &env,
         hook: Hook::Prestart,
         decoy_minors: &[],
+        decoys: &[],
         reuse_rootfs,
         prepare: None,
     };

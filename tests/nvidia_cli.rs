@@ -621,6 +621,7 @@ fn prepare_cli_container(
             env,
             hook: Hook::Prestart,
             decoy_minors,
+            decoys: &[],
             reuse_rootfs: false,
             prepare: None,
         },
@@ -900,4 +901,40 @@ fn no_devbind_and_no_cgroups_leave_their_step_to_the_runtime() {
             "{path} is created but not granted:{ctx}"
         );
     }
+}
+
+/// `configure --imex-channel=1` on the `--extras` host: the channel asked
+/// for is made and allowed; the host's channel 0, not asked for, is absent.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn configure_imex_channel_gives_exactly_that_channel() {
+    let host = SimHost::shared(Fixture::synthetic(2).extras());
+    let extras = host.facts.extras.as_ref().expect("an --extras host");
+    let serial = serial();
+    let prepared = prepare_cli_container(
+        &serial,
+        "cli-imex",
+        &host,
+        &[],
+        &[],
+        &Caller {
+            args: &["configure", "--device=0", "--utility", "--imex-channel=1"],
+            containerd: false,
+            log_level: "debug",
+        },
+    );
+    let run = run_prepared(&prepared);
+    let ctx = run.describe();
+    let channel = |n: u32| {
+        run.report
+            .nodes
+            .get(&format!("/dev/nvidia-caps-imex-channels/channel{n}"))
+            .map(|node| (node.numbers, node.open.clone()))
+    };
+    assert_eq!(
+        channel(1),
+        Some((Some((extras.imex_major, 1)), Some("ENXIO".to_string()))),
+        "{ctx}"
+    );
+    assert_eq!(channel(0), None, "{ctx}");
 }

@@ -196,6 +196,7 @@ fn check(host: &SimHost, case: &Case) -> Result<(), String> {
             env: &env,
             hook: Hook::Prestart,
             decoy_minors: &[],
+            decoys: &[],
             reuse_rootfs: false,
             prepare,
         },

@@ -43,6 +43,7 @@ fn run_only(
             env,
             hook: Hook::Prestart,
             decoy_minors: &[],
+            decoys: &[],
             reuse_rootfs: false,
             prepare,
         },

@@ -306,6 +306,7 @@ fn user_namespace(
             env,
             hook: Hook::Prestart,
             decoy_minors: &[],
+            decoys: &[],
             reuse_rootfs: false,
             prepare: None,
         },

@@ -67,6 +67,7 @@ fn scenario<'a>(name: &'a str, host: &'a SimHost) -> Scenario<'a> {
         env: &[("NVIDIA_VISIBLE_DEVICES", "0")],
         hook: Hook::Prestart,
         decoy_minors: &[],
+        decoys: &[],
         reuse_rootfs: false,
         prepare: None,
     }

@@ -6,6 +6,7 @@
 //! spec names.
 
 mod host;
+mod kinds;
 mod rules;
 mod shape;
 
@@ -14,6 +15,7 @@ use std::fmt;
 use serde_json::Value;
 
 pub use host::Host;
+pub use kinds::HostDevices;
 
 use super::spec::Spec;
 use crate::config::Config;
@@ -71,8 +73,31 @@ pub fn validate(text: &str, host: &mut Host<'_>) -> Report {
     let (mut report, doc) = check_document(text);
     if let Some(doc) = doc {
         host::check(&doc, host, &mut report.problems);
+        kinds::check(&doc, host.devices, &mut report.problems);
     }
     report
+}
+
+/// What the running driver says of the IMEX channels and each GPU's DRM
+/// nodes, for NVIDIA's kinds; the error in words when there is no driver.
+pub fn host_devices(config: &Config) -> Result<HostDevices, String> {
+    let scope = Capabilities::parse("graphics").map_err(|e| e.to_string())?;
+    let inventory = planner::inventory(config, &scope).map_err(|e| e.to_string())?;
+    let gpu_drm = inventory
+        .gpus
+        .iter()
+        .map(|gpu| {
+            let nodes = inventory
+                .drm_of(&gpu.bus)
+                .map(|drm| drm.nodes.iter().map(|n| n.path.clone()).collect())
+                .unwrap_or_default();
+            (gpu.minor, nodes)
+        })
+        .collect();
+    Ok(HostDevices {
+        imex_major: inventory.imex_major,
+        gpu_drm,
+    })
 }
 
 /// The running driver's version, as the inventory reads it from the
@@ -268,6 +293,7 @@ mod tests {
             &mut Host {
                 dev_root: Path::new("/"),
                 driver_version: &mut driver,
+                devices: &mut || Ok(HostDevices::default()),
             },
         )
     }

@@ -158,11 +158,13 @@ pub fn validate(config: &Config, file: &Path, out: &mut impl Write) -> Result<()
         source,
     })?;
     let mut driver = || cdi::validate::running_driver(config);
+    let mut devices = || cdi::validate::host_devices(config);
     let report = cdi::validate::validate(
         &text,
         &mut cdi::validate::Host {
             dev_root: &config.driver.dev_root,
             driver_version: &mut driver,
+            devices: &mut devices,
         },
     );
     let name = file.display();

@@ -152,9 +152,16 @@ fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) 
         writeln!(out, "  {} ({})", ipc.path.display(), ipc.capability)?;
     }
     if !inv.configs.is_empty() {
-        writeln!(out, "\nGraphics configs:")?;
+        writeln!(out, "\nConfiguration files and X server modules:")?;
         for file in &inv.configs {
-            writeln!(out, "  {}", file.path.display())?;
+            let capability = file.capability.map(|c| c.name()).unwrap_or("-");
+            writeln!(out, "  {} ({capability})", file.path.display())?;
+        }
+    }
+    if !inv.gated_files.is_empty() {
+        writeln!(out, "\nFiles of the feature-gated devices:")?;
+        for file in &inv.gated_files {
+            writeln!(out, "  {} ({:?})", file.path.display(), file.gate)?;
         }
     }
     Ok(())

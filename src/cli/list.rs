@@ -21,6 +21,8 @@ pub enum Ask<'a> {
         capabilities: &'a str,
         /// Where the image keeps libraries.
         layout: ImageLayout,
+        /// The devices beyond the GPU, as the container's variables would ask.
+        env: &'a [String],
     },
     /// A container's bundle, read as the hook reads it.
     Bundle(&'a Path),
@@ -34,10 +36,12 @@ pub fn run(config: &Config, ask: Ask<'_>, json: bool, out: &mut impl Write) -> R
             devices,
             capabilities,
             layout,
+            env,
         } => (
             Source::Flags {
                 devices,
                 capabilities,
+                env,
             },
             ImageSource::Layout(layout),
         ),

@@ -103,12 +103,18 @@ pub enum Command {
         /// Library layout of the image the destinations are for.
         #[arg(long, value_enum, default_value = "debian")]
         layout: Layout,
+        /// IMEX channels, as NVIDIA_IMEX_CHANNELS takes them: all, or a comma list.
+        #[arg(long, value_name = "LIST")]
+        imex_channels: Option<String>,
+        /// A feature-gated device, as its NVIDIA_<NAME>=enabled asks (repeatable).
+        #[arg(long, value_enum, value_name = "NAME")]
+        enable: Vec<GatedName>,
         /// Print JSON with each item's container destination and mount options.
         #[arg(long)]
         json: bool,
         /// Plan for the container this OCI bundle describes, as the hook would: its
         /// environment, device mounts, privilege and rootfs (instead of the flags).
-        #[arg(long, value_name = "DIR", conflicts_with_all = ["device", "capabilities", "layout"])]
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["device", "capabilities", "layout", "imex_channels", "enable"])]
         bundle: Option<PathBuf>,
     },
     /// Container Device Interface: generate, list and validate the host's spec.
@@ -244,6 +250,31 @@ pub enum CdiCommand {
     },
 }
 
+/// The feature-gated devices `list --enable` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GatedName {
+    /// NVIDIA_GDS: GPUDirect Storage.
+    Gds,
+    /// NVIDIA_MOFED: the InfiniBand devices.
+    Mofed,
+    /// NVIDIA_NVSWITCH: the NVSwitch devices and the fabric manager.
+    Nvswitch,
+    /// NVIDIA_GDRCOPY: gdrdrv.
+    Gdrcopy,
+}
+
+impl GatedName {
+    /// The variable that enables it.
+    fn variable(self) -> &'static str {
+        match self {
+            GatedName::Gds => "NVIDIA_GDS",
+            GatedName::Mofed => "NVIDIA_MOFED",
+            GatedName::Nvswitch => "NVIDIA_NVSWITCH",
+            GatedName::Gdrcopy => "NVIDIA_GDRCOPY",
+        }
+    }
+}
+
 /// Spec encodings selectable on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SpecFormat {
@@ -312,15 +343,23 @@ pub fn run(cli: &Cli) -> Result<()> {
             device,
             capabilities,
             layout,
+            imex_channels,
+            enable,
             json,
             bundle,
         } => {
+            let env: Vec<String> = imex_channels
+                .iter()
+                .map(|c| format!("NVIDIA_IMEX_CHANNELS={c}"))
+                .chain(enable.iter().map(|g| format!("{}=enabled", g.variable())))
+                .collect();
             let ask = match bundle {
                 Some(dir) => list::Ask::Bundle(dir),
                 None => list::Ask::Flags {
                     devices: device,
                     capabilities,
                     layout: (*layout).into(),
+                    env: &env,
                 },
             };
             list::run(&loaded()?, ask, *json, &mut out)?

@@ -31,9 +31,6 @@ pub const NAME: &str = "nvidia-cdi-hook";
 /// sorts before NVIDIA's `00-nvcr-*`, as NVIDIA's `00-compat-*` does.
 pub const COMPAT_CONF: &str = "/etc/ld.so.conf.d/00-compat-oci-nvidia-hook.conf";
 
-/// Where `update-application-profile` writes the driver's profile.
-const APPLICATION_PROFILE: &str = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf";
-
 /// Result of a hook.
 pub type Result<T> = std::result::Result<T, Error>;
 
@@ -257,17 +254,14 @@ pub fn run_command(command: &HookCommand, config: &Config) -> Result<()> {
             let located = locate(state)?;
             located.enter(&sys)?;
             let rootfs = &located.container.rootfs;
-            let mask = edits::gpu_minors(rootfs)?
-                .into_iter()
-                .filter(|minor| *minor < 64)
-                .fold(0u64, |mask, minor| mask | 1 << minor);
-            if mask == 0 {
+            let Some(profile) = plan::application_profile(edits::gpu_minors(rootfs)?) else {
                 return Ok(());
-            }
-            let profile = format!(
-                "{{\"profiles\":[{{\"name\":\"_container_\",\"settings\":[\"EGLVisibleDGPUDevices\",{mask:#x}]}}],\"rules\":[{{\"pattern\":[],\"profile\":\"_container_\"}}]}}"
-            );
-            edits::write_file(rootfs, Path::new(APPLICATION_PROFILE), profile.as_bytes())?;
+            };
+            edits::write_file(
+                rootfs,
+                Path::new(plan::APPLICATION_PROFILE),
+                profile.as_bytes(),
+            )?;
             Ok(())
         }
     }

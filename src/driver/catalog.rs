@@ -1,6 +1,7 @@
 //! Which driver files each capability brings, matching NVIDIA's lists so that
 //! images built for NVIDIA's hook find the same files here.
 
+use super::nodes::NodeRole;
 use crate::request::Capability;
 
 /// A library the driver may ship, matched by SONAME prefix.
@@ -30,7 +31,7 @@ const fn core(capability: Capability, prefix: &'static str) -> LibrarySpec {
     }
 }
 
-use Capability::{Compute, Graphics, Ngx, Utility, Video};
+use Capability::{Compute, Display, Graphics, Ngx, Utility, Video};
 
 /// Every library we inject, by capability (NVIDIA's lists).
 pub const LIBRARIES: &[LibrarySpec] = &[
@@ -104,41 +105,104 @@ pub const BINARIES: &[(Capability, &str)] = &[
 /// Directories of the driver root searched for binaries, in order.
 pub const BINARY_DIRS: &[&str] = &["usr/bin", "usr/sbin", "bin", "sbin"];
 
-/// Loader configuration files that graphics needs (the Vulkan and EGL ICDs,
-/// the EGL external platforms),
-/// each with the places a distribution may keep it, in order of preference.
-pub const GRAPHICS_CONFIGS: &[&[&str]] = &[
-    &[
-        "etc/vulkan/icd.d/nvidia_icd.json",
-        "usr/share/vulkan/icd.d/nvidia_icd.json",
-    ],
-    &[
-        "etc/vulkan/implicit_layer.d/nvidia_layers.json",
-        "usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
-    ],
-    &[
-        "etc/glvnd/egl_vendor.d/10_nvidia.json",
-        "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
-    ],
+/// The driver's version in a [`CONFIGS`] place, for files named after it.
+pub const VERSION: &str = "{version}";
+
+/// Files beside the libraries that a capability needs: the loader
+/// configuration of graphics (the Vulkan and EGL ICDs, the EGL external
+/// platforms), display's X server driver and GLX module, compute's OpenCL
+/// ICD. Each comes with the places a distribution may keep it, in order of
+/// preference; [`VERSION`] stands for the driver's version.
+pub const CONFIGS: &[(Capability, &[&str])] = &[
+    (
+        Graphics,
+        &[
+            "etc/vulkan/icd.d/nvidia_icd.json",
+            "usr/share/vulkan/icd.d/nvidia_icd.json",
+        ],
+    ),
+    (
+        Graphics,
+        &[
+            "etc/vulkan/implicit_layer.d/nvidia_layers.json",
+            "usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+        ],
+    ),
+    (
+        Graphics,
+        &[
+            "etc/glvnd/egl_vendor.d/10_nvidia.json",
+            "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+        ],
+    ),
     // The EGL external platforms (Wayland, GBM, X11), as NVIDIA's graphics
     // discoverer mounts them (internal/discover/graphics.go).
-    &[
-        "etc/egl/egl_external_platform.d/10_nvidia_wayland.json",
-        "usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
-    ],
-    &[
-        "etc/egl/egl_external_platform.d/15_nvidia_gbm.json",
-        "usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
-    ],
-    &[
-        "etc/egl/egl_external_platform.d/20_nvidia_xcb.json",
-        "usr/share/egl/egl_external_platform.d/20_nvidia_xcb.json",
-    ],
-    &[
-        "etc/egl/egl_external_platform.d/20_nvidia_xlib.json",
-        "usr/share/egl/egl_external_platform.d/20_nvidia_xlib.json",
-    ],
+    (
+        Graphics,
+        &[
+            "etc/egl/egl_external_platform.d/10_nvidia_wayland.json",
+            "usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+        ],
+    ),
+    (
+        Graphics,
+        &[
+            "etc/egl/egl_external_platform.d/15_nvidia_gbm.json",
+            "usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+        ],
+    ),
+    (
+        Graphics,
+        &[
+            "etc/egl/egl_external_platform.d/20_nvidia_xcb.json",
+            "usr/share/egl/egl_external_platform.d/20_nvidia_xcb.json",
+        ],
+    ),
+    (
+        Graphics,
+        &[
+            "etc/egl/egl_external_platform.d/20_nvidia_xlib.json",
+            "usr/share/egl/egl_external_platform.d/20_nvidia_xlib.json",
+        ],
+    ),
+    // The X server's driver and GLX module, as NVIDIA's Xorg discoverer
+    // finds them (`nvidia/xorg/` beside the libraries), and where the
+    // runfile, RHEL and Debian's alternatives put them (xorg/modules).
+    (
+        Display,
+        &[
+            "usr/lib/x86_64-linux-gnu/nvidia/xorg/nvidia_drv.so",
+            "usr/lib/aarch64-linux-gnu/nvidia/xorg/nvidia_drv.so",
+            "usr/lib64/xorg/modules/drivers/nvidia_drv.so",
+            "usr/lib/xorg/modules/drivers/nvidia_drv.so",
+        ],
+    ),
+    (
+        Display,
+        &[
+            "usr/lib/x86_64-linux-gnu/nvidia/xorg/libglxserver_nvidia.so.{version}",
+            "usr/lib/aarch64-linux-gnu/nvidia/xorg/libglxserver_nvidia.so.{version}",
+            "usr/lib64/xorg/modules/extensions/libglxserver_nvidia.so.{version}",
+            "usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.{version}",
+            "usr/lib/xorg/modules/extensions/libglxserver_nvidia.so",
+        ],
+    ),
+    (Display, &["usr/share/X11/xorg.conf.d/10-nvidia.conf"]),
+    // OpenCL's loader finds the driver through this file.
+    (Compute, &["etc/OpenCL/vendors/nvidia.icd"]),
 ];
+
+/// The X server's GLX module, linked by its unversioned name as NVIDIA's
+/// Xorg hook does.
+pub const GLX_SERVER: &str = "libglxserver_nvidia.so";
+
+/// The GBM backend link, in a `gbm` directory beside the libraries; it
+/// points to [`ALLOCATOR`]'s SONAME, as NVIDIA's graphics libraries hook
+/// links it (`../libnvidia-allocator.so.1`).
+pub const GBM_BACKEND: &str = "gbm/nvidia-drm_gbm.so";
+
+/// The library that is NVIDIA's GBM backend.
+pub const ALLOCATOR: &str = "libnvidia-allocator.so";
 
 /// What kind of IPC endpoint a path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -155,6 +219,31 @@ pub const IPCS: &[(Capability, &str, IpcKind)] = &[
     (Utility, "run/nvidia-persistenced/socket", IpcKind::Socket),
     (Utility, "run/nvidia-fabricmanager/socket", IpcKind::Socket),
     (Compute, "tmp/nvidia-mps", IpcKind::Directory),
+];
+
+/// What a feature-gated device's file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GatedKind {
+    /// A directory, bound read-only.
+    Directory,
+    /// A regular file.
+    File,
+    /// A daemon's unix socket.
+    Socket,
+}
+
+/// The files a feature-gated device brings beside its nodes, relative to
+/// the driver root: GDS's udev database and `cufile.json` (NVIDIA's
+/// internal/discover/gds.go), NVSwitch's fabric manager socket.
+pub const GATED_FILES: &[(NodeRole, &str, GatedKind)] = &[
+    (NodeRole::Gds, "run/udev", GatedKind::Directory),
+    (NodeRole::Gds, "etc/cufile.json", GatedKind::File),
+    (
+        NodeRole::NvSwitch,
+        "run/nvidia-fabricmanager/socket",
+        GatedKind::Socket,
+    ),
 ];
 
 #[cfg(test)]

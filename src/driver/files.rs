@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::catalog::{self, IpcKind};
+use super::catalog::{self, GatedKind, IpcKind};
+use super::nodes::NodeRole;
 use super::root::{DriverRoot, Resolved};
 use super::Error;
 use crate::elf::{self, Arch};
@@ -39,6 +40,40 @@ pub struct Ipc {
     pub path: PathBuf,
     /// The same path inside the container.
     pub destination: PathBuf,
+}
+
+/// A file of a feature-gated device, found in the driver root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GatedFile {
+    /// The device whose variable brings it.
+    pub gate: NodeRole,
+    /// Directory, file or socket.
+    pub kind: GatedKind,
+    /// The path on the host.
+    pub path: PathBuf,
+    /// The same path inside the container.
+    pub destination: PathBuf,
+}
+
+/// The [`catalog::GATED_FILES`] that exist, each of its kind: looked for
+/// every time, as the daemons' sockets are.
+pub fn gated_files(root: &DriverRoot) -> Vec<GatedFile> {
+    catalog::GATED_FILES
+        .iter()
+        .filter_map(|&(gate, inner, kind)| {
+            let (inner, resolved) = typed(root, inner, kind, |ft| match kind {
+                GatedKind::Directory => ft.is_dir(),
+                GatedKind::File => ft.is_file(),
+                GatedKind::Socket => ft.is_socket(),
+            })?;
+            Some(GatedFile {
+                gate,
+                kind,
+                path: resolved.host,
+                destination: inner,
+            })
+        })
+        .collect()
 }
 
 /// Finds the catalogue's programs; returns those found and the names missing.
@@ -116,17 +151,10 @@ pub fn ipcs(root: &DriverRoot, scope: &Capabilities) -> Vec<Ipc> {
         .iter()
         .filter(|(c, _, _)| scope.contains(*c))
         .filter_map(|&(capability, inner, kind)| {
-            let inner = Path::new("/").join(inner);
-            let resolved = lookup(root, &inner)?;
-            let ft = resolved.metadata.file_type();
-            let ok = match kind {
+            let (inner, resolved) = typed(root, inner, kind, |ft| match kind {
                 IpcKind::Socket => ft.is_socket(),
                 IpcKind::Directory => ft.is_dir(),
-            };
-            if !ok {
-                log::warn!("skipping {}: not a {kind:?}", resolved.host.display());
-                return None;
-            }
+            })?;
             Some(Ipc {
                 capability,
                 kind,
@@ -137,25 +165,41 @@ pub fn ipcs(root: &DriverRoot, scope: &Capabilities) -> Vec<Ipc> {
         .collect()
 }
 
-/// The graphics ICD files, the first existing place for each.
-pub fn graphics_configs(root: &DriverRoot, scope: &Capabilities) -> Vec<HostFile> {
-    if !scope.contains(Capability::Graphics) {
-        return Vec::new();
-    }
-    catalog::GRAPHICS_CONFIGS
+/// The [`catalog::CONFIGS`] files of `scope` (ICDs, X server modules),
+/// the first existing place for each, named for driver `version`.
+pub fn configs(root: &DriverRoot, version: &str, scope: &Capabilities) -> Vec<HostFile> {
+    catalog::CONFIGS
         .iter()
-        .filter_map(|places| {
+        .filter(|(capability, _)| scope.contains(*capability))
+        .filter_map(|&(capability, places)| {
             places.iter().find_map(|inner| {
-                let inner = Path::new("/").join(inner);
+                let inner = Path::new("/").join(inner.replace(catalog::VERSION, version));
                 let resolved = lookup(root, &inner)?;
                 resolved.metadata.is_file().then_some(HostFile {
-                    capability: Some(Capability::Graphics),
+                    capability: Some(capability),
                     path: resolved.host,
                     destination: inner,
                 })
             })
         })
         .collect()
+}
+
+/// `inner` (relative to the root) made absolute and resolved, if it is
+/// there and `ok` takes its type; one of another type is said and skipped.
+fn typed(
+    root: &DriverRoot,
+    inner: &str,
+    kind: impl std::fmt::Debug,
+    ok: impl Fn(fs::FileType) -> bool,
+) -> Option<(PathBuf, Resolved)> {
+    let inner = Path::new("/").join(inner);
+    let resolved = lookup(root, &inner)?;
+    if !ok(resolved.metadata.file_type()) {
+        log::warn!("skipping {}: not a {kind:?}", resolved.host.display());
+        return None;
+    }
+    Some((inner, resolved))
 }
 
 /// Resolves `inner`; absence is quiet, any other failure is logged and skipped.
@@ -291,8 +335,17 @@ mod tests {
         let (_d, root) = root();
         write(&root, "/usr/share/vulkan/icd.d/nvidia_icd.json", b"{}");
         let etc = write(&root, "/etc/vulkan/icd.d/nvidia_icd.json", b"{}");
-        assert!(graphics_configs(&root, &Capabilities::parse("compute").unwrap()).is_empty());
-        let found = graphics_configs(&root, &Capabilities::parse("graphics").unwrap());
+        assert!(configs(
+            &root,
+            "535.261.03",
+            &Capabilities::parse("utility").unwrap()
+        )
+        .is_empty());
+        let found = configs(
+            &root,
+            "535.261.03",
+            &Capabilities::parse("graphics").unwrap(),
+        );
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].path, etc);
     }
@@ -306,7 +359,11 @@ mod tests {
             "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
             b"{}",
         );
-        let found = graphics_configs(&root, &Capabilities::parse("display").unwrap());
+        let found = configs(
+            &root,
+            "535.261.03",
+            &Capabilities::parse("display").unwrap(),
+        );
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].path, gbm);
         assert_eq!(

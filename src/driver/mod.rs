@@ -32,7 +32,7 @@ use crate::request::{Capabilities, Capability};
 
 pub use cuda::CudaVersion;
 pub use drm::GpuDrm;
-pub use files::{HostFile, Ipc};
+pub use files::{GatedFile, HostFile, Ipc};
 pub use libraries::{Library, MissingLibrary};
 pub use mig::{CapFile, ComputeInstance, GpuInstance, MigDevice};
 pub use nodes::{Node, NodeRole, NodeState};
@@ -167,6 +167,8 @@ pub struct Inventory {
     pub imex_major: Option<u32>,
     /// Each GPU's DRM nodes, found through sysfs, when graphics is in scope.
     pub drm: Vec<GpuDrm>,
+    /// The feature-gated devices' files the driver root has.
+    pub gated_files: Vec<GatedFile>,
 }
 
 impl Inventory {
@@ -237,6 +239,7 @@ impl Inventory {
         };
         // Daemons come and go: their sockets are looked for every time.
         let ipcs = files::ipcs(&root, scope);
+        let gated_files = files::gated_files(&root);
         let inventory = Inventory {
             driver_version,
             gpus,
@@ -257,6 +260,7 @@ impl Inventory {
             nvml: None,
             imex_major,
             drm,
+            gated_files,
         };
         Ok((inventory, unstored))
     }
@@ -349,7 +353,7 @@ fn root_files(root: &DriverRoot, version: &str, scope: &Capabilities) -> Result<
         binaries,
         missing_binaries,
         firmware: files::firmware(root, version),
-        configs: files::graphics_configs(root, scope),
+        configs: files::configs(root, version, scope),
         cache: cache_path,
     })
 }

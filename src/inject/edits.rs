@@ -19,8 +19,7 @@ use nix::sys::stat::{fstat, Mode};
 use pathrs::Root;
 
 use super::journal::Journal;
-use super::place::{kind_at, Dirs};
-use super::staged::Staged;
+use super::place::{replace_with_file, Dirs};
 use super::{kind_error, Error, Result};
 use crate::elf;
 use crate::ldcache::{self, libcmp};
@@ -195,12 +194,7 @@ pub fn write_file(rootfs: &Path, path: &Path, data: &[u8]) -> Result<bool> {
     let mut dirs = Dirs::new(&root);
     let result = (|| {
         let slot = dirs.slot(path, &mut journal)?;
-        let existing = kind_at(slot.place())?;
-        if old.as_deref() == Some(data) && existing == Some("regular file") {
-            return Ok(false);
-        }
-        Staged::file(slot, data)?.install(existing.is_some(), &mut journal)?;
-        Ok(true)
+        replace_with_file(slot, data, old.as_deref() == Some(data), &mut journal)
     })();
     match result {
         Ok(wrote) => {

@@ -61,7 +61,9 @@ use crate::ldcache;
 use crate::plan::{MountKind, NodeMode, Plan};
 use crate::reopen;
 use journal::{Change, Journal, Mountpoint};
-use place::{mount_target, replace_with_symlink, Dirs, MountTarget, TargetFiles};
+use place::{
+    mount_target, replace_with_file, replace_with_symlink, Dirs, MountTarget, TargetFiles,
+};
 use slot::Target;
 
 /// Why injection failed; each error names the path inside the container or on the host.
@@ -299,7 +301,7 @@ impl<S: Sys> Injection<'_, S> {
                 .mounts
                 .get(index)
                 .ok_or_else(|| missing_source(&mount.source))?;
-            let target = if mount.kind == MountKind::Directory {
+            let target = if matches!(mount.kind, MountKind::Directory | MountKind::State) {
                 Target::Directory
             } else {
                 Target::File
@@ -321,6 +323,12 @@ impl<S: Sys> Injection<'_, S> {
             let slot = self.dirs.slot(&link.path, journal)?;
             replace_with_symlink(slot, &link.target, journal)?;
             summary.symlinks += 1;
+        }
+
+        for file in &plan.files {
+            deadline::check()?;
+            let slot = self.dirs.slot(&file.path, journal)?;
+            replace_with_file(slot, file.data.as_bytes(), false, journal)?;
         }
 
         deadline::check()?;

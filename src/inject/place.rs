@@ -421,3 +421,29 @@ pub(super) fn replace_with_symlink(slot: Slot, target: &Path, journal: &mut Jour
     }
     Staged::symlink(slot, target)?.install(true, journal)
 }
+
+/// Makes `slot` a regular file holding `data`, in place of a regular file
+/// or link of the image there (kept aside in the journal); a file that
+/// already holds it (`holds`) is left alone, anything else is refused.
+/// Returns whether it wrote.
+pub(super) fn replace_with_file(
+    slot: Slot,
+    data: &[u8],
+    holds: bool,
+    journal: &mut Journal,
+) -> Result<bool> {
+    let existing = kind_at(slot.place())?;
+    match existing {
+        Some("regular file") if holds => return Ok(false),
+        None | Some("regular file") | Some("symlink") => {}
+        Some(found) => {
+            return Err(Error::Exists {
+                path: slot.place().path.to_path_buf(),
+                found,
+                expected: "regular file",
+            })
+        }
+    }
+    Staged::file(slot, data)?.install(existing.is_some(), journal)?;
+    Ok(true)
+}

@@ -170,7 +170,9 @@ impl Sources {
                         open_checked(&m.source, "regular file", |ft| ft.is_file())
                     }
                     MountKind::Socket => open_checked(&m.source, "socket", |ft| ft.is_socket()),
-                    MountKind::Directory => open_checked(&m.source, "directory", |ft| ft.is_dir()),
+                    MountKind::Directory | MountKind::State => {
+                        open_checked(&m.source, "directory", |ft| ft.is_dir())
+                    }
                 }?;
                 source(sys, &m.source, checked, m.options)
             })

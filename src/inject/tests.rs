@@ -17,6 +17,7 @@ use super::*;
 use crate::ldcache::{Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
 use crate::plan::{
     DeviceNode, LoaderEntry, Mount, MountOptions, NodeMode, ProcCopy, ProcFile, ProcMask, Symlink,
+    WrittenFile,
 };
 
 const X86: i32 = FLAG_ELF_LIBC6 | FLAG_X8664_LIB64;
@@ -228,6 +229,10 @@ impl World {
                 .collect(),
                 gpus: vec![("0000:3b:00.0".into(), host.join("proc/gpus/0000:3b:00.0"))],
             }),
+            files: vec![WrittenFile {
+                path: crate::plan::APPLICATION_PROFILE.into(),
+                data: crate::plan::application_profile([0]).unwrap(),
+            }],
         };
         World { dir, plan }
     }

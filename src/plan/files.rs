@@ -1,19 +1,22 @@
 //! Plans the host files a container gets: binaries, libraries (bind
 //! mounts, SONAME and development links, loader-cache entries), CUDA
-//! compat preference, firmware, graphics configs and daemon sockets. Every
-//! source is a file discovery found inside the driver root.
+//! compat preference, firmware, graphics configs and daemon sockets, the
+//! X server modules and the GBM backend link, the feature-gated devices'
+//! files. Every source is a file discovery found inside the driver root.
 
 use std::path::{Path, PathBuf};
 
 use super::{LoaderEntry, Mount, MountKind, Plan, Symlink};
+use crate::driver::NodeRole;
 use crate::driver::{catalog, Inventory, Library};
 use crate::elf::Arch;
 use crate::image::{Compat, Image};
 use crate::ldcache;
-use crate::request::{Capabilities, Capability};
+use crate::request::{Capabilities, Capability, Request};
 
-/// Adds every host file that `caps` brings to `plan`, placed for `image`.
-pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, caps: &Capabilities, image: &Image) {
+/// Adds every host file that `request` brings to `plan`, placed for `image`.
+pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, request: &Request, image: &Image) {
+    let caps = &request.capabilities;
     // A capability's programs come only when it was named: `video` brings
     // compute's libraries but not the MPS programs (NVIDIA's OPT:88-89).
     for file in inventory
@@ -41,6 +44,14 @@ pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, caps: &Capabilities, 
             .filter(|l| l.arch == arch.name && caps.contains(l.capability));
         for lib in libs {
             plan.add_library(lib, *arch, dir);
+            // GBM loads its backend by this name (NVIDIA's graphics
+            // libraries hook): the allocator's SONAME, from `gbm/`.
+            if lib.prefix == catalog::ALLOCATOR && caps.contains(Capability::Graphics) {
+                plan.symlinks.push(Symlink {
+                    path: dir.join(catalog::GBM_BACKEND),
+                    target: Path::new("..").join(&lib.soname),
+                });
+            }
         }
         if plan.loader_entries.iter().any(|e| e.arch == arch.name) {
             plan.loader_dirs.push(dir.to_path_buf());
@@ -58,6 +69,18 @@ pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, caps: &Capabilities, 
         .filter(|f| f.capability.is_some_and(|c| caps.contains(c)))
     {
         plan.mount(MountKind::Config, &file.path, file.destination.clone());
+        // The X server loads the GLX module by its unversioned name.
+        let versioned = format!("{}.{}", catalog::GLX_SERVER, inventory.driver_version);
+        if file
+            .destination
+            .file_name()
+            .is_some_and(|n| *n == *versioned)
+        {
+            plan.symlinks.push(Symlink {
+                path: file.destination.with_file_name(catalog::GLX_SERVER),
+                target: PathBuf::from(versioned),
+            });
+        }
     }
     for ipc in inventory
         .ipcs
@@ -69,6 +92,48 @@ pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, caps: &Capabilities, 
             catalog::IpcKind::Directory => MountKind::Directory,
         };
         plan.mount(kind, &ipc.path, ipc.destination.clone());
+    }
+    // Last: a file the capabilities brought already is not mounted twice.
+    gated(plan, inventory, request);
+}
+
+/// The files the enabled feature-gated devices bring beside their nodes, as
+/// NVIDIA's discoverers add them: GDS's udev database and `cufile.json`,
+/// only where the host has a GDS node (gds.go); the fabric manager's socket
+/// with NVSwitch.
+fn gated(plan: &mut Plan, inventory: &Inventory, request: &Request) {
+    let g = request.gated;
+    let has_node = |role| {
+        plan.devices.iter().any(|d| {
+            inventory
+                .nodes
+                .iter()
+                .any(|n| n.role == role && n.path == d.path)
+        })
+    };
+    let enabled = |role| match role {
+        NodeRole::Gds => g.gds && has_node(NodeRole::Gds),
+        NodeRole::NvSwitch => g.nvswitch,
+        _ => false,
+    };
+    let files: Vec<_> = inventory
+        .gated_files
+        .iter()
+        .filter(|f| enabled(f.gate))
+        .collect();
+    for file in files {
+        let kind = match file.kind {
+            catalog::GatedKind::Directory => MountKind::State,
+            catalog::GatedKind::File => MountKind::Config,
+            catalog::GatedKind::Socket => MountKind::Socket,
+        };
+        if !plan
+            .mounts
+            .iter()
+            .any(|m| m.destination == file.destination)
+        {
+            plan.mount(kind, &file.path, file.destination.clone());
+        }
     }
 }
 

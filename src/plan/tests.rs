@@ -129,6 +129,7 @@ pub(crate) fn inventory() -> Inventory {
         mig_monitor: None,
         imex_major: Some(234),
         drm: Vec::new(),
+        gated_files: Vec::new(),
     }
 }
 
@@ -1005,4 +1006,216 @@ fn graphics_brings_the_selected_gpus_drm_nodes_and_links_only() {
     assert!(!device_paths(&none)
         .iter()
         .any(|p| p.starts_with("/dev/dri")));
+}
+
+/// The extras host with the files beyond the libraries: an EGL platform
+/// (graphics), the X server's modules (display; the GLX module under its
+/// versioned name), OpenCL's ICD (compute), the allocator library, and the
+/// gated devices' files.
+fn files_host() -> Inventory {
+    let mut inv = extras_host();
+    inv.libraries.push(lib(
+        Capability::Compute,
+        "libnvidia-allocator.so",
+        "libnvidia-allocator.so.1",
+        "x86_64",
+    ));
+    let config = |capability, destination: &str| HostFile {
+        capability: Some(capability),
+        path: PathBuf::from("/sim/driver").join(&destination[1..]),
+        destination: destination.into(),
+    };
+    inv.configs = vec![
+        config(
+            Capability::Graphics,
+            "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+        ),
+        config(
+            Capability::Display,
+            "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+        ),
+        config(
+            Capability::Display,
+            "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.535.261.03",
+        ),
+        config(Capability::Compute, "/etc/OpenCL/vendors/nvidia.icd"),
+    ];
+    let gated = |gate, kind, destination: &str| crate::driver::GatedFile {
+        gate,
+        kind,
+        path: PathBuf::from("/sim/driver").join(&destination[1..]),
+        destination: destination.into(),
+    };
+    use crate::driver::catalog::GatedKind;
+    inv.gated_files = vec![
+        gated(NodeRole::Gds, GatedKind::Directory, "/run/udev"),
+        gated(NodeRole::Gds, GatedKind::File, "/etc/cufile.json"),
+        gated(
+            NodeRole::NvSwitch,
+            GatedKind::Socket,
+            "/run/nvidia-fabricmanager/socket",
+        ),
+    ];
+    inv
+}
+
+fn mounted(plan: &Plan, kind: MountKind) -> Vec<String> {
+    plan.mounts
+        .iter()
+        .filter(|m| m.kind == kind)
+        .map(|m| m.destination.display().to_string())
+        .collect()
+}
+
+fn link(plan: &Plan, path: &str) -> Option<String> {
+    plan.symlinks
+        .iter()
+        .find(|l| l.path == Path::new(path))
+        .map(|l| l.target.display().to_string())
+}
+
+/// graphics_test.go (the graphics libraries' hook: the GBM backend link)
+/// and the Xorg discoverer (nvidia_drv.so, libglxserver_nvidia.so and its
+/// unversioned link, for display); OpenCL's ICD with compute.
+#[test]
+fn each_capability_brings_its_files_beyond_the_libraries() {
+    const GBM: &str = "/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so";
+    const GLX: &str = "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so";
+    // Capabilities, the config files mounted, the GBM link's and the GLX link's targets.
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        Option<&'static str>,
+        Option<&'static str>,
+    );
+    let table: &[Case] = &[
+        ("utility", &[], None, None),
+        ("compute", &["/etc/OpenCL/vendors/nvidia.icd"], None, None),
+        (
+            "graphics",
+            &["/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json"],
+            // No allocator without compute: no link that would dangle.
+            None,
+            None,
+        ),
+        (
+            "graphics,compute",
+            &[
+                "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+                "/etc/OpenCL/vendors/nvidia.icd",
+            ],
+            Some("../libnvidia-allocator.so.1"),
+            None,
+        ),
+        (
+            "display",
+            &[
+                "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+                "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+                "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.535.261.03",
+            ],
+            None,
+            Some("libglxserver_nvidia.so.535.261.03"),
+        ),
+    ];
+    for (caps, configs, gbm, glx) in table {
+        let plan = Plan::build(
+            &files_host(),
+            &request("0", caps),
+            &ImageLayout::Debian.into(),
+            NodeMode::Mknod,
+        )
+        .unwrap();
+        assert_eq!(mounted(&plan, MountKind::Config), *configs, "{caps}");
+        assert_eq!(link(&plan, GBM).as_deref(), *gbm, "{caps}");
+        assert_eq!(link(&plan, GLX).as_deref(), *glx, "{caps}");
+    }
+}
+
+/// application_profile_test.go: one profile with graphics, naming the
+/// container's GPUs by minor; none without graphics.
+#[test]
+fn graphics_brings_the_application_profile_of_the_selected_gpus() {
+    // GPU indices 1 and 2 have minors 0 and 1 (inventory()).
+    let table: &[(&str, &str, Option<&str>)] = &[
+        ("1,2", "graphics", Some("0x3")),
+        ("0", "display", Some("0x4")),
+        ("0", "compute,utility", None),
+        ("none", "graphics", None),
+    ];
+    for (devices, caps, mask) in table {
+        let plan = Plan::build(
+            &files_host(),
+            &request(devices, caps),
+            &ImageLayout::Debian.into(),
+            NodeMode::Mknod,
+        )
+        .unwrap();
+        let want: Vec<WrittenFile> = mask
+            .iter()
+            .map(|mask| WrittenFile {
+                path: APPLICATION_PROFILE.into(),
+                data: format!("{{\"profiles\":[{{\"name\":\"_container_\",\"settings\":[\"EGLVisibleDGPUDevices\",{mask}]}}],\"rules\":[{{\"pattern\":[],\"profile\":\"_container_\"}}]}}"),
+            })
+            .collect();
+        assert_eq!(plan.files, want, "{devices} {caps}");
+    }
+    assert_eq!(application_profile([64, 100]), None, "minors past the mask");
+}
+
+/// gds.go: udev's database and cufile.json only where a GDS node is;
+/// the fabric manager's socket with NVSwitch.
+#[test]
+fn gated_devices_bring_their_files() {
+    type Enable = fn(&mut crate::request::Gated);
+    let table: &[(Enable, bool, &[&str], &[&str])] = &[
+        (|_| {}, true, &[], &[]),
+        (
+            |g| g.gds = true,
+            true,
+            &["/run/udev"],
+            &["/etc/cufile.json"],
+        ),
+        (|g| g.gds = true, false, &[], &[]),
+        (|g| g.mofed = true, true, &[], &[]),
+        (|g| g.nvswitch = true, true, &[], &[]),
+    ];
+    for (i, (enable, gds_node, state, configs)) in table.iter().enumerate() {
+        let mut inv = files_host();
+        if !gds_node {
+            inv.nodes.retain(|n| n.role != NodeRole::Gds);
+        }
+        let mut req = request("0", "utility");
+        enable(&mut req.gated);
+        let plan = Plan::build(&inv, &req, &ImageLayout::Debian.into(), NodeMode::Mknod).unwrap();
+        assert_eq!(mounted(&plan, MountKind::State), *state, "case {i}");
+        assert_eq!(mounted(&plan, MountKind::Config), *configs, "case {i}");
+        let fm = mounted(&plan, MountKind::Socket)
+            .contains(&"/run/nvidia-fabricmanager/socket".to_string());
+        assert_eq!(fm, req.gated.nvswitch, "case {i}");
+        // Utility brings the socket too: it is mounted once.
+        let mut with_utility = files_host();
+        with_utility.ipcs.push(Ipc {
+            capability: Capability::Utility,
+            kind: IpcKind::Socket,
+            path: "/sim/driver/run/nvidia-fabricmanager/socket".into(),
+            destination: "/run/nvidia-fabricmanager/socket".into(),
+        });
+        let plan = Plan::build(
+            &with_utility,
+            &req,
+            &ImageLayout::Debian.into(),
+            NodeMode::Mknod,
+        )
+        .unwrap();
+        let sockets = mounted(&plan, MountKind::Socket);
+        let fms = sockets
+            .iter()
+            .filter(|s| s.ends_with("nvidia-fabricmanager/socket"))
+            .count();
+        assert_eq!(fms, 1, "case {i}: {sockets:?}");
+        for m in plan.mounts.iter().filter(|m| m.kind == MountKind::State) {
+            assert!(m.options.read_only && m.options.nodev && m.options.noexec);
+        }
+    }
 }

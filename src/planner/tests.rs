@@ -35,6 +35,7 @@ fn flags<'a>(devices: &'a str, capabilities: &'a str) -> Source<'a> {
     Source::Flags {
         devices,
         capabilities,
+        env: &[],
     }
 }
 

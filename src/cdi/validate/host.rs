@@ -21,6 +21,9 @@ pub struct Host<'a> {
     /// The running driver's version, asked only of a spec of ours; the
     /// error in words when it cannot be known.
     pub driver_version: &'a mut dyn FnMut() -> Result<String, String>,
+    /// The IMEX major and the GPUs' DRM nodes, asked only of a spec of
+    /// NVIDIA's kinds; the error in words when they cannot be known.
+    pub devices: &'a mut dyn FnMut() -> Result<super::HostDevices, String>,
 }
 
 /// Checks every edits object of `doc` against `host`.
@@ -64,7 +67,7 @@ pub(super) fn check(doc: &Value, host: &mut Host<'_>, problems: &mut Vec<Problem
                         told_no_driver = true;
                         problems.push(Problem::new(
                             &hook_at,
-                            format!("cannot check the driver the spec was made for: {why}"),
+                            format!("{} the spec was made for: {why}", super::kinds::NO_DRIVER),
                         ));
                     }
                 },
@@ -230,6 +233,7 @@ mod tests {
             &mut Host {
                 dev_root,
                 driver_version: &mut driver,
+                devices: &mut || Ok(crate::cdi::validate::HostDevices::default()),
             },
             &mut found,
         );
@@ -390,6 +394,7 @@ mod tests {
             &mut Host {
                 dev_root: Path::new("/"),
                 driver_version: &mut driver,
+                devices: &mut || Ok(crate::cdi::validate::HostDevices::default()),
             },
             &mut found,
         );

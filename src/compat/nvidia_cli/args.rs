@@ -405,17 +405,20 @@ const CONFIGURE: [Opt<Key>; 10] = [
         "MODE",
         "CUDA forward compatibility: ldconfig, mount (as ldconfig) or disabled",
     ),
-    opt(
-        "imex-channel",
-        None,
-        Value::Required,
-        Key::ImexChannel,
-        "CHANNEL",
-        "Give the container IMEX channel CHANNEL (repeatable; all for every channel)",
-    ),
+    IMEX_CHANNEL,
 ];
 
-const LIST: [Opt<Key>; 7] = [
+/// `--imex-channel`, which `configure` and (ours only) `list` take.
+const IMEX_CHANNEL: Opt<Key> = opt(
+    "imex-channel",
+    None,
+    Value::Required,
+    Key::ImexChannel,
+    "CHANNEL",
+    "IMEX channel CHANNEL, for the container (repeatable; all for every channel)",
+);
+
+const LIST: [Opt<Key>; 8] = [
     opt(
         "device",
         Some('d'),
@@ -472,6 +475,7 @@ const LIST: [Opt<Key>; 7] = [
         "ID",
         "MIG devices to list monitor capabilities files for",
     ),
+    IMEX_CHANNEL,
 ];
 
 /// The options of `command` (`None`: the global ones), argp's own last.
@@ -639,6 +643,10 @@ fn list(items: Vec<Item<Key>>) -> Result<Command, Error> {
             Key::Firmwares => sections.firmwares = true,
             Key::MigConfig => asked.mig_config.push(value),
             Key::MigMonitor => asked.mig_monitor.push(value),
+            Key::ImexChannel => {
+                sections.devices = true;
+                asked.imex_channels.push(value);
+            }
             Key::Capability(c) => push_once(&mut asked.capabilities, c),
             _ => {}
         }

@@ -152,6 +152,7 @@ impl EvilLibrary {
             env: &[],
             hook: Hook::Absent,
             decoy_minors: &[],
+            decoys: &[],
             reuse_rootfs: false,
             prepare: Some(&prepare),
         };

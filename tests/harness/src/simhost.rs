@@ -339,6 +339,20 @@ pub struct ExtrasFacts {
     pub gdrcopy: Vec<String>,
     /// Each GPU's DRM nodes, by index.
     pub drm: Vec<DrmFacts>,
+    /// The X server driver `display` brings (the real file, below the driver root).
+    pub xorg_driver: String,
+    /// The GLX server module `display` brings, named for the driver version.
+    pub glx_server: String,
+    /// The EGL external platform files `graphics` brings.
+    pub egl_platforms: Vec<String>,
+    /// OpenCL's ICD file, which `compute` brings.
+    pub opencl_icd: String,
+    /// `NVIDIA_GDS=enabled`'s udev database directory.
+    pub udev: String,
+    /// `NVIDIA_GDS=enabled`'s `cufile.json`.
+    pub cufile: String,
+    /// `NVIDIA_NVSWITCH=enabled`'s fabric manager socket.
+    pub fabricmanager_socket: String,
 }
 
 /// One GPU's DRM nodes.

@@ -43,11 +43,27 @@ pub struct Scenario<'a> {
     /// hook allowed only what was asked for. Not for podman (its
     /// `--device` also allows the node).
     pub decoy_minors: &'a [u32],
+    /// Other nodes made without a device-cgroup rule, which must open with
+    /// EPERM: by the runtime (`linux.devices`) for runc and crun, by the
+    /// container's script for Podman (whose `--device` would allow them).
+    pub decoys: &'a [Decoy<'a>],
     /// Run on the rootfs an earlier run of the same name left, as a
     /// restarted container does, instead of a fresh copy of the template.
     pub reuse_rootfs: bool,
     /// Changes the fresh rootfs before the run (an image with extra files).
     pub prepare: Option<&'a dyn Fn(&Path)>,
+}
+
+/// A character device node a container has without a device-cgroup rule
+/// (see [`Scenario::decoys`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Decoy<'a> {
+    /// Its path in the container.
+    pub path: &'a str,
+    /// Its major number.
+    pub major: u32,
+    /// Its minor number.
+    pub minor: u32,
 }
 
 /// Changes to a bundle beyond [`Scenario`], for tests that start many
@@ -232,6 +248,7 @@ impl Bundle {
             out_dir: &self.out_dir(),
             binds: &extras.binds,
             decoy_minors: scenario.decoy_minors,
+            decoys: scenario.decoys,
             hook: (scenario.hook == Hook::Prestart).then_some((hook_binary(), &hook_args[..])),
         })
     }
@@ -243,13 +260,27 @@ impl Bundle {
             return runtime.run_argv(&self.state_root(), &self.dir, id);
         }
         let mut argv = runtime.podman_globals(&self.hooks_dir());
+        // Podman's default rules allow mknod; its default capabilities do not.
+        let extra: Vec<String> = if scenario.decoys.is_empty() {
+            Vec::new()
+        } else {
+            vec!["--cap-add".into(), "MKNOD".into()]
+        };
+        let mut script = String::new();
+        for d in scenario.decoys {
+            script.push_str(&format!(
+                "mkdir -p \"$(dirname {0})\"; mknod {0} c {1} {2}; chmod 666 {0}; ",
+                d.path, d.major, d.minor
+            ));
+        }
+        script.push_str(CONTAINER_SCRIPT);
         argv.extend(podman_run_args(
             id,
             &self.out_dir(),
             scenario.env,
-            &[],
+            &extra,
             &self.rootfs(),
-            &["/bin/sh", "-c", CONTAINER_SCRIPT],
+            &["/bin/sh", "-c", &script],
         ));
         argv
     }

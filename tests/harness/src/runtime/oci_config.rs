@@ -36,6 +36,8 @@ pub struct ContainerConfig<'a> {
     /// Minors of `/dev/nvidiaN` nodes the runtime creates without a
     /// device-cgroup rule.
     pub decoy_minors: &'a [u32],
+    /// Other nodes the runtime creates without a device-cgroup rule.
+    pub decoys: &'a [super::bundle::Decoy<'a>],
     /// The prestart hook: the binary and its argv; none when `None`.
     pub hook: Option<(&'a Path, &'a [String])>,
 }
@@ -111,15 +113,20 @@ pub fn config_json(c: &ContainerConfig) -> Value {
             ]
         }
     });
-    if !c.decoy_minors.is_empty() {
+    if !c.decoy_minors.is_empty() || !c.decoys.is_empty() {
+        let node = |path: String, major: u32, minor: u32| {
+            json!({"path": path, "type": "c", "major": major, "minor": minor,
+                   "fileMode": 0o666, "uid": 0, "gid": 0})
+        };
         let decoys: Vec<Value> = c
             .decoy_minors
             .iter()
-            .map(|minor| {
-                json!({"path": format!("/dev/nvidia{minor}"), "type": "c",
-                       "major": NVIDIA_MAJOR, "minor": minor,
-                       "fileMode": 0o666, "uid": 0, "gid": 0})
-            })
+            .map(|minor| node(format!("/dev/nvidia{minor}"), NVIDIA_MAJOR, *minor))
+            .chain(
+                c.decoys
+                    .iter()
+                    .map(|d| node(d.path.into(), d.major, d.minor)),
+            )
             .collect();
         config["linux"]["devices"] = json!(decoys);
     }
