@@ -776,3 +776,136 @@ fn colour_on_a_terminal_and_never_with_no_color() {
     assert!(plain.contains("ok"), "{plain:?}");
     assert!(!plain.contains('\x1b'), "{plain:?}");
 }
+
+/// A Kubernetes node as the setup guides leave it, with the engines' own
+/// files: containerd 1.7's `containerd config default` (from the Debian 13
+/// root) and Docker 26's daemon.json, both changed by our `nvidia-ctk
+/// runtime configure --cdi.enabled` at their default paths (containerd's
+/// runtime in the drop-in that `imports` loads), a CRI-O drop-in as
+/// `--runtime=crio` writes it, our CDI spec and the device plugin's own.
+/// doctor names, per engine, each way it reaches GPUs, as containerd's own
+/// `config dump` of the same files does for containerd.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_node_configured_by_our_nvidia_ctk_reaches_gpus_every_way_per_engine() {
+    use harness::debroot::{trixie, Entry};
+    use harness::runtime::cri::device_plugin_spec;
+    use harness::runtime::process::run_bounded;
+
+    let host = shared_host("k8s-node");
+    let bin = host.path("usr/local/bin");
+    for name in ["nvidia-container-runtime", "nvidia-cdi-hook", "nvidia-ctk"] {
+        std::os::unix::fs::symlink("oci-nvidia-hook", bin.join(name)).unwrap();
+    }
+    for dir in ["etc/containerd", "etc/docker", "etc/crio/crio.conf.d"] {
+        fs::create_dir_all(host.path(dir)).unwrap();
+    }
+    let hr = host.dir.to_str().unwrap();
+    // In the root's own namespace, the host root's /etc/containerd and
+    // /etc/docker bound over the root's: the tools write their default paths.
+    let script = r#"set -e
+hr=$0 bin=$1
+mount --bind "$hr/etc/containerd" /etc/containerd
+mount --bind "$hr/etc/docker" /etc/docker
+containerd config default > /etc/containerd/config.toml
+"$hr/usr/local/bin/nvidia-ctk" runtime configure --runtime=containerd --cdi.enabled \
+  --nvidia-runtime-path=/usr/local/bin/nvidia-container-runtime
+"$hr/usr/local/bin/nvidia-ctk" runtime configure --runtime=docker --cdi.enabled \
+  --nvidia-runtime-path=/usr/local/bin/nvidia-container-runtime
+"$hr/usr/local/bin/nvidia-ctk" runtime configure --runtime=crio \
+  --config="$hr/etc/crio/crio.conf" --drop-in-config="$hr/etc/crio/crio.conf.d/99-nvidia.conf" \
+  --nvidia-runtime-path=/usr/local/bin/nvidia-container-runtime
+containerd config dump > "$hr/containerd-dump.toml"
+"#;
+    let entry = Entry::binding(&[&host.dir, hook_binary()]);
+    let cmd = trixie().command(
+        &entry,
+        &["sh", "-c", script, hr, hook_binary().to_str().unwrap()],
+    );
+    let out = run_bounded(cmd, Duration::from_secs(120));
+    assert!(
+        out.status.is_some_and(|s| s.success()),
+        "configuring in the trixie root failed: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    let main = fs::read_to_string(host.path("etc/containerd/config.toml")).unwrap();
+    holds(
+        &main,
+        &["version = 2", "imports", "/etc/containerd/conf.d/*.toml"],
+    );
+    assert!(host.path("etc/containerd/conf.d/99-nvidia.toml").is_file());
+    // containerd's own reading of the same files.
+    let dump = fs::read_to_string(host.dir.join("containerd-dump.toml")).unwrap();
+    holds(
+        &dump,
+        &[
+            "enable_cdi = true",
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]",
+            "BinaryName = \"/usr/local/bin/nvidia-container-runtime\"",
+        ],
+    );
+    assert!(host.path("etc/crio/crio.conf.d/99-nvidia.conf").is_file());
+    host.cdi_spec("etc/cdi/nvidia.yaml");
+    let ours: Value = serde_json::from_str(
+        &host
+            .sim
+            .stdout(&["cdi", "generate", "--format", "json", "--output", "-"]),
+    )
+    .unwrap();
+    let plugin = device_plugin_spec(
+        &ours,
+        &host.sim.dir.join("driver"),
+        Path::new("/usr/local/bin/nvidia-cdi-hook"),
+    );
+    host.write_json("var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json", &plugin);
+
+    let (report, code) = host.report(&[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(checks_with(&report, "warn").is_empty(), "{report:#}");
+    let found = |name: &str| -> String {
+        let checks = report["checks"].as_array().unwrap();
+        let check = checks
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no {name:?} check in {report:#}"));
+        check["found"].as_str().unwrap().to_string()
+    };
+    holds(
+        &found("Docker reaches GPUs"),
+        &["--gpus", "--runtime nvidia", "--device nvidia.com/gpu"],
+    );
+    holds(
+        &found("containerd reaches GPUs"),
+        &["runtime handler \"nvidia\"", "CDIDevices", "cdi.k8s.io"],
+    );
+    holds(
+        &found("containerd"),
+        &["99-nvidia.toml", "version 2", "CDI enabled"],
+    );
+    holds(&found("containerd runtime"), &["(oci-nvidia-hook)"]);
+    holds(
+        &found("CRI-O runtime"),
+        &["\"nvidia\"", "(oci-nvidia-hook)"],
+    );
+    holds(
+        &found("CRI-O reaches GPUs"),
+        &["hooks.d", "runtime handler \"nvidia\"", "CDI"],
+    );
+    holds(
+        &found("device plugin CDI"),
+        &[
+            "k8s.device-plugin.nvidia.com/gpu",
+            "nvidia-cdi-hook",
+            "(oci-nvidia-hook)",
+        ],
+    );
+    // The device plugin's hook program gone: its pods fail, and doctor says so.
+    fs::remove_file(bin.join("nvidia-cdi-hook")).unwrap();
+    let (report, code) = host.report(&[]);
+    assert_eq!(code, 1);
+    let (_, name, found, remedy) = the_failure(&report);
+    assert_eq!(name, "device plugin CDI");
+    holds(&found, &["/usr/local/bin/nvidia-cdi-hook", "every pod"]);
+    holds(&remedy, &["make install"]);
+}

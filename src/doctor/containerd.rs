@@ -289,7 +289,7 @@ pub(super) fn check(host: &HostRoot, cdi_specs: bool, out: &mut Vec<Check>) -> C
                  CDI specs here",
                 config.version
             ),
-            "`oci-nvidia-hook nvidia-ctk runtime configure --runtime=containerd \
+            "`nvidia-ctk runtime configure --runtime=containerd \
              --cdi.enabled` (or set enable_cdi = true under [plugins.\"io.containerd.grpc.v1.cri\"]; \
              2.x enables it by default) and restart containerd",
         ));
@@ -311,7 +311,7 @@ pub(super) fn check(host: &HostRoot, cdi_specs: bool, out: &mut Vec<Check>) -> C
                 L,
                 "containerd runtime",
                 format!("runtime handler {name:?} names no options.BinaryName: it runs plain runc"),
-                "`oci-nvidia-hook nvidia-ctk runtime configure --runtime=containerd` and \
+                "`nvidia-ctk runtime configure --runtime=containerd` and \
                  restart containerd",
             ));
             continue;

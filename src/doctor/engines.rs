@@ -381,7 +381,8 @@ pub(super) fn reaches(engines: &Engines<'_>, out: &mut Vec<Check>) {
                 format!(
                     "{engine} is configured here but reaches no GPU through oci-nvidia-hook{note}"
                 ),
-                "docs/docker-and-containerd.md: wire it with `oci-nvidia-hook nvidia-ctk runtime configure`                  or `oci-nvidia-hook cdi generate`",
+                "docs/docker-and-containerd.md: wire it with `nvidia-ctk runtime configure` \
+                 or `oci-nvidia-hook cdi generate`",
             ));
         } else {
             out.push(Check::ok(
@@ -408,7 +409,7 @@ pub(super) fn reaches(engines: &Engines<'_>, out: &mut Vec<Check>) {
             // Not a warning: the spec may be there for another engine.
             Some(false) | None if engines.cdi_ours => {
                 note = " (not CDI: features.cdi is not set in daemon.json, so Docker before \
-                        28.2 refuses `--device nvidia.com/gpu=…`; `oci-nvidia-hook nvidia-ctk \
+                        28.2 refuses `--device nvidia.com/gpu=…`; `nvidia-ctk \
                         runtime configure --runtime=docker --cdi.enabled` sets it)"
             }
             _ => {}
