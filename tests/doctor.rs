@@ -909,3 +909,105 @@ containerd config dump > "$hr/containerd-dump.toml"
     holds(&found, &["/usr/local/bin/nvidia-cdi-hook", "every pod"]);
     holds(&remedy, &["make install"]);
 }
+
+/// A PyTorch image as pip builds it: no CUDA toolkit, no `CUDA_VERSION`,
+/// the runtime in NVIDIA's wheel under site-packages (`nvidia/cu13/lib/
+/// libcudart.so.13` and its `nvidia_cuda_runtime-13.0.96.dist-info`, as
+/// the `nvidia-cuda-runtime` wheel installs them), beside torch's own
+/// libraries, a venv's links and a link out of the rootfs to a host
+/// directory with a newer runtime name, which is never followed.
+fn pytorch_image(host: &HostRoot, name: &str, wheel: (&str, &str, &str)) -> PathBuf {
+    let (dir, dist_info, cudart) = wheel;
+    let rootfs = host.dir.join(name);
+    let site = rootfs.join("usr/local/lib/python3.12/site-packages");
+    let files = [
+        "etc/debian_version".to_string(),
+        "usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33".into(),
+        "usr/local/bin/python3.12".into(),
+        "torch/lib/libtorch_cuda.so".into(),
+        "torch/lib/libc10_cuda.so".into(),
+        "torch/__init__.py".into(),
+        format!("nvidia/{dir}/lib/{cudart}"),
+        "nvidia/cublas/lib/libcublas.so.13".into(),
+        "nvidia/cudnn/lib/libcudnn.so.9".into(),
+        "torch-2.9.0.dist-info/METADATA".into(),
+        format!("{dist_info}/METADATA"),
+    ];
+    for file in &files {
+        let path = if file.starts_with("etc/") || file.starts_with("usr/") {
+            rootfs.join(file)
+        } else {
+            site.join(file)
+        };
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, b"").unwrap();
+    }
+    for i in 0..200 {
+        let module = site.join(format!("torch/_modules/m{i:03}"));
+        fs::create_dir_all(&module).unwrap();
+        fs::write(module.join("__init__.py"), b"").unwrap();
+    }
+    std::os::unix::fs::symlink("python3.12", rootfs.join("usr/local/bin/python3")).unwrap();
+    let outside = host.dir.join(format!("{name}-outside"));
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("libcudart.so.14.0.1"), b"").unwrap();
+    std::os::unix::fs::symlink(&outside, site.join("nvidia/escape")).unwrap();
+    std::os::unix::fs::symlink("/", rootfs.join("usr/local/lib/loop")).unwrap();
+    rootfs
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_pytorch_image_with_the_cuda_13_wheel_fails_the_ceiling_named_from_the_wheel() {
+    let host = shared_host("pytorch");
+    let cu13 = (
+        "cu13",
+        "nvidia_cuda_runtime-13.0.96.dist-info",
+        "libcudart.so.13",
+    );
+    let rootfs = pytorch_image(&host, "image-torch-cu13", cu13);
+    let (report, code) = host.report(&["--image-rootfs", rootfs.to_str().unwrap()]);
+    assert_eq!(code, 1, "{report:#}");
+    let (layer, name, found, remedy) = the_failure(&report);
+    assert_eq!((layer.as_str(), name.as_str()), ("image", "CUDA ceiling"));
+    holds(
+        &found,
+        &[
+            "CUDA 13.0",
+            "pip wheel",
+            "/usr/local/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13",
+            "nvidia_cuda_runtime-13.0.96.dist-info",
+            "CUDA 12.2",
+            "CUDA driver version is insufficient for CUDA runtime version",
+        ],
+    );
+    assert!(
+        !found.contains("14.0"),
+        "a link out of the rootfs was followed: {found}"
+    );
+    holds(&remedy, &["580.65.06", "cuda-compat-13-0"]);
+
+    // The cu12 wheel of CUDA 12.2 runs on this 535 (CUDA 12.2) driver.
+    let cu12 = (
+        "cuda_runtime",
+        "nvidia_cuda_runtime_cu12-12.2.140.dist-info",
+        "libcudart.so.12",
+    );
+    let rootfs = pytorch_image(&host, "image-torch-cu12", cu12);
+    let (report, code) = host.report(&["--image-rootfs", rootfs.to_str().unwrap()]);
+    assert_eq!(code, 0, "{report:#}");
+    let ceiling = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "CUDA ceiling")
+        .unwrap();
+    holds(
+        ceiling["found"].as_str().unwrap(),
+        &[
+            "CUDA 12.2",
+            "nvidia_cuda_runtime_cu12-12.2.140.dist-info",
+            "runs on driver",
+        ],
+    );
+}

@@ -19,6 +19,7 @@ mod cdi;
 pub mod ceiling;
 mod containerd;
 mod crio;
+mod cudart;
 mod engines;
 mod hooks;
 mod host;
