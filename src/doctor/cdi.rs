@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::engines::find_program;
+use super::programs::find_program;
 use super::{Check, Error, HostFacts, HostRoot, Layer};
 use crate::cdi::dirs::{spec_files, SPEC_DIRS};
 use crate::cdi::Spec;

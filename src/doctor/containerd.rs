@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::engines::runtime_handler;
+use super::programs::runtime_handler;
 use super::{Check, HostRoot, Layer};
 
 const L: Layer = Layer::Wiring;

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::engines::runtime_handler;
 use super::hooks::with_extension;
+use super::programs::runtime_handler;
 use super::{Check, HostRoot, Layer};
 
 const L: Layer = Layer::Wiring;

@@ -84,16 +84,15 @@ enum Owner {
 pub(super) fn check(
     loaded: &Loaded<'_>,
     host: &HostRoot,
-    crio: Option<&super::crio::Config>,
+    crio_dirs: &[String],
     out: &mut Vec<Check>,
 ) -> Wired {
     config(loaded, out);
     let root = DriverRoot::new(host.root());
     let mut dirs: Vec<String> = PODMAN_DIRS.iter().map(|d| d.to_string()).collect();
-    let crio_dirs = crio.and_then(|c| c.hooks_dirs.clone()).unwrap_or_default();
     for dir in crio_dirs {
-        if !dirs.contains(&dir) {
-            dirs.push(dir);
+        if !dirs.contains(dir) {
+            dirs.push(dir.clone());
         }
     }
     let files = hook_files(host, &dirs);

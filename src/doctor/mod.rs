@@ -27,6 +27,7 @@ mod image;
 pub mod inside;
 mod live;
 mod procs;
+mod programs;
 pub mod report;
 
 use std::io;
@@ -365,7 +366,11 @@ pub fn diagnose(
     );
     facts.failed = any_failed(&checks);
     let crio_config = crio::load(&host_root, &mut checks);
-    let wired = hooks::check(loaded, &host_root, crio_config.as_ref(), &mut checks);
+    let crio_dirs = crio_config
+        .as_ref()
+        .and_then(|c| c.hooks_dirs.clone())
+        .unwrap_or_default();
+    let wired = hooks::check(loaded, &host_root, &crio_dirs, &mut checks);
     let docker = engines::docker(&host_root, &processes, &mut checks);
     let specs = cdi::check(&host_root, &facts, spec_driver, &mut checks);
     let containerd = containerd::check(&host_root, specs.any, &mut checks);
