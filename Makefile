@@ -47,7 +47,7 @@ demo: build deps
 # build simulated hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
 # bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-ldcache
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-ldcache bench-trixie
 
 # nvidia-cdi-hook update-ldcache against NVIDIA's fork of ldconfig -r ROOT.
 bench-ldcache: build
@@ -89,6 +89,11 @@ bench-cdi: build deps
 # dockerd and containerd started for the run: BENCH_RUNS, BENCH_BLOCK.
 bench-docker: build deps
 	integration/bench-docker $(BIN)
+
+# Docker 26 (--gpus all, --device nvidia.com/gpu=all, no GPU) and containerd
+# 1.7's CRI (CDIDevices or none) from the trixie root: BENCH_RUNS, BENCH_BLOCK.
+bench-trixie: deps
+	integration/bench-trixie
 
 # Whole `doctor` processes (no --run): the 50 ms target on an 8-GPU host.
 bench-doctor: build deps
