@@ -20,7 +20,7 @@ UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
 UNITS        := packaging/systemd/oci-nvidia-hook-cdi.service packaging/systemd/oci-nvidia-hook-cdi.path
 UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 
-.PHONY: build build-aarch64 test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-targets lint install install-units fuzz deb rpm package-docs
+.PHONY: build build-aarch64 test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-targets bench-ldcache bench-trixie lint install install-units fuzz deb rpm package-docs
 
 build:
 	CARGO=$(CARGO) integration/zigbuild --release --locked --target $(TARGET).$(GLIBC_FLOOR)
@@ -47,7 +47,7 @@ demo: build deps
 # build simulated hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
 # bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-ldcache bench-targets
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-ldcache bench-targets bench-trixie
 
 # nvidia-cdi-hook update-ldcache against NVIDIA's fork of ldconfig -r ROOT.
 bench-ldcache: build
@@ -89,6 +89,11 @@ bench-cdi: build deps
 # dockerd and containerd started for the run: BENCH_RUNS, BENCH_BLOCK.
 bench-docker: build deps
 	integration/bench-docker $(BIN)
+
+# Docker 26 (--gpus all, --device nvidia.com/gpu=all, no GPU) and containerd
+# 1.7's CRI (CDIDevices or none) from the trixie root: BENCH_RUNS, BENCH_BLOCK.
+bench-trixie: deps
+	integration/bench-trixie
 
 # Whole `doctor` processes (no --run): the 50 ms target on an 8-GPU host.
 bench-doctor: build deps

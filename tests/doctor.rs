@@ -776,3 +776,238 @@ fn colour_on_a_terminal_and_never_with_no_color() {
     assert!(plain.contains("ok"), "{plain:?}");
     assert!(!plain.contains('\x1b'), "{plain:?}");
 }
+
+/// A Kubernetes node as the setup guides leave it, with the engines' own
+/// files: containerd 1.7's `containerd config default` (from the Debian 13
+/// root) and Docker 26's daemon.json, both changed by our `nvidia-ctk
+/// runtime configure --cdi.enabled` at their default paths (containerd's
+/// runtime in the drop-in that `imports` loads), a CRI-O drop-in as
+/// `--runtime=crio` writes it, our CDI spec and the device plugin's own.
+/// doctor names, per engine, each way it reaches GPUs, as containerd's own
+/// `config dump` of the same files does for containerd.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_node_configured_by_our_nvidia_ctk_reaches_gpus_every_way_per_engine() {
+    use harness::debroot::{trixie, Entry};
+    use harness::runtime::cri::device_plugin_spec;
+    use harness::runtime::process::run_bounded;
+
+    let host = shared_host("k8s-node");
+    let bin = host.path("usr/local/bin");
+    for name in ["nvidia-container-runtime", "nvidia-cdi-hook", "nvidia-ctk"] {
+        std::os::unix::fs::symlink("oci-nvidia-hook", bin.join(name)).unwrap();
+    }
+    for dir in ["etc/containerd", "etc/docker", "etc/crio/crio.conf.d"] {
+        fs::create_dir_all(host.path(dir)).unwrap();
+    }
+    let hr = host.dir.to_str().unwrap();
+    // In the root's own namespace, the host root's /etc/containerd and
+    // /etc/docker bound over the root's: the tools write their default paths.
+    let script = r#"set -e
+hr=$0 bin=$1
+mount --bind "$hr/etc/containerd" /etc/containerd
+mount --bind "$hr/etc/docker" /etc/docker
+containerd config default > /etc/containerd/config.toml
+"$hr/usr/local/bin/nvidia-ctk" runtime configure --runtime=containerd --cdi.enabled \
+  --nvidia-runtime-path=/usr/local/bin/nvidia-container-runtime
+"$hr/usr/local/bin/nvidia-ctk" runtime configure --runtime=docker --cdi.enabled \
+  --nvidia-runtime-path=/usr/local/bin/nvidia-container-runtime
+"$hr/usr/local/bin/nvidia-ctk" runtime configure --runtime=crio \
+  --config="$hr/etc/crio/crio.conf" --drop-in-config="$hr/etc/crio/crio.conf.d/99-nvidia.conf" \
+  --nvidia-runtime-path=/usr/local/bin/nvidia-container-runtime
+containerd config dump > "$hr/containerd-dump.toml"
+"#;
+    let entry = Entry::binding(&[&host.dir, hook_binary()]);
+    let cmd = trixie().command(
+        &entry,
+        &["sh", "-c", script, hr, hook_binary().to_str().unwrap()],
+    );
+    let out = run_bounded(cmd, Duration::from_secs(120));
+    assert!(
+        out.status.is_some_and(|s| s.success()),
+        "configuring in the trixie root failed: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    let main = fs::read_to_string(host.path("etc/containerd/config.toml")).unwrap();
+    holds(
+        &main,
+        &["version = 2", "imports", "/etc/containerd/conf.d/*.toml"],
+    );
+    assert!(host.path("etc/containerd/conf.d/99-nvidia.toml").is_file());
+    // containerd's own reading of the same files.
+    let dump = fs::read_to_string(host.dir.join("containerd-dump.toml")).unwrap();
+    holds(
+        &dump,
+        &[
+            "enable_cdi = true",
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]",
+            "BinaryName = \"/usr/local/bin/nvidia-container-runtime\"",
+        ],
+    );
+    assert!(host.path("etc/crio/crio.conf.d/99-nvidia.conf").is_file());
+    host.cdi_spec("etc/cdi/nvidia.yaml");
+    let ours: Value = serde_json::from_str(
+        &host
+            .sim
+            .stdout(&["cdi", "generate", "--format", "json", "--output", "-"]),
+    )
+    .unwrap();
+    let plugin = device_plugin_spec(
+        &ours,
+        &host.sim.dir.join("driver"),
+        Path::new("/usr/local/bin/nvidia-cdi-hook"),
+    );
+    host.write_json("var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json", &plugin);
+
+    let (report, code) = host.report(&[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(checks_with(&report, "warn").is_empty(), "{report:#}");
+    let found = |name: &str| -> String {
+        let checks = report["checks"].as_array().unwrap();
+        let check = checks
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no {name:?} check in {report:#}"));
+        check["found"].as_str().unwrap().to_string()
+    };
+    holds(
+        &found("Docker reaches GPUs"),
+        &["--gpus", "--runtime nvidia", "--device nvidia.com/gpu"],
+    );
+    holds(
+        &found("containerd reaches GPUs"),
+        &["runtime handler \"nvidia\"", "CDIDevices", "cdi.k8s.io"],
+    );
+    holds(
+        &found("containerd"),
+        &["99-nvidia.toml", "version 2", "CDI enabled"],
+    );
+    holds(&found("containerd runtime"), &["(oci-nvidia-hook)"]);
+    holds(
+        &found("CRI-O runtime"),
+        &["\"nvidia\"", "(oci-nvidia-hook)"],
+    );
+    holds(
+        &found("CRI-O reaches GPUs"),
+        &["hooks.d", "runtime handler \"nvidia\"", "CDI"],
+    );
+    holds(
+        &found("device plugin CDI"),
+        &[
+            "k8s.device-plugin.nvidia.com/gpu",
+            "nvidia-cdi-hook",
+            "(oci-nvidia-hook)",
+        ],
+    );
+    // The device plugin's hook program gone: its pods fail, and doctor says so.
+    fs::remove_file(bin.join("nvidia-cdi-hook")).unwrap();
+    let (report, code) = host.report(&[]);
+    assert_eq!(code, 1);
+    let (_, name, found, remedy) = the_failure(&report);
+    assert_eq!(name, "device plugin CDI");
+    holds(&found, &["/usr/local/bin/nvidia-cdi-hook", "every pod"]);
+    holds(&remedy, &["make install"]);
+}
+
+/// A PyTorch image as pip builds it: no CUDA toolkit, no `CUDA_VERSION`,
+/// the runtime in NVIDIA's wheel under site-packages (`nvidia/cu13/lib/
+/// libcudart.so.13` and its `nvidia_cuda_runtime-13.0.96.dist-info`, as
+/// the `nvidia-cuda-runtime` wheel installs them), beside torch's own
+/// libraries, a venv's links and a link out of the rootfs to a host
+/// directory with a newer runtime name, which is never followed.
+fn pytorch_image(host: &HostRoot, name: &str, wheel: (&str, &str, &str)) -> PathBuf {
+    let (dir, dist_info, cudart) = wheel;
+    let rootfs = host.dir.join(name);
+    let site = rootfs.join("usr/local/lib/python3.12/site-packages");
+    let files = [
+        "etc/debian_version".to_string(),
+        "usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33".into(),
+        "usr/local/bin/python3.12".into(),
+        "torch/lib/libtorch_cuda.so".into(),
+        "torch/lib/libc10_cuda.so".into(),
+        "torch/__init__.py".into(),
+        format!("nvidia/{dir}/lib/{cudart}"),
+        "nvidia/cublas/lib/libcublas.so.13".into(),
+        "nvidia/cudnn/lib/libcudnn.so.9".into(),
+        "torch-2.9.0.dist-info/METADATA".into(),
+        format!("{dist_info}/METADATA"),
+    ];
+    for file in &files {
+        let path = if file.starts_with("etc/") || file.starts_with("usr/") {
+            rootfs.join(file)
+        } else {
+            site.join(file)
+        };
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, b"").unwrap();
+    }
+    for i in 0..200 {
+        let module = site.join(format!("torch/_modules/m{i:03}"));
+        fs::create_dir_all(&module).unwrap();
+        fs::write(module.join("__init__.py"), b"").unwrap();
+    }
+    std::os::unix::fs::symlink("python3.12", rootfs.join("usr/local/bin/python3")).unwrap();
+    let outside = host.dir.join(format!("{name}-outside"));
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("libcudart.so.14.0.1"), b"").unwrap();
+    std::os::unix::fs::symlink(&outside, site.join("nvidia/escape")).unwrap();
+    std::os::unix::fs::symlink("/", rootfs.join("usr/local/lib/loop")).unwrap();
+    rootfs
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_pytorch_image_with_the_cuda_13_wheel_fails_the_ceiling_named_from_the_wheel() {
+    let host = shared_host("pytorch");
+    let cu13 = (
+        "cu13",
+        "nvidia_cuda_runtime-13.0.96.dist-info",
+        "libcudart.so.13",
+    );
+    let rootfs = pytorch_image(&host, "image-torch-cu13", cu13);
+    let (report, code) = host.report(&["--image-rootfs", rootfs.to_str().unwrap()]);
+    assert_eq!(code, 1, "{report:#}");
+    let (layer, name, found, remedy) = the_failure(&report);
+    assert_eq!((layer.as_str(), name.as_str()), ("image", "CUDA ceiling"));
+    holds(
+        &found,
+        &[
+            "CUDA 13.0",
+            "pip wheel",
+            "/usr/local/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13",
+            "nvidia_cuda_runtime-13.0.96.dist-info",
+            "CUDA 12.2",
+            "CUDA driver version is insufficient for CUDA runtime version",
+        ],
+    );
+    assert!(
+        !found.contains("14.0"),
+        "a link out of the rootfs was followed: {found}"
+    );
+    holds(&remedy, &["580.65.06", "cuda-compat-13-0"]);
+
+    // The cu12 wheel of CUDA 12.2 runs on this 535 (CUDA 12.2) driver.
+    let cu12 = (
+        "cuda_runtime",
+        "nvidia_cuda_runtime_cu12-12.2.140.dist-info",
+        "libcudart.so.12",
+    );
+    let rootfs = pytorch_image(&host, "image-torch-cu12", cu12);
+    let (report, code) = host.report(&["--image-rootfs", rootfs.to_str().unwrap()]);
+    assert_eq!(code, 0, "{report:#}");
+    let ceiling = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "CUDA ceiling")
+        .unwrap();
+    holds(
+        ceiling["found"].as_str().unwrap(),
+        &[
+            "CUDA 12.2",
+            "nvidia_cuda_runtime_cu12-12.2.140.dist-info",
+            "runs on driver",
+        ],
+    );
+}

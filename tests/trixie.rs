@@ -7,7 +7,9 @@
 //!   `nvidia-container-runtime-hook` on dockerd's PATH); `--device
 //!   nvidia.com/gpu=all` and `=1` from our spec, with `features.cdi` set by
 //!   our `nvidia-ctk runtime configure --runtime=docker --cdi.enabled`;
-//!   `--runtime nvidia` (our wrapper, legacy mode).
+//!   `--runtime nvidia` (our wrapper, as our `nvidia-ctk runtime configure
+//!   --runtime=docker` registers it) in legacy mode (`NVIDIA_VISIBLE_DEVICES=1`)
+//!   and in CDI mode (`NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=2`, from our spec).
 //! - Podman 5: the hooks.d hook and CDI on runc; crun 1.21 on cgroup v2.
 //!
 //! Each container's `/checker` reports the nodes (ENXIO: the device cgroup
@@ -137,6 +139,31 @@ fn docker_26_gpus_cdi_and_runtime() {
         &[minor(3)],
     );
     assert_gpus(&wrapper, &host, &[1], &[minor(3)]);
+    // The runtime daemon.json names (our nvidia-ctk wrote it) in its two
+    // modes: legacy for a device index, CDI for a CDI name (`auto`), each
+    // seen in what the wrapper logged.
+    let logged = |run: &Run| run.hook_log.clone().unwrap_or_default();
+    let legacy = logged(&wrapper);
+    assert!(
+        legacy.contains("mounts written for the runtime") && !legacy.contains("CDI devices"),
+        "the wrapper's legacy mode: {legacy}"
+    );
+    let wrapper_cdi = run(
+        "runtime-nvidia-cdi",
+        &[
+            "--runtime",
+            "nvidia",
+            "-e",
+            "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=2",
+        ],
+        &[minor(1)],
+    );
+    assert_gpus(&wrapper_cdi, &host, &[2], &[minor(1)]);
+    let cdi_log = logged(&wrapper_cdi);
+    assert!(
+        cdi_log.contains("CDI devices nvidia.com/gpu=2"),
+        "the wrapper's CDI mode: {cdi_log}"
+    );
 
     let tag = daemons.tag.clone();
     drop(daemons);

@@ -11,9 +11,12 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::programs::find_program;
 use super::{Check, Error, HostFacts, HostRoot, Layer};
 use crate::cdi::dirs::{spec_files, SPEC_DIRS};
 use crate::cdi::Spec;
+use crate::driver::DriverRoot;
+use crate::program::SYSTEM_PATH;
 
 const L: Layer = Layer::Wiring;
 
@@ -24,6 +27,8 @@ pub(super) struct Specs {
     pub any: bool,
     /// Whether a spec of ours exists (its hook is our `cdi-hook`).
     pub ours: bool,
+    /// Whether the device plugin's spec exists.
+    pub plugin: bool,
 }
 
 /// One parsed spec file.
@@ -81,6 +86,11 @@ pub(super) fn check(
     for loaded in &specs {
         let ours = spec_driver(&loaded.spec).is_some();
         result.ours |= ours;
+        if loaded.spec.kind.starts_with(PLUGIN_VENDOR) {
+            result.plugin = true;
+            plugin_spec(host, loaded, out);
+            continue;
+        }
         if !loaded.spec.kind.starts_with("nvidia.com/") {
             continue;
         }
@@ -130,6 +140,70 @@ pub(super) fn check(
         ));
     }
     result
+}
+
+/// The vendor of the CDI kinds NVIDIA's device plugin writes its spec for
+/// (`k8s.device-plugin.nvidia.com/gpu`, `…/imex`) under its
+/// `cdi-annotations` and `cdi-cri` strategies.
+const PLUGIN_VENDOR: &str = "k8s.device-plugin.nvidia.com/";
+
+/// The device plugin's spec: its devices, and whether the programs its
+/// hooks run (`nvidia-cdi-hook`, as NVIDIA's library writes them) exist on
+/// the host; each that is missing fails every pod given its devices.
+fn plugin_spec(host: &HostRoot, loaded: &Loaded, out: &mut Vec<Check>) {
+    let spec = &loaded.spec;
+    let edits = std::iter::once(&spec.container_edits)
+        .chain(spec.devices.iter().map(|d| &d.container_edits));
+    let mut programs: Vec<String> = Vec::new();
+    for hook in edits.flat_map(|e| &e.hooks) {
+        let program = hook.path.display().to_string();
+        if !programs.contains(&program) {
+            programs.push(program);
+        }
+    }
+    let root = DriverRoot::new(host.root());
+    let mut found = Vec::new();
+    for program in &programs {
+        match find_program(&root, SYSTEM_PATH, program) {
+            None => {
+                out.push(Check::fail(
+                    L,
+                    "device plugin CDI",
+                    format!(
+                        "{} (the device plugin's spec, kind {}) has hooks that run {program},                          which is not on this host: every pod given its devices fails to start",
+                        loaded.file.display(),
+                        spec.kind
+                    ),
+                    "`make install` (it links /usr/local/bin/nvidia-cdi-hook to                      oci-nvidia-hook), or set the plugin's nvidiaCDIHookPath to it",
+                ));
+                return;
+            }
+            Some(hit) => found.push(format!(
+                "{program} → {} ({})",
+                hit.host.display(),
+                if hit.ours {
+                    "oci-nvidia-hook"
+                } else {
+                    "not oci-nvidia-hook"
+                }
+            )),
+        }
+    }
+    let hooks = if found.is_empty() {
+        "no hooks".to_string()
+    } else {
+        format!("hooks run {}", found.join(", "))
+    };
+    out.push(Check::ok(
+        L,
+        "device plugin CDI",
+        format!(
+            "{}: the device plugin's spec, {} devices of {}; {hooks}",
+            loaded.file.display(),
+            spec.devices.len(),
+            spec.kind
+        ),
+    ));
 }
 
 /// The driver version of a spec not ours (NVIDIA's `nvidia-ctk cdi
@@ -239,5 +313,81 @@ mod tests {
         };
         assert_eq!(mounted_driver(&spec).as_deref(), Some("470.256.02"));
         assert_eq!(mounted_driver(&Spec::default()), None);
+    }
+
+    /// The device plugin's spec as NVIDIA's CDI library writes it.
+    const PLUGIN_SPEC: &str = r#"---
+cdiVersion: 0.5.0
+kind: k8s.device-plugin.nvidia.com/gpu
+devices:
+- name: GPU-5b7d3c39-7e1a-4d8e-9c55-2b2f8f3c1a01
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+containerEdits:
+  env:
+  - NVIDIA_VISIBLE_DEVICES=void
+  deviceNodes:
+  - path: /dev/nvidiactl
+  hooks:
+  - hookName: createContainer
+    path: /usr/bin/nvidia-cdi-hook
+    args:
+    - nvidia-cdi-hook
+    - create-symlinks
+    - --link
+    - libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so
+  - hookName: createContainer
+    path: /usr/bin/nvidia-cdi-hook
+    args:
+    - nvidia-cdi-hook
+    - update-ldcache
+    - --folder
+    - /usr/lib/x86_64-linux-gnu
+"#;
+
+    #[test]
+    fn the_device_plugins_spec_fails_until_its_hook_program_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let cdi = dir.path().join("var/run/cdi");
+        std::fs::create_dir_all(&cdi).unwrap();
+        std::fs::write(
+            cdi.join("k8s.device-plugin.nvidia.com-gpu.yaml"),
+            PLUGIN_SPEC,
+        )
+        .unwrap();
+        let host = HostRoot::new(dir.path());
+        let facts = HostFacts {
+            inventory: None,
+            container: None,
+            cuda: None,
+            failed: false,
+        };
+        let mut out = Vec::new();
+        let specs = check(&host, &facts, |_| None, &mut out);
+        assert!(specs.plugin && !specs.ours);
+        let plugin: Vec<_> = out
+            .iter()
+            .filter(|c| c.name == "device plugin CDI")
+            .collect();
+        assert_eq!(plugin.len(), 1, "{out:?}");
+        assert_eq!(plugin[0].status, super::super::Status::Fail);
+        assert!(
+            plugin[0].found.contains("/usr/bin/nvidia-cdi-hook"),
+            "{plugin:?}"
+        );
+        // `make install`'s link: the spec's hooks now run oci-nvidia-hook.
+        let bin = dir.path().join("usr/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("oci-nvidia-hook"), b"#!/bin/sh\n").unwrap();
+        std::os::unix::fs::symlink("oci-nvidia-hook", bin.join("nvidia-cdi-hook")).unwrap();
+        let mut out = Vec::new();
+        check(&host, &facts, |_| None, &mut out);
+        let plugin = out.iter().find(|c| c.name == "device plugin CDI").unwrap();
+        assert_eq!(plugin.status, super::super::Status::Ok, "{plugin:?}");
+        assert!(plugin
+            .found
+            .contains("1 devices of k8s.device-plugin.nvidia.com/gpu"));
+        assert!(plugin.found.contains("(oci-nvidia-hook)"), "{plugin:?}");
     }
 }

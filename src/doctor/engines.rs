@@ -11,8 +11,9 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use super::hooks::{is_this_program, InstalledHook};
+use super::hooks::InstalledHook;
 use super::procs::Table;
+use super::programs::{find_program, look_path};
 use super::{Check, HostRoot, Layer};
 use crate::driver::DriverRoot;
 // Where names are looked up when a process has no `PATH` (Go's LookPath
@@ -31,9 +32,6 @@ const RUNTIME_NAME: &str = "nvidia-container-runtime";
 /// Docker's configuration file.
 const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 
-/// containerd's configuration file.
-const CONTAINERD_TOML: &str = "/etc/containerd/config.toml";
-
 /// What the Docker checks found.
 #[derive(Debug, Default)]
 pub(super) struct Docker {
@@ -43,37 +41,12 @@ pub(super) struct Docker {
     pub runtime_ours: bool,
     /// Our hook as dockerd runs it for `--gpus`.
     pub hook: Option<InstalledHook>,
-}
-
-/// A name found on a `PATH`: the entry's path there, and whether it is ours.
-struct Found {
-    /// The path on the `PATH` (as the process sees it).
-    shown: String,
-    /// The file on this machine.
-    host: std::path::PathBuf,
-    ours: bool,
-}
-
-/// Looks `name` up on `path_var` (a `PATH` value) inside `root`, as Go's
-/// `exec.LookPath` does: the first executable regular file wins.
-fn look_path(root: &DriverRoot, path_var: &str, name: &str) -> Option<Found> {
-    path_var
-        .split(':')
-        .filter(|d| d.starts_with('/'))
-        .find_map(|dir| {
-            let inner = Path::new(dir).join(name);
-            let resolved = root.resolve(&inner).ok()?;
-            let executable = resolved.metadata.is_file() && resolved.metadata.mode() & 0o111 != 0;
-            executable.then(|| Found {
-                shown: inner.display().to_string(),
-                ours: is_this_program(&resolved.host)
-                    || resolved
-                        .inner
-                        .file_name()
-                        .is_some_and(|n| n == "oci-nvidia-hook"),
-                host: resolved.host,
-            })
-        })
+    /// daemon.json's `features.cdi`, when set.
+    pub cdi: Option<bool>,
+    /// A dockerd runs.
+    pub running: bool,
+    /// daemon.json exists and parses.
+    pub configured: bool,
 }
 
 /// Docker: the hook on each running dockerd's `PATH`, and daemon.json.
@@ -162,17 +135,28 @@ pub(super) fn docker(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -
             }
         }
     }
-    docker.runtime_ours = daemon_json(host, processes, out);
+    docker.running = processes.named("dockerd").next().is_some();
+    if let Some(json) = daemon_json(host, processes, out) {
+        docker.configured = true;
+        docker.runtime_ours = json.runtime_ours;
+        docker.cdi = json.cdi;
+    }
     docker
 }
 
-/// `runtimes` and `default-runtime` in daemon.json; true when its `nvidia`
-/// runtime is ours.
-fn daemon_json(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -> bool {
+/// What daemon.json says.
+struct DaemonJson {
+    /// Its `nvidia` runtime is ours.
+    runtime_ours: bool,
+    /// `features.cdi`, when set.
+    cdi: Option<bool>,
+}
+
+/// `runtimes`, `default-runtime` and `features.cdi` in daemon.json; `None`
+/// when there is no daemon.json or it does not parse.
+fn daemon_json(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -> Option<DaemonJson> {
     let file = host.path(DAEMON_JSON);
-    let Ok(data) = std::fs::read(&file) else {
-        return false;
-    };
+    let data = std::fs::read(&file).ok()?;
     let json: serde_json::Value = match serde_json::from_slice(&data) {
         Ok(json) => json,
         Err(e) => {
@@ -182,9 +166,13 @@ fn daemon_json(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -> bool
                 format!("{} is not JSON: {e}", file.display()),
                 "fix it: dockerd does not start with it",
             ));
-            return false;
+            return None;
         }
     };
+    let cdi = json
+        .get("features")
+        .and_then(|f| f.get("cdi"))
+        .and_then(|c| c.as_bool());
     let runtimes = json.get("runtimes").and_then(|r| r.as_object());
     let default = json.get("default-runtime").and_then(|d| d.as_str());
     let path_var = processes
@@ -204,17 +192,7 @@ fn daemon_json(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -> bool
             continue;
         }
         any = true;
-        let found = if path.starts_with('/') {
-            root.resolve(Path::new(path)).ok().map(|r| Found {
-                shown: path.to_string(),
-                ours: is_this_program(&r.host)
-                    || r.inner.file_name().is_some_and(|n| n == "oci-nvidia-hook"),
-                host: r.host,
-            })
-        } else {
-            look_path(&root, &path_var, path)
-        };
-        match found {
+        match find_program(&root, &path_var, path) {
             None => out.push(Check::fail(
                 L,
                 "daemon.json",
@@ -255,69 +233,10 @@ fn daemon_json(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -> bool
             ),
         ));
     }
-    ours
-}
-
-/// containerd's `enable_cdi`, when CDI specs exist for it to read.
-pub(super) fn containerd(host: &HostRoot, cdi_specs: bool, out: &mut Vec<Check>) {
-    let file = host.path(CONTAINERD_TOML);
-    let Ok(text) = std::fs::read_to_string(&file) else {
-        return;
-    };
-    let value: toml::Value = match toml::from_str(&text) {
-        Ok(value) => value,
-        Err(e) => {
-            out.push(Check::unparsable(
-                L,
-                "containerd",
-                &file,
-                e.message(),
-                "fix it: containerd does not start with it",
-            ));
-            return;
-        }
-    };
-    let plugins = value.get("plugins");
-    // Version 2 files (containerd 1.x) keep it in the CRI plugin; version 3
-    // (containerd 2.x) in its runtime part, where it defaults to true.
-    let v2 = plugins
-        .and_then(|p| p.get("io.containerd.grpc.v1.cri"))
-        .and_then(|c| c.get("enable_cdi"));
-    let v3 = plugins
-        .and_then(|p| p.get("io.containerd.cri.v1.runtime"))
-        .and_then(|c| c.get("enable_cdi"));
-    let version = value
-        .get("version")
-        .and_then(|v| v.as_integer())
-        .unwrap_or(1);
-    let enabled = match v3.or(v2).and_then(|v| v.as_bool()) {
-        Some(enabled) => enabled,
-        None => version >= 3,
-    };
-    if enabled {
-        out.push(Check::ok(
-            L,
-            "containerd",
-            format!("{}: CDI enabled", file.display()),
-        ));
-    } else if cdi_specs {
-        out.push(Check::warn(
-            L,
-            "containerd",
-            format!(
-                "{}: enable_cdi is off, so containerd's CRI ignores the CDI specs here",
-                file.display()
-            ),
-            "set enable_cdi = true under [plugins.\"io.containerd.grpc.v1.cri\"] \
-             (containerd 1.7; 2.x enables it by default) and restart containerd",
-        ));
-    } else {
-        out.push(Check::ok(
-            L,
-            "containerd",
-            format!("{}: CDI off, and no CDI spec to read", file.display()),
-        ));
-    }
+    Some(DaemonJson {
+        runtime_ours: ours,
+        cdi,
+    })
 }
 
 /// The systemd cgroup manager's `daemon-reload` drops a hook's device rules.
@@ -337,6 +256,105 @@ pub(super) fn systemd(processes: &Table, hook_wired: bool, out: &mut Vec<Check>)
     ));
 }
 
+/// What the wiring checks found, engine by engine, for [`reaches`].
+pub(super) struct Engines<'a> {
+    /// Docker's hook, runtime and `features.cdi`.
+    pub docker: &'a Docker,
+    /// containerd's CDI and runtime handlers.
+    pub containerd: &'a super::containerd::Containerd,
+    /// CRI-O's config, and its handlers that run our wrapper.
+    pub crio: Option<(&'a super::crio::Config, Vec<String>)>,
+    /// A hooks.d file runs our hook (Podman and CRI-O read them).
+    pub hooks_d: bool,
+    /// A CDI spec of ours exists.
+    pub cdi_ours: bool,
+    /// The device plugin's spec exists.
+    pub plugin_spec: bool,
+}
+
+/// One check per engine configured here, saying which ways it reaches GPUs
+/// through oci-nvidia-hook: the hook, a runtime handler, CDI.
+pub(super) fn reaches(engines: &Engines<'_>, out: &mut Vec<Check>) {
+    let any_spec = engines.cdi_ours || engines.plugin_spec;
+    let say = |engine: &str, ways: Vec<String>, note: &str, out: &mut Vec<Check>| {
+        let name = format!("{engine} reaches GPUs");
+        if ways.is_empty() {
+            out.push(Check::warn(
+                L,
+                name,
+                format!(
+                    "{engine} is configured here but reaches no GPU through oci-nvidia-hook{note}"
+                ),
+                "docs/docker-and-containerd.md: wire it with `nvidia-ctk runtime configure` \
+                 or `oci-nvidia-hook cdi generate`",
+            ));
+        } else {
+            out.push(Check::ok(
+                L,
+                name,
+                format!("through {}{note}", ways.join("; ")),
+            ));
+        }
+    };
+    let docker = engines.docker;
+    if docker.running || docker.configured {
+        let mut ways = Vec::new();
+        if docker.hook_ours {
+            ways.push("the hook (`docker run --gpus`)".to_string());
+        }
+        if docker.runtime_ours {
+            ways.push("the runtime handler nvidia (`docker run --runtime nvidia`)".into());
+        }
+        let mut note = "";
+        match docker.cdi {
+            Some(true) if engines.cdi_ours => {
+                ways.push("CDI (`docker run --device nvidia.com/gpu=…`, features.cdi)".into())
+            }
+            // Not a warning: the spec may be there for another engine.
+            Some(false) | None if engines.cdi_ours => {
+                note = " (not CDI: features.cdi is not set in daemon.json, so Docker before \
+                        28.2 refuses `--device nvidia.com/gpu=…`; `nvidia-ctk \
+                        runtime configure --runtime=docker --cdi.enabled` sets it)"
+            }
+            _ => {}
+        }
+        say("Docker", ways, note, out);
+    }
+    let containerd = engines.containerd;
+    if containerd.configured {
+        let mut ways: Vec<String> = containerd
+            .ours
+            .iter()
+            .map(|name| {
+                format!(
+                    "the runtime handler {name:?} (a RuntimeClass; the device plugin's envvar                      and volume-mounts strategies)"
+                )
+            })
+            .collect();
+        if containerd.cdi && any_spec {
+            ways.push(
+                "CDI (CRI CDIDevices and cdi.k8s.io annotations; the cdi-cri and                  cdi-annotations strategies)"
+                    .into(),
+            );
+        }
+        say("containerd", ways, "", out);
+    }
+    if let Some((_, ours)) = &engines.crio {
+        let mut ways = Vec::new();
+        if engines.hooks_d {
+            ways.push("the hook (hooks.d)".to_string());
+        }
+        ways.extend(
+            ours.iter()
+                .map(|name| format!("the runtime handler {name:?} (a RuntimeClass)")),
+        );
+        if any_spec {
+            ways.push("CDI (CRI CDIDevices and cdi.k8s.io annotations)".into());
+        }
+        say("CRI-O", ways, "", out);
+    }
+}
+
 /// Which ways to reach oci-nvidia-hook are wired.
 pub(super) struct Wiring {
     /// A hooks.d file runs it.
@@ -347,6 +365,8 @@ pub(super) struct Wiring {
     pub docker_runtime: bool,
     /// A CDI spec of ours exists.
     pub cdi: bool,
+    /// A containerd or CRI-O runtime handler runs our wrapper.
+    pub cri_runtime: bool,
 }
 
 /// Fails when no engine reaches oci-nvidia-hook at all.
@@ -363,6 +383,9 @@ pub(super) fn wired(wiring: &Wiring, out: &mut Vec<Check>) {
     }
     if wiring.cdi {
         ways.push("CDI");
+    }
+    if wiring.cri_runtime {
+        ways.push("a CRI runtime handler");
     }
     if ways.is_empty() {
         out.push(Check::fail(
@@ -408,5 +431,106 @@ mod tests {
         assert_eq!(found.shown, "/b/tool");
         assert!(!found.ours);
         assert!(look_path(&root, "/a", "tool").is_none());
+    }
+
+    fn reached(engines: &Engines<'_>) -> Vec<Check> {
+        let mut out = Vec::new();
+        reaches(engines, &mut out);
+        out
+    }
+
+    #[test]
+    fn says_per_engine_which_ways_reach_gpus() {
+        let docker = Docker {
+            hook_ours: true,
+            runtime_ours: true,
+            cdi: Some(true),
+            running: true,
+            ..Docker::default()
+        };
+        let containerd = super::super::containerd::Containerd {
+            configured: true,
+            cdi: true,
+            ours: vec!["nvidia".into()],
+        };
+        let crio = super::super::crio::Config::default();
+        let engines = Engines {
+            docker: &docker,
+            containerd: &containerd,
+            crio: Some((&crio, vec![])),
+            hooks_d: true,
+            cdi_ours: true,
+            plugin_spec: false,
+        };
+        let out = reached(&engines);
+        let found = |name: &str| {
+            out.iter()
+                .find(|c| c.name == name)
+                .map(|c| (c.status, c.found.clone()))
+                .unwrap()
+        };
+        let (status, docker_ways) = found("Docker reaches GPUs");
+        assert_eq!(status, super::super::Status::Ok);
+        for way in ["--gpus", "--runtime nvidia", "--device nvidia.com/gpu"] {
+            assert!(docker_ways.contains(way), "{way} in {docker_ways}");
+        }
+        let (_, containerd_ways) = found("containerd reaches GPUs");
+        assert!(containerd_ways.contains("runtime handler \"nvidia\""));
+        assert!(containerd_ways.contains("CDIDevices"));
+        let (_, crio_ways) = found("CRI-O reaches GPUs");
+        assert!(crio_ways.contains("hooks.d") && crio_ways.contains("CDI"));
+        // Docker without features.cdi: CDI is not one of its ways, and it says so.
+        let docker = Docker {
+            hook_ours: true,
+            running: true,
+            ..Docker::default()
+        };
+        let containerd = super::super::containerd::Containerd {
+            configured: true,
+            cdi: false,
+            ours: vec!["nvidia".into()],
+        };
+        let engines = Engines {
+            docker: &docker,
+            containerd: &containerd,
+            crio: None,
+            hooks_d: true,
+            cdi_ours: true,
+            plugin_spec: false,
+        };
+        let out = reached(&engines);
+        let docker_ways = &out
+            .iter()
+            .find(|c| c.name == "Docker reaches GPUs")
+            .unwrap()
+            .found;
+        assert!(
+            docker_ways.contains("not CDI: features.cdi is not set"),
+            "{docker_ways}"
+        );
+        assert!(!docker_ways.contains("CDI (`docker run"), "{docker_ways}");
+        let containerd_ways = &out
+            .iter()
+            .find(|c| c.name == "containerd reaches GPUs")
+            .unwrap()
+            .found;
+        assert!(!containerd_ways.contains("CDIDevices"), "{containerd_ways}");
+        assert!(!out.iter().any(|c| c.name == "CRI-O reaches GPUs"));
+        // An engine configured but wired to nothing of ours warns.
+        let idle = Docker {
+            configured: true,
+            ..Docker::default()
+        };
+        let none = super::super::containerd::Containerd::default();
+        let out = reached(&Engines {
+            docker: &idle,
+            containerd: &none,
+            crio: None,
+            hooks_d: false,
+            cdi_ours: false,
+            plugin_spec: false,
+        });
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].status, super::super::Status::Warn);
     }
 }

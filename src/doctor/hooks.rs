@@ -25,10 +25,6 @@ const PODMAN_DIRS: &[&str] = &[
     "/etc/containers/oci/hooks.d",
 ];
 
-/// CRI-O's configuration and its drop-in directory.
-const CRIO_CONF: &str = "/etc/crio/crio.conf";
-const CRIO_CONF_D: &str = "/etc/crio/crio.conf.d";
-
 /// The stages our hook runs at; it refuses every other.
 const OUR_STAGES: &[&str] = &["prestart", "createRuntime"];
 
@@ -85,13 +81,18 @@ enum Owner {
 }
 
 /// Checks the configuration and every hooks.d file engines read.
-pub(super) fn check(loaded: &Loaded<'_>, host: &HostRoot, out: &mut Vec<Check>) -> Wired {
+pub(super) fn check(
+    loaded: &Loaded<'_>,
+    host: &HostRoot,
+    crio_dirs: &[String],
+    out: &mut Vec<Check>,
+) -> Wired {
     config(loaded, out);
     let root = DriverRoot::new(host.root());
     let mut dirs: Vec<String> = PODMAN_DIRS.iter().map(|d| d.to_string()).collect();
-    for dir in crio_hooks_dirs(host, out) {
-        if !dirs.contains(&dir) {
-            dirs.push(dir);
+    for dir in crio_dirs {
+        if !dirs.contains(dir) {
+            dirs.push(dir.clone());
         }
     }
     let files = hook_files(host, &dirs);
@@ -185,7 +186,7 @@ fn config(loaded: &Loaded<'_>, out: &mut Vec<Check>) {
 }
 
 /// The entries of `dir` named `*.{ext}`, in no order; none when it cannot be read.
-fn with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
+pub(super) fn with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -193,46 +194,6 @@ fn with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == ext))
         .collect()
-}
-
-/// `hooks_dir` of `[crio.runtime]` in crio.conf and its drop-ins, the last
-/// setting winning; none when CRI-O is not configured here.
-fn crio_hooks_dirs(host: &HostRoot, out: &mut Vec<Check>) -> Vec<String> {
-    let mut files = vec![host.path(CRIO_CONF)];
-    let mut drop_ins = with_extension(&host.path(CRIO_CONF_D), "conf");
-    drop_ins.sort();
-    files.extend(drop_ins);
-    let mut dirs = Vec::new();
-    for file in files {
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            continue;
-        };
-        let value: toml::Value = match toml::from_str(&text) {
-            Ok(value) => value,
-            Err(e) => {
-                out.push(Check::unparsable(
-                    L,
-                    "crio.conf",
-                    &file,
-                    e.message(),
-                    "fix it: CRI-O does not start with it",
-                ));
-                continue;
-            }
-        };
-        if let Some(list) = value
-            .get("crio")
-            .and_then(|c| c.get("runtime"))
-            .and_then(|r| r.get("hooks_dir"))
-            .and_then(|h| h.as_array())
-        {
-            dirs = list
-                .iter()
-                .filter_map(|d| d.as_str().map(str::to_string))
-                .collect();
-        }
-    }
-    dirs
 }
 
 /// The `*.json` files of `dirs` (under the host root), in each directory's

@@ -1,6 +1,7 @@
 //! An image's needs against this host: the CUDA runtime version it carries
-//! (`/usr/local/cuda/version.json`, `version.txt`, `libcudart.so.<version>`
-//! file names, `CUDA_VERSION`, or `--cuda`), whether a container of it
+//! (`/usr/local/cuda/version.json`, `version.txt`, the `libcudart.so.*`
+//! that `cudart` finds in wheels, conda prefixes, toolkits and a bounded
+//! walk, the highest of them; else `CUDA_VERSION`; or `--cuda`), whether a container of it
 //! starts (the hook's own planner and requirement checks, on this host) and
 //! whether its CUDA fits under the driver's ceiling.
 //!
@@ -9,12 +10,10 @@
 //! regular files are read, a bounded amount. Nothing of it is executed,
 //! loaded or mounted.
 
-use std::ffi::OsStr;
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use nix::dir::Dir;
 use pathrs::Root;
 
 use super::ceiling::{self, Verdict};
@@ -35,16 +34,6 @@ const MAX_READ: u64 = 256 * 1024;
 /// Largest image config doctor reads.
 const MAX_CONFIG: u64 = 16 * 1024 * 1024;
 
-/// Where CUDA images keep the runtime library.
-const CUDART_DIRS: &[&str] = &[
-    "/usr/local/cuda/lib64",
-    "/usr/local/cuda/targets/x86_64-linux/lib",
-    "/usr/local/cuda/targets/sbsa-linux/lib",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-];
-
 /// The image's CUDA version and where it was read.
 #[derive(Debug, Clone)]
 struct Found {
@@ -59,6 +48,8 @@ pub(super) struct Described {
     checks: Vec<Check>,
     /// Its CUDA version and where it was read.
     found: Option<Found>,
+    /// Whether the search for CUDA runtimes stopped at its bound.
+    search_cut: bool,
     /// Its rootfs, when one was given and opened.
     rootfs: Option<PathBuf>,
     /// The container of it, as a runtime would describe it to the hook.
@@ -118,7 +109,8 @@ pub(super) fn describe(options: &Options) -> Described {
         },
         None => None,
     };
-    let found = image_cuda(options, root.as_ref(), &env);
+    let runtimes = root.as_ref().map(super::cudart::find).unwrap_or_default();
+    let found = image_cuda(options, root.as_ref(), &runtimes, &env);
     // A rootfs that did not open was reported above: plan for its layout alone.
     let rootfs = options.image_rootfs.clone().filter(|_| root.is_some());
     let mut assumed = "";
@@ -138,6 +130,7 @@ pub(super) fn describe(options: &Options) -> Described {
     };
     Described {
         checks,
+        search_cut: runtimes.cut,
         found,
         rootfs,
         container,
@@ -162,7 +155,13 @@ pub(super) fn check(
         facts,
         out,
     );
-    ceiling_check(config, options, described.found.as_ref(), facts, out);
+    ceiling_check(
+        config,
+        options,
+        (described.found.as_ref(), described.search_cut),
+        facts,
+        out,
+    );
 }
 
 /// `Env` of an OCI image config (`config.Env`) or of `docker inspect`
@@ -205,7 +204,12 @@ fn read_bounded(file: impl Read, limit: u64) -> std::io::Result<Option<Vec<u8>>>
 }
 
 /// The image's CUDA version, from the most direct source there is.
-fn image_cuda(options: &Options, root: Option<&Root>, env: &[String]) -> Option<Found> {
+fn image_cuda(
+    options: &Options,
+    root: Option<&Root>,
+    runtimes: &super::cudart::Search,
+    env: &[String],
+) -> Option<Found> {
     if let Some(text) = &options.cuda {
         return CudaVersion::parse(text).map(|cuda| Found {
             cuda,
@@ -213,10 +217,16 @@ fn image_cuda(options: &Options, root: Option<&Root>, env: &[String]) -> Option<
         });
     }
     if let Some(root) = root {
-        if let Some(found) = version_json(root)
-            .or_else(|| cudart_name(root))
-            .or_else(|| version_txt(root))
-        {
+        // The highest of what the image holds: the runtime that needs the
+        // most of the driver is the one that fails first.
+        let found = [version_json(root), cudart(runtimes), version_txt(root)]
+            .into_iter()
+            .flatten()
+            .fold(None, |best: Option<Found>, f| match best {
+                Some(b) if b.cuda >= f.cuda => Some(b),
+                _ => Some(f),
+            });
+        if let Some(found) = found {
             return Some(found);
         }
     }
@@ -262,44 +272,13 @@ fn version_txt(root: &Root) -> Option<Found> {
     })
 }
 
-/// The newest `libcudart.so.<major>.<minor>.<patch>` the image's library
-/// directories hold (names only: nothing is opened).
-fn cudart_name(root: &Root) -> Option<Found> {
-    let reopener = Reopener::open().ok()?;
-    let mut best: Option<Found> = None;
-    for dir in CUDART_DIRS {
-        let Ok(handle) = root.resolve(dir) else {
-            continue;
-        };
-        let Ok(file) = reopener.reopen(handle.as_fd(), Path::new(dir), Expect::Directory) else {
-            continue;
-        };
-        let Ok(mut listing) = Dir::from_fd(file.into()) else {
-            continue;
-        };
-        for entry in listing.iter().flatten() {
-            let Ok(name) = entry.file_name().to_str() else {
-                continue;
-            };
-            let Some(version) = name.strip_prefix("libcudart.so.") else {
-                continue;
-            };
-            // `libcudart.so.12` alone says nothing of the minor.
-            if version.split('.').count() < 2 {
-                continue;
-            }
-            let Some(cuda) = CudaVersion::parse(version) else {
-                continue;
-            };
-            if best.as_ref().is_none_or(|b| cuda > b.cuda) {
-                best = Some(Found {
-                    cuda,
-                    from: format!("{}", Path::new(dir).join(OsStr::new(name)).display()),
-                });
-            }
-        }
-    }
-    best
+/// The highest CUDA runtime library the image keeps (wheels, conda,
+/// toolkits, the bounded walk: `cudart`).
+fn cudart(search: &super::cudart::Search) -> Option<Found> {
+    search.highest().map(|runtime| Found {
+        cuda: runtime.cuda,
+        from: runtime.shown(),
+    })
 }
 
 /// Whether a container of the image starts: the hook's own planner and
@@ -383,16 +362,29 @@ fn required_cuda(env: &[String]) -> Option<CudaVersion> {
 fn ceiling_check(
     config: &Config,
     options: &Options,
-    found: Option<&Found>,
+    (found, cut): (Option<&Found>, bool),
     facts: &HostFacts,
     out: &mut Vec<Check>,
 ) {
     let Some(found) = found else {
-        out.push(Check::ok(
-            L,
-            "CUDA ceiling",
-            "no CUDA runtime found in the image: nothing to hold against the driver",
-        ));
+        out.push(if cut {
+            Check::warn(
+                L,
+                "CUDA ceiling",
+                format!(
+                    "no CUDA runtime found in the image, but the search stopped after {} \
+                     entries: one may sit deeper",
+                    super::cudart::MAX_ENTRIES
+                ),
+                "state the image's CUDA with --cuda (its `libcudart.so.*` names it)",
+            )
+        } else {
+            Check::ok(
+                L,
+                "CUDA ceiling",
+                "no CUDA runtime found in the image: nothing to hold against the driver",
+            )
+        });
         return;
     };
     let (Some(driver_cuda), Some(inventory)) = (facts.cuda, &facts.inventory) else {
@@ -495,6 +487,11 @@ mod tests {
         assert_eq!(required_cuda(&env(&["PATH=/bin"])), None);
     }
 
+    /// The image's CUDA as `describe` reads it, from `root` alone.
+    fn read(options: &Options, root: &Root) -> Option<Found> {
+        image_cuda(options, Some(root), &super::super::cudart::find(root), &[])
+    }
+
     #[test]
     fn reads_cuda_from_version_json_then_cudart_names_then_version_txt() {
         let dir = tempfile::tempdir().unwrap();
@@ -511,7 +508,7 @@ mod tests {
         fs::write(cuda.join("lib64/libcudart.so.12.5.82"), b"").unwrap();
         fs::write(cuda.join("lib64/libcudart.so.12"), b"").unwrap();
         let options = Options::default();
-        let found = image_cuda(&options, Some(&root), &[]).unwrap();
+        let found = read(&options, &root).unwrap();
         assert_eq!(found.cuda, CudaVersion::parse("12.5").unwrap());
         assert!(
             found.from.ends_with("libcudart.so.12.5.82"),
@@ -524,7 +521,7 @@ mod tests {
                 "cuda_cudart": {"name": "CUDA Runtime (cudart)", "version": "12.6.77"}}"#,
         )
         .unwrap();
-        let found = image_cuda(&options, Some(&root), &[]).unwrap();
+        let found = read(&options, &root).unwrap();
         assert_eq!(found.cuda, CudaVersion::parse("12.6").unwrap());
         assert!(found.from.contains("cuda_cudart 12.6.77"), "{}", found.from);
         // --cuda wins over the files.
@@ -533,7 +530,14 @@ mod tests {
             ..Options::default()
         };
         assert_eq!(
-            image_cuda(&options, Some(&root), &[]).unwrap().cuda,
+            image_cuda(
+                &options,
+                Some(&root),
+                &super::super::cudart::find(&root),
+                &[]
+            )
+            .unwrap()
+            .cuda,
             CudaVersion::parse("13.0").unwrap()
         );
     }

@@ -2,7 +2,7 @@
 //!
 //! It walks the layers a user walks by hand, in order: the host driver
 //! (`host`), the runtimes' wiring to the injector (`hooks`, `engines`,
-//! `cdi`), an image's needs against this host (`image`, `ceiling`) and,
+//! `containerd`, `crio`, `cdi`), an image's needs against this host (`image`, `ceiling`) and,
 //! when asked, a live container (`live`, whose in-container half is
 //! `inside`). Each layer yields [`Check`]s, plain data that `report`
 //! prints as text or JSON; a check that fails names the one remedy that
@@ -17,6 +17,9 @@
 
 mod cdi;
 pub mod ceiling;
+mod containerd;
+mod crio;
+mod cudart;
 mod engines;
 mod hooks;
 mod host;
@@ -24,6 +27,7 @@ mod image;
 pub mod inside;
 mod live;
 mod procs;
+mod programs;
 pub mod report;
 
 use std::io;
@@ -361,17 +365,39 @@ pub fn diagnose(
         &mut checks,
     );
     facts.failed = any_failed(&checks);
-    let wired = hooks::check(loaded, &host_root, &mut checks);
+    let crio_config = crio::load(&host_root, &mut checks);
+    let crio_dirs = crio_config
+        .as_ref()
+        .and_then(|c| c.hooks_dirs.clone())
+        .unwrap_or_default();
+    let wired = hooks::check(loaded, &host_root, &crio_dirs, &mut checks);
     let docker = engines::docker(&host_root, &processes, &mut checks);
     let specs = cdi::check(&host_root, &facts, spec_driver, &mut checks);
-    engines::containerd(&host_root, specs.any, &mut checks);
+    let containerd = containerd::check(&host_root, specs.any, &mut checks);
+    let crio = crio_config
+        .as_ref()
+        .map(|config| (config, crio::check(&host_root, config, &mut checks)));
     engines::systemd(&processes, wired.ours || docker.hook_ours, &mut checks);
+    let cri_runtime =
+        !containerd.ours.is_empty() || crio.as_ref().is_some_and(|(_, ours)| !ours.is_empty());
+    engines::reaches(
+        &engines::Engines {
+            docker: &docker,
+            containerd: &containerd,
+            crio,
+            hooks_d: wired.ours,
+            cdi_ours: specs.ours,
+            plugin_spec: specs.plugin,
+        },
+        &mut checks,
+    );
     engines::wired(
         &engines::Wiring {
             hooks_d: wired.ours,
             docker_hook: docker.hook_ours,
             docker_runtime: docker.runtime_ours,
             cdi: specs.ours,
+            cri_runtime,
         },
         &mut checks,
     );
