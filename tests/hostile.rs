@@ -471,6 +471,86 @@ fn cdi_hook_refuses_a_spec_made_for_another_driver() {
     assert_eq!(snapshot(&case.rootfs()), before, "the image changed");
 }
 
+/// A spec made before the host's MIG layout changed: its MIG devices name
+/// instances that are gone or are others now, so the hook its runtime runs
+/// at container start refuses it in one line naming both layouts and the
+/// command that regenerates it, and changes nothing. The hook's arguments
+/// are the generated spec's own.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn cdi_hook_refuses_a_spec_made_on_another_mig_layout() {
+    let _serial = sim().1;
+    let sim = SimHost::fresh("mig-layout", Fixture::synthetic(2).mig());
+    let spec: serde_yaml::Value =
+        serde_yaml::from_str(&sim.stdout(&["cdi", "generate", "--output", "-"])).unwrap();
+    let mut args: Vec<String> = spec["containerEdits"]["hooks"][0]["args"]
+        .as_sequence()
+        .expect("the spec's hook")
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    // Its program name, and its --config (Case::run gives the fixture's).
+    args.remove(0);
+    let at = args.iter().position(|a| a == "--config").expect("--config");
+    args.drain(at..at + 2);
+    let layout = args[args
+        .iter()
+        .position(|a| a == "--mig-layout")
+        .expect("recorded")
+        + 1]
+    .clone();
+    // The MIG devices' instances, in GPU then id order, leaving out `gone`.
+    let layout_of = |gone: Option<(u32, u32)>| {
+        let mut ids: Vec<(u32, u32, u32)> = sim
+            .facts
+            .mig
+            .iter()
+            .filter(|m| Some((m.gpu, m.gi)) != gone)
+            .map(|m| (m.gpu, m.gi, m.ci))
+            .collect();
+        ids.sort_unstable();
+        let words: Vec<String> = ids.iter().map(|(g, i, c)| format!("{g}:{i}:{c}")).collect();
+        words.join(",")
+    };
+    assert_eq!(layout, layout_of(None), "{:?}", sim.facts.mig);
+    let case = || {
+        let mut case = Case::cdi(&sim);
+        case.args = args.clone();
+        case
+    };
+    let out = case().run(&sim);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // GPU 0's second GPU instance is destroyed: the driver removes its directory.
+    let gi = sim
+        .facts
+        .mig
+        .iter()
+        .find(|m| m.gpu == 0 && m.gi == 2)
+        .expect("GPU 0's GPU instance 2");
+    fs::remove_dir_all(Path::new(&gi.gi_access_path).parent().unwrap()).unwrap();
+    let case = case();
+    let before = snapshot(&case.rootfs());
+    let out = case.run(&sim);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("generated for MIG layout {layout}"))
+            && err.contains(&format!(
+                "MIG layout is now {}",
+                layout_of(Some((0, gi.gi)))
+            ))
+            && err.contains("oci-nvidia-hook cdi generate"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert_eq!(snapshot(&case.rootfs()), before, "the image changed");
+}
+
 /// Only createRuntime: at createContainer the hook would run inside the
 /// container with its environment (CVE-2025-23266), so any other stage
 /// named in the spec is refused before anything is read.
