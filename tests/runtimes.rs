@@ -626,7 +626,7 @@ fn nvidia_cdi_hook_compat_and_application_profile_through_runc_and_crun() {
     let _serial = serial();
     for runtime in [Runtime::RuncV1, Runtime::CrunV1] {
         runtime.require_tools();
-        let (conf, cache, profile) = compat_and_profile(runtime, "999.1.1");
+        let (conf, cache, profile) = compat_and_profile(runtime, "550.54.15");
         let what = format!("{}: newer compat\n{cache}", runtime.name());
         assert_eq!(conf.as_deref(), Some("/usr/local/cuda/compat\n"), "{what}");
         let first = cache
@@ -640,7 +640,7 @@ fn nvidia_cdi_hook_compat_and_application_profile_through_runc_and_crun() {
             "{what}: {profile}"
         );
 
-        let (conf, cache, _) = compat_and_profile(runtime, "470.1.1");
+        let (conf, cache, _) = compat_and_profile(runtime, "470.256.02");
         let what = format!("{}: older compat\n{cache}", runtime.name());
         assert_eq!(conf, None, "{what}");
         assert!(!cache.contains("/usr/local/cuda/compat"), "{what}");
