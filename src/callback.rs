@@ -22,6 +22,9 @@ const CAPABILITIES: &str = "--capabilities";
 /// The flag that records the layout.
 const LAYOUT: &str = "--layout";
 
+/// The flag that records the host's MIG layout.
+const MIG_LAYOUT: &str = "--mig-layout";
+
 /// How a spec we generated was made: what its `cdi-hook` records on its
 /// command line, so the hook plans what the spec granted and refuses a spec
 /// of another driver.
@@ -33,26 +36,40 @@ pub struct SpecMade {
     pub capabilities: String,
     /// The layout of its container paths.
     pub layout: ImageLayout,
+    /// The host's MIG instances when it was made ([`crate::driver::mig_layout`]):
+    /// its MIG devices name those. `None` in a spec made before it was recorded.
+    pub mig_layout: Option<String>,
 }
 
 impl SpecMade {
     /// The flags after the stage, in the one order they are written.
-    pub fn args(&self) -> [String; 6] {
-        [
+    pub fn args(&self) -> Vec<String> {
+        let mut args = vec![
             DRIVER_VERSION.into(),
             self.driver_version.clone(),
             CAPABILITIES.into(),
             self.capabilities.clone(),
             LAYOUT.into(),
             layout_name(self.layout).into(),
-        ]
+        ];
+        if let Some(mig) = &self.mig_layout {
+            args.extend([MIG_LAYOUT.into(), mig.clone()]);
+        }
+        args
     }
 
     /// The flags as [`SpecMade::args`] writes them, each value a word of
     /// its own that `accept` takes; `None` for any other shape.
     pub fn parse(words: &[&str], accept: impl Fn(&str) -> bool) -> Option<SpecMade> {
-        let [DRIVER_VERSION, version, CAPABILITIES, capabilities, LAYOUT, layout] = words else {
+        let [DRIVER_VERSION, version, CAPABILITIES, capabilities, LAYOUT, layout, rest @ ..] =
+            words
+        else {
             return None;
+        };
+        let mig_layout = match rest {
+            [] => None,
+            [MIG_LAYOUT, mig] if accept(mig) => Some((*mig).to_string()),
+            _ => return None,
         };
         if ![version, capabilities, layout].iter().all(|w| accept(w)) {
             return None;
@@ -61,6 +78,7 @@ impl SpecMade {
             driver_version: (*version).to_string(),
             capabilities: (*capabilities).to_string(),
             layout: layout_named(layout)?,
+            mig_layout,
         })
     }
 
@@ -106,10 +124,18 @@ mod tests {
             driver_version: "535.261.03".into(),
             capabilities: "compute,utility".into(),
             layout: ImageLayout::Rpm,
+            mig_layout: Some("0:1:0,0:2:0".into()),
         };
         let args = made.args();
         let words: Vec<&str> = args.iter().map(String::as_str).collect();
-        assert_eq!(SpecMade::parse(&words, |_| true), Some(made));
+        assert_eq!(SpecMade::parse(&words, |_| true), Some(made.clone()));
+        // A spec made before the MIG layout was recorded still reads.
+        let before = SpecMade {
+            mig_layout: None,
+            ..made
+        };
+        assert_eq!(SpecMade::parse(&words[..6], |_| true), Some(before));
+        assert_eq!(SpecMade::parse(&words[..7], |_| true), None);
         assert_eq!(SpecMade::parse(&words[..4], |_| true), None);
         assert_eq!(SpecMade::parse(&words, |w| w != "rpm"), None);
         let mut hook = vec!["oci-nvidia-hook", HOOK_COMMAND, HOOK_STAGE];

@@ -46,6 +46,8 @@ pub enum Error {
     Plan(#[from] plan::Error),
     #[error("the CDI spec was generated for driver {made_for}, but the host runs driver {running}: generate it again (oci-nvidia-hook cdi generate)")]
     StaleSpec { made_for: String, running: String },
+    #[error("the CDI spec was generated for MIG layout {made_for}, but the host's MIG layout is now {host}: its MIG devices name instances that changed; generate it again (oci-nvidia-hook cdi generate, or systemctl start oci-nvidia-hook-cdi.service)")]
+    StaleMigLayout { made_for: String, host: String },
     #[error("driver {version} shows no GPU in /proc/driver/nvidia/gpus: a CDI spec needs at least one device")]
     NoGpu { version: String },
     #[error(transparent)]
@@ -530,6 +532,16 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
                 running: inventory.driver_version,
             });
         }
+        // A MIG device's nodes in it are those of the instance it had then.
+        if let Some(made_for) = &granted.made.mig_layout {
+            let host = driver::mig_layout(&inventory.mig_instances);
+            if *made_for != host {
+                return Err(Error::StaleMigLayout {
+                    made_for: made_for.clone(),
+                    host,
+                });
+            }
+        }
         effective.request.devices = granted_devices(&inventory, granted.nodes);
     }
     planned(config, effective, inventory, image, left)
@@ -661,6 +673,7 @@ impl Planned {
             driver_version: self.inventory.as_ref()?.driver_version.clone(),
             capabilities: self.effective.request.capabilities.to_string(),
             layout: self.layout,
+            mig_layout: Some(driver::mig_layout(&self.inventory.as_ref()?.mig_instances)),
         })
     }
 }

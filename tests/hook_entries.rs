@@ -222,6 +222,7 @@ fn the_hook_a_cdi_spec_gets_sets_env_and_runs_at_create_runtime() {
             driver_version: "535.261.03".into(),
             capabilities: "compute,utility".into(),
             layout: ImageLayout::Debian,
+            mig_layout: Some("0:1:0".into()),
         },
     };
     let spec = Spec {

@@ -471,6 +471,86 @@ fn cdi_hook_refuses_a_spec_made_for_another_driver() {
     assert_eq!(snapshot(&case.rootfs()), before, "the image changed");
 }
 
+/// A spec made before the host's MIG layout changed: its MIG devices name
+/// instances that are gone or are others now, so the hook its runtime runs
+/// at container start refuses it in one line naming both layouts and the
+/// command that regenerates it, and changes nothing. The hook's arguments
+/// are the generated spec's own.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn cdi_hook_refuses_a_spec_made_on_another_mig_layout() {
+    let _serial = sim().1;
+    let sim = SimHost::fresh("mig-layout", Fixture::synthetic(2).mig());
+    let spec: serde_yaml::Value =
+        serde_yaml::from_str(&sim.stdout(&["cdi", "generate", "--output", "-"])).unwrap();
+    let mut args: Vec<String> = spec["containerEdits"]["hooks"][0]["args"]
+        .as_sequence()
+        .expect("the spec's hook")
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    // Its program name, and its --config (Case::run gives the fixture's).
+    args.remove(0);
+    let at = args.iter().position(|a| a == "--config").expect("--config");
+    args.drain(at..at + 2);
+    let layout = args[args
+        .iter()
+        .position(|a| a == "--mig-layout")
+        .expect("recorded")
+        + 1]
+    .clone();
+    // The MIG devices' instances, in GPU then id order, leaving out `gone`.
+    let layout_of = |gone: Option<(u32, u32)>| {
+        let mut ids: Vec<(u32, u32, u32)> = sim
+            .facts
+            .mig
+            .iter()
+            .filter(|m| Some((m.gpu, m.gi)) != gone)
+            .map(|m| (m.gpu, m.gi, m.ci))
+            .collect();
+        ids.sort_unstable();
+        let words: Vec<String> = ids.iter().map(|(g, i, c)| format!("{g}:{i}:{c}")).collect();
+        words.join(",")
+    };
+    assert_eq!(layout, layout_of(None), "{:?}", sim.facts.mig);
+    let case = || {
+        let mut case = Case::cdi(&sim);
+        case.args = args.clone();
+        case
+    };
+    let out = case().run(&sim);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // GPU 0's second GPU instance is destroyed: the driver removes its directory.
+    let gi = sim
+        .facts
+        .mig
+        .iter()
+        .find(|m| m.gpu == 0 && m.gi == 2)
+        .expect("GPU 0's GPU instance 2");
+    fs::remove_dir_all(Path::new(&gi.gi_access_path).parent().unwrap()).unwrap();
+    let case = case();
+    let before = snapshot(&case.rootfs());
+    let out = case.run(&sim);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("generated for MIG layout {layout}"))
+            && err.contains(&format!(
+                "MIG layout is now {}",
+                layout_of(Some((0, gi.gi)))
+            ))
+            && err.contains("oci-nvidia-hook cdi generate"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert_eq!(snapshot(&case.rootfs()), before, "the image changed");
+}
+
 /// Only createRuntime: at createContainer the hook would run inside the
 /// container with its environment (CVE-2025-23266), so any other stage
 /// named in the spec is refused before anything is read.
@@ -832,4 +912,304 @@ fn nvidia_cdi_hook_subcommands_stay_inside_the_rootfs() {
             None => assert!(out.status.success(), "{what}: {err}"),
         }
     }
+}
+
+/// A hostile image for one `nvidia-cdi-hook` subcommand run by a runtime:
+/// what it is, the hook's arguments, how the image is changed (given its
+/// rootfs and the canary directory outside it), and the path its refusal
+/// must name (`None`: it may succeed, or refuse in one line of ours).
+struct RuntimeCase {
+    what: &'static str,
+    args: &'static [&'static str],
+    prepare: fn(&Path, &Path),
+    refused: Option<&'static str>,
+}
+
+/// The image's library directory, as NVIDIA's specs name it.
+const IMAGE_LIB: &str = "usr/lib/x86_64-linux-gnu";
+
+/// Replaces `rel` in `rootfs` by a symlink to `target`.
+fn plant_link(rootfs: &Path, rel: &str, target: &Path) {
+    let path = rootfs.join(rel);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let _ = fs::remove_dir_all(&path);
+    let _ = fs::remove_file(&path);
+    symlink(target, &path).unwrap();
+}
+
+/// A relative link at `rel` climbing out of the rootfs to `target`.
+fn plant_climbing_link(rootfs: &Path, rel: &str, target: &Path) {
+    let up = "../".repeat(rel.matches('/').count() + 12);
+    plant_link(
+        rootfs,
+        rel,
+        &PathBuf::from(format!("{up}{}", target.display())),
+    );
+}
+
+/// A fifo at `rel` in `rootfs`.
+fn plant_fifo(rootfs: &Path, rel: &str) {
+    let path = rootfs.join(rel);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let _ = fs::remove_file(&path);
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+}
+
+/// A character device (1:3, as /dev/null) at `rel` in `rootfs`.
+fn plant_device(rootfs: &Path, rel: &str) {
+    let path = rootfs.join(rel);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let _ = fs::remove_file(&path);
+    nix::sys::stat::mknod(
+        &path,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 3),
+    )
+    .unwrap();
+}
+
+/// Every subcommand, against links out of the rootfs at each path it
+/// touches, directories swapped for links, and fifos or devices at targets.
+fn runtime_cases() -> Vec<RuntimeCase> {
+    let update = &["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"];
+    let soname = &[
+        "create-soname-symlinks",
+        "--folder",
+        "/usr/lib/x86_64-linux-gnu",
+    ];
+    let link = &[
+        "create-symlinks",
+        "--link",
+        "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+    ];
+    let compat = &["enable-cuda-compat", "--host-driver-version", "470.1"];
+    let chmod = &["chmod", "--mode", "777", "--path", "/etc/passwd"];
+    let profile = &["update-application-profile"];
+    vec![
+        RuntimeCase {
+            what: "update-ldcache, the folder linked out",
+            args: update,
+            prepare: |r, c| plant_link(r, IMAGE_LIB, c),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "update-ldcache, the folder climbing out",
+            args: update,
+            prepare: |r, c| plant_climbing_link(r, IMAGE_LIB, c),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "update-ldcache, /etc linked out",
+            args: update,
+            prepare: |r, c| plant_link(r, "etc", c),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "update-ldcache, the cache linked to a host file",
+            args: update,
+            prepare: |r, c| plant_link(r, "etc/ld.so.cache", &c.join("ld.so.cache")),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "update-ldcache, a fifo at the cache",
+            args: update,
+            prepare: |r, _| plant_fifo(r, "etc/ld.so.cache"),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "create-soname-symlinks, the folder linked out",
+            args: soname,
+            prepare: |r, c| plant_link(r, IMAGE_LIB, c),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "create-soname-symlinks, a library's SONAME link swapped for a host link",
+            args: soname,
+            prepare: |r, c| {
+                fs::write(r.join(IMAGE_LIB).join("libfoo.so.1.0"), b"not elf").unwrap();
+                plant_link(r, &format!("{IMAGE_LIB}/libfoo.so.1"), &c.join("passwd"));
+            },
+            refused: None,
+        },
+        RuntimeCase {
+            what: "create-symlinks, the link's directory linked out",
+            args: link,
+            prepare: |r, c| plant_link(r, IMAGE_LIB, c),
+            refused: Some("/usr/lib/x86_64-linux-gnu"),
+        },
+        RuntimeCase {
+            what: "create-symlinks, the link's directory swapped for a link inside",
+            args: link,
+            prepare: |r, c| {
+                plant_link(r, "usr/lib/elsewhere", c);
+                plant_link(r, IMAGE_LIB, Path::new("elsewhere"));
+            },
+            refused: Some("/usr/lib/x86_64-linux-gnu"),
+        },
+        RuntimeCase {
+            what: "create-symlinks, a fifo at the link",
+            args: &["create-symlinks", "--link", "x::/etc/fifo"],
+            prepare: |r, _| plant_fifo(r, "etc/fifo"),
+            refused: Some("/etc/fifo"),
+        },
+        RuntimeCase {
+            what: "create-symlinks, a device at the link",
+            args: &["create-symlinks", "--link", "x::/etc/dev0"],
+            prepare: |r, _| plant_device(r, "etc/dev0"),
+            refused: Some("/etc/dev0"),
+        },
+        RuntimeCase {
+            what: "enable-cuda-compat, the compat directory linked out",
+            args: compat,
+            prepare: |r, c| plant_link(r, "usr/local/cuda/compat", c),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "enable-cuda-compat, the compat directory climbing out",
+            args: compat,
+            prepare: |r, c| plant_climbing_link(r, "usr/local/cuda/compat", c),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "enable-cuda-compat, /etc/ld.so.conf.d linked out",
+            args: compat,
+            prepare: |r, c| {
+                fs::create_dir_all(r.join("usr/local/cuda/compat")).unwrap();
+                fs::write(r.join("usr/local/cuda/compat/libcuda.so.999.1"), b"not elf").unwrap();
+                plant_link(r, "etc/ld.so.conf.d", c);
+            },
+            refused: None,
+        },
+        RuntimeCase {
+            what: "chmod, a path linked to a host file",
+            args: chmod,
+            prepare: |r, c| plant_link(r, "etc/passwd", &c.join("passwd")),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "chmod, a path climbing out",
+            args: chmod,
+            prepare: |r, c| plant_climbing_link(r, "etc/passwd", &c.join("passwd")),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "chmod, a fifo",
+            args: &["chmod", "--mode", "777", "--path", "/etc/fifo"],
+            prepare: |r, _| plant_fifo(r, "etc/fifo"),
+            refused: Some("/etc/fifo"),
+        },
+        RuntimeCase {
+            what: "chmod, /etc linked out",
+            args: chmod,
+            prepare: |r, c| plant_link(r, "etc", c),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "disable-device-node-modification, /proc/driver/nvidia absent",
+            args: &["disable-device-node-modification"],
+            prepare: |r, c| plant_link(r, "etc", c),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "update-application-profile, /etc linked out",
+            args: profile,
+            prepare: |r, c| plant_link(r, "etc", c),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "update-application-profile, the profile directory linked out",
+            args: profile,
+            prepare: |r, c| plant_link(r, "etc/nvidia", c),
+            refused: None,
+        },
+        RuntimeCase {
+            what: "update-application-profile, a fifo at the profile",
+            args: profile,
+            prepare: |r, _| {
+                plant_fifo(
+                    r,
+                    "etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf",
+                )
+            },
+            refused: None,
+        },
+    ]
+}
+
+/// The subcommands as NVIDIA's specs run them (a `createContainer` hook
+/// without `env`), through runc and crun, each against the hostile images
+/// of [`runtime_cases`]: nothing outside the rootfs changes (the canary,
+/// the simulated driver, the host's mounts), and each either succeeds or
+/// fails in one line of ours (naming the path where the case says; crun
+/// does not pass a hook's stderr on, so there only the failure shows).
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn nvidia_cdi_hook_subcommands_stay_inside_the_rootfs_through_runc_and_crun() {
+    use harness::runtime::bundle::{work_root, Bundle, Scenario};
+    use harness::runtime::oci_config::path_str;
+    use harness::runtime::runtimes::Runtime;
+
+    let (sim, _serial) = sim();
+    let _runtimes = harness::runtime::run::serial();
+    let canary = work_root().join("hostile-canary");
+    let _ = fs::remove_dir_all(&canary);
+    fs::create_dir_all(canary.join("nvidia")).unwrap();
+    fs::write(canary.join("passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    fs::write(canary.join("ld.so.cache"), "host cache\n").unwrap();
+    fs::write(canary.join("libcuda.so.999.1"), "a host file\n").unwrap();
+    let mut seen = Vec::new();
+    for runtime in [Runtime::RuncV1, Runtime::CrunV1] {
+        runtime.require_tools();
+        for (n, case) in runtime_cases().into_iter().enumerate() {
+            let name = format!("hostile-{}-{n}", runtime.name().to_lowercase());
+            let canary_at = canary.clone();
+            let prepare = move |root: &Path| (case.prepare)(root, &canary_at);
+            let scenario = Scenario::hooks_only(&name, runtime, &sim, &prepare);
+            let bundle = Bundle::exiting(&scenario);
+            let mut args = vec!["nvidia-cdi-hook"];
+            args.extend(case.args);
+            let hooks = serde_json::json!({"createContainer": [
+                {"path": path_str(harness::project::hook_binary()), "args": args}
+            ]});
+            let canary_before = snapshot(&canary);
+            let driver_before = snapshot(&sim.dir);
+            let mounts_before = host_mounts();
+            let id = format!("onh-{name}-{}", std::process::id());
+            let (ok, stderr) = bundle.run_with_hooks(&scenario, &id, hooks, |_| {});
+            let what = format!("{} ({}): {stderr}", case.what, runtime.name());
+            assert_eq!(
+                snapshot(&canary),
+                canary_before,
+                "the canary changed: {what}"
+            );
+            assert_eq!(
+                snapshot(&sim.dir),
+                driver_before,
+                "the driver changed: {what}"
+            );
+            assert_mounts_unchanged(&mounts_before, &what);
+            // runc passes a failing hook's stderr on; crun only says that
+            // the hook failed.
+            let ours = |path: &str| match runtime {
+                Runtime::CrunV1 => stderr.contains("error executing hook"),
+                _ => stderr.contains("oci-nvidia-hook[") && stderr.contains(path),
+            };
+            match case.refused {
+                Some(path) => assert!(!ok && ours(path), "must be refused naming {path}: {what}"),
+                None => assert!(
+                    ok || ours(""),
+                    "neither done nor refused in a line of ours: {what}"
+                ),
+            }
+            seen.push(format!(
+                "{} {}: {}",
+                runtime.name(),
+                case.what,
+                if ok { "done" } else { "refused" }
+            ));
+        }
+    }
+    eprintln!("{}", seen.join("\n"));
+    let _ = fs::remove_dir_all(&canary);
 }

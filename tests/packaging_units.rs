@@ -5,9 +5,9 @@
 //! real systemd runs them as a host would. These machines do not run systemd
 //! as pid 1, so that systemd is a user manager started as root in a private
 //! mount namespace (with `/run/systemd/system` there, which it checks for):
-//! it skips the service while no driver shows in `/proc/driver/nvidia`, and
-//! runs it when `ldconfig` rewrites the driver's loader cache and when the
-//! config changes. udev itself is not run (its Debian package would upgrade
+//! it runs the service when `ldconfig` rewrites the driver's loader cache
+//! and when the config changes, and its spec goes when the module unloads
+//! (the udev rule's command) or the driver's libraries go. udev itself is not run (its Debian package would upgrade
 //! systemd here): the rule is checked against the units it names.
 //!
 //! Needs `systemd-analyze` and `make`; the manager test also needs root,
@@ -226,6 +226,38 @@ fn make_install_units_names_the_prefix_binary_and_installs_what_verify_accepts()
     assert!(said.is_empty(), "systemd-analyze verify: {said}");
 }
 
+/// The udev rule file's rules, each as its keys.
+fn udev_rules() -> Vec<Vec<String>> {
+    let text = fs::read_to_string(repo().join(UDEV_RULE)).unwrap();
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split(", ").map(str::to_string).collect())
+        .collect()
+}
+
+/// The value of `key` (`KERNEL==`, `RUN+=`: the name and operator) in `rule`.
+fn udev_value<'a>(rule: &'a [String], key: &str) -> Option<&'a str> {
+    rule.iter()
+        .find_map(|k| k.strip_prefix(key))
+        .and_then(|v| v.strip_prefix('"'))
+        .and_then(|v| v.strip_suffix('"'))
+}
+
+/// The command the udev rule runs when a driver module is unloaded.
+fn removal_command() -> Vec<String> {
+    let rules = udev_rules();
+    let rule = rules
+        .iter()
+        .find(|r| r.iter().any(|k| k == r#"ACTION=="remove""#))
+        .expect("a rule for the module's removal");
+    udev_value(rule, "RUN+=")
+        .expect("the removal rule runs a command")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn the_udev_rule_and_the_units_name_each_other() {
     let service = shipped(SERVICE);
@@ -234,39 +266,59 @@ fn the_udev_rule_and_the_units_name_each_other() {
     assert_eq!(directives(&service, "Install", "Also"), [PATH_UNIT]);
     assert_eq!(
         directives(&service, "Unit", "ConditionPathExists"),
-        [DRIVER_VERSION_FILE],
-        "no driver, no spec: skipped as a condition"
+        Vec::<String>::new(),
+        "no condition on the driver: without one the service removes the stale spec"
     );
-    // The driver's own tools may be absent: only the generation fails the unit.
-    for pre in directives(&service, "Service", "ExecStartPre") {
+    assert!(
+        exec_start(&service).contains(&"--remove-without-driver".to_string()),
+        "the service removes the spec when the driver is gone"
+    );
+    // The driver's own tools may be absent: only the generation fails the
+    // unit. They would load the module: each runs only while it is loaded.
+    let pres = directives(&service, "Service", "ExecStartPre");
+    assert!(!pres.is_empty());
+    for pre in pres {
         assert!(pre.starts_with('-'), "ExecStartPre without '-': {pre}");
+        assert!(
+            pre.contains(&format!("test -e {DRIVER_VERSION_FILE} || exit 0;")),
+            "ExecStartPre not guarded by the module being loaded: {pre}"
+        );
     }
 
-    let text = fs::read_to_string(repo().join(UDEV_RULE)).unwrap();
-    let rules: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .collect();
-    assert_eq!(rules.len(), 1, "one rule: {rules:?}");
-    let keys: Vec<&str> = rules[0].split(", ").collect();
+    let rules = udev_rules();
+    assert_eq!(
+        rules.len(),
+        2,
+        "a rule for loading, one for unloading: {rules:?}"
+    );
+    let (added, removed) = (&rules[0], &rules[1]);
     for key in [
-        r#"SUBSYSTEM=="module""#,
-        r#"TAG+="systemd""#,
-        &format!(r#"ENV{{SYSTEMD_WANTS}}+="{SERVICE}""#),
+        r#"SUBSYSTEM=="module""#.to_string(),
+        r#"TAG+="systemd""#.to_string(),
+        format!(r#"ENV{{SYSTEMD_WANTS}}+="{SERVICE}""#),
     ] {
-        assert!(keys.contains(&key), "the rule lacks {key}: {}", rules[0]);
+        assert!(added.contains(&key), "the rule lacks {key}: {added:?}");
     }
-    let kernel = keys
-        .iter()
-        .find_map(|k| k.strip_prefix(r#"KERNEL==""#))
-        .and_then(|k| k.strip_suffix('"'))
-        .expect("a KERNEL match");
-    let mut modules: Vec<&str> = kernel.split('|').collect();
-    modules.sort_unstable();
-    // Module names as /sys/module has them: the driver, and those that bring
-    // device nodes of their own.
-    assert_eq!(modules, ["nvidia", "nvidia_modeset", "nvidia_uvm"]);
+    assert!(removed.contains(&r#"SUBSYSTEM=="module""#.to_string()));
+    assert_eq!(
+        removal_command(),
+        ["/bin/systemctl", "--no-block", "start", SERVICE],
+        "the removal starts the service without udev waiting on it"
+    );
+    assert!(
+        Path::new("/bin/systemctl").is_file(),
+        "the removal rule's systemctl is not where Debian has it"
+    );
+    for rule in [added, removed] {
+        let mut modules: Vec<&str> = udev_value(rule, "KERNEL==")
+            .expect("a KERNEL match")
+            .split('|')
+            .collect();
+        modules.sort_unstable();
+        // Module names as /sys/module has them: the driver, and those that
+        // bring device nodes of their own.
+        assert_eq!(modules, ["nvidia", "nvidia_modeset", "nvidia_uvm"]);
+    }
 }
 
 #[test]
@@ -486,7 +538,7 @@ fn replace_once(text: &str, from: &str, to: &str) -> String {
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
-fn systemd_skips_the_service_without_a_driver_and_runs_it_when_ldconfig_rewrites_the_cache() {
+fn systemd_runs_the_service_on_ldconfig_and_it_removes_the_spec_when_the_driver_goes() {
     require_root();
     let ldconfig = require_tool("ldconfig", "libc-bin");
     // Everything the service reads sits under /run: its PrivateTmp= would
@@ -510,9 +562,11 @@ fn systemd_skips_the_service_without_a_driver_and_runs_it_when_ldconfig_rewrites
     fs::create_dir_all(units.join(format!("{SERVICE}.d"))).unwrap();
     let service = replace_once(
         &shipped(SERVICE),
-        &format!("{PACKAGED_BINARY} cdi generate --output {DEFAULT_OUTPUT}"),
         &format!(
-            "{} --config {} cdi generate --output {}",
+            "{PACKAGED_BINARY} cdi generate --remove-without-driver --output {DEFAULT_OUTPUT}"
+        ),
+        &format!(
+            "{} --config {} cdi generate --remove-without-driver --output {}",
             binary.display(),
             sim.config.display(),
             output.display()
@@ -543,26 +597,73 @@ fn systemd_skips_the_service_without_a_driver_and_runs_it_when_ldconfig_rewrites
     let manager = UserManager::start(dir.path());
     let why = |m: &UserManager| {
         format!(
-            "{SERVICE}: {}\nservice log: {}\nmanager log: {}",
+            "{SERVICE}: {}\n{}\nservice log: {}\nmanager log: {}",
             m.show(SERVICE),
+            String::from_utf8_lossy(&m.systemctl(&["status", "--no-pager", SERVICE]).stdout),
             fs::read_to_string(&service_log).unwrap_or_default(),
             m.log_text()
         )
     };
 
-    // No driver: skipped on its condition, not failed, and nothing written.
-    let start = manager.systemctl(&["start", SERVICE]);
-    assert!(start.status.success(), "start {SERVICE}: {start:?}");
-    assert_eq!(
-        manager.show(SERVICE),
-        "ActiveState=inactive ConditionResult=no ExecMainStatus=0 Result=success",
-        "{}",
-        why(&manager)
-    );
-    assert!(!output.exists());
-
-    // The driver loads; the watch is armed and fires on nothing yet.
+    let succeeded = "ActiveState=inactive ConditionResult=yes ExecMainStatus=0 Result=success";
+    // Runs the service to its end, as `command` (a systemctl line, which
+    // may not wait for it) starts it, until `output` exists or not as `spec`.
+    let run_service = |command: &[&str], spec: bool| {
+        let start = manager.in_namespace(command);
+        assert!(start.status.success(), "{command:?}: {start:?}");
+        let done = manager.wait_for(Duration::from_secs(20), || {
+            output.exists() == spec && manager.show(SERVICE).starts_with("ActiveState=inactive")
+        });
+        assert!(done, "{}", why(&manager));
+        assert_eq!(manager.show(SERVICE), succeeded, "{}", why(&manager));
+    };
+    // The driver's module loaded or not: its version file, where the
+    // generator reads it (the simulated host's procfs) and where the
+    // service's ExecStartPre looks (the namespace's /proc/driver).
     let version = sim.path("proc/driver/nvidia/version");
+    let unloaded = dir.path().join("version");
+    let module = |loaded: bool| {
+        let (from, to, script) = if loaded {
+            (
+                &unloaded,
+                &version,
+                "mkdir /proc/driver/nvidia && cp \"$0\" /proc/driver/nvidia/version",
+            )
+        } else {
+            (&version, &unloaded, "rm -r /proc/driver/nvidia")
+        };
+        fs::rename(from, to).unwrap();
+        let changed = manager.in_namespace(&["sh", "-c", script, &to.display().to_string()]);
+        assert!(
+            changed.status.success(),
+            "module loaded {loaded}: {changed:?}"
+        );
+    };
+
+    // ldconfig rewrites the driver's cache, as a package's installation or
+    // removal ends.
+    let rewrite_cache = || {
+        let rewrite = Command::new(&ldconfig)
+            .arg("-X")
+            .arg("-r")
+            .arg(sim.path("driver"))
+            .args(["-c", "new", "-C", "/etc/ld.so.cache"])
+            .output()
+            .expect("run ldconfig");
+        assert!(rewrite.status.success(), "ldconfig -r: {rewrite:?}");
+    };
+
+    // The watch is armed (it keeps the service loaded between runs) and
+    // fires on nothing yet.
+    let start = manager.systemctl(&["start", PATH_UNIT]);
+    assert!(start.status.success(), "start {PATH_UNIT}: {start:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!output.exists(), "{PATH_UNIT} fired on being started");
+
+    // No driver: it runs, succeeds, and writes nothing.
+    fs::rename(&version, &unloaded).unwrap();
+    run_service(&["systemctl", "--user", "start", SERVICE], false);
+    fs::rename(&unloaded, &version).unwrap();
     let load = manager.in_namespace(&[
         "sh",
         "-c",
@@ -573,32 +674,16 @@ fn systemd_skips_the_service_without_a_driver_and_runs_it_when_ldconfig_rewrites
         load.status.success(),
         "stand the driver's version file in: {load:?}"
     );
-    let start = manager.systemctl(&["start", PATH_UNIT]);
-    assert!(start.status.success(), "start {PATH_UNIT}: {start:?}");
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!output.exists(), "{PATH_UNIT} fired on being started");
 
     // ldconfig rewrites the driver's cache, as a package upgrade ends.
-    let rewrite = Command::new(&ldconfig)
-        .arg("-X")
-        .arg("-r")
-        .arg(sim.path("driver"))
-        .args(["-c", "new", "-C", "/etc/ld.so.cache"])
-        .output()
-        .expect("run ldconfig");
-    assert!(rewrite.status.success(), "ldconfig -r: {rewrite:?}");
+    rewrite_cache();
     let written = manager.wait_for(Duration::from_secs(20), || output.exists());
     assert!(written, "no spec after ldconfig: {}", why(&manager));
     let done = manager.wait_for(Duration::from_secs(10), || {
         manager.show(SERVICE).starts_with("ActiveState=inactive")
     });
     assert!(done, "{}", why(&manager));
-    assert_eq!(
-        manager.show(SERVICE),
-        "ActiveState=inactive ConditionResult=yes ExecMainStatus=0 Result=success",
-        "{}",
-        why(&manager)
-    );
+    assert_eq!(manager.show(SERVICE), succeeded, "{}", why(&manager));
     let spec: serde_yaml::Value = serde_yaml::from_slice(&fs::read(&output).unwrap()).unwrap();
     let devices = spec["devices"].as_sequence().expect("devices").len();
     assert_eq!(devices, 8 * 2 + 1, "{}", why(&manager));
@@ -616,4 +701,43 @@ fn systemd_skips_the_service_without_a_driver_and_runs_it_when_ldconfig_rewrites
         "no new spec after the config changed: {}",
         why(&manager)
     );
+    let settled = manager.wait_for(Duration::from_secs(10), || {
+        manager.show(SERVICE).starts_with("ActiveState=inactive")
+    });
+    assert!(settled, "{}", why(&manager));
+
+    // The module unloads: its procfs goes, and udev runs the removal rule's
+    // command (here against this user manager). The spec goes with it.
+    module(false);
+    let removal = removal_command();
+    let mut command: Vec<&str> = vec![removal[0].as_str(), "--user"];
+    command.extend(removal[1..].iter().map(String::as_str));
+    run_service(&command, false);
+
+    // It loads again (udev's SYSTEMD_WANTS starts the service): a spec again.
+    module(true);
+    run_service(&["systemctl", "--user", "start", SERVICE], true);
+
+    // The driver's packages are removed, the module still loaded: its
+    // libraries go and ldconfig runs last. The path unit fires, the spec goes.
+    for library in sim
+        .facts
+        .libraries
+        .values()
+        .chain(sim.facts.libraries32.values())
+    {
+        let _ = fs::remove_file(library);
+    }
+    rewrite_cache();
+    let removed = manager.wait_for(Duration::from_secs(20), || !output.exists());
+    assert!(
+        removed,
+        "a stale spec after the libraries went: {}",
+        why(&manager)
+    );
+    let settled = manager.wait_for(Duration::from_secs(10), || {
+        manager.show(SERVICE).starts_with("ActiveState=inactive")
+    });
+    assert!(settled, "{}", why(&manager));
+    assert_eq!(manager.show(SERVICE), succeeded, "{}", why(&manager));
 }

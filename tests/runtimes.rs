@@ -546,3 +546,105 @@ smi_exit=9
     assert_eq!(report.smi_exit, Some(9));
     assert!(report.smi_output.contains("couldn't communicate"));
 }
+
+/// What NVIDIA's spec hooks leave in a container whose image carries CUDA
+/// compat libraries of driver `compat_version`, run through `runtime` at
+/// createContainer (as NVIDIA's specs run them) with GPU minor 1 given:
+/// (our compat `ld.so.conf.d` entry, the container's loader cache as
+/// `ldconfig -p` prints it, the application profile).
+fn compat_and_profile(
+    runtime: Runtime,
+    compat_version: &str,
+) -> (Option<String>, String, Option<String>) {
+    use harness::runtime::bundle::{Bundle, BundleExtras};
+    use harness::runtime::oci_config::path_str;
+
+    let host = SimHost::shared(Fixture::synthetic(2));
+    let libcuda = host.facts.libraries["libcuda.so.1"].clone();
+    let compat_file = format!("libcuda.so.{compat_version}");
+    let prepare = move |root: &Path| {
+        let compat = root.join("usr/local/cuda/compat");
+        std::fs::create_dir_all(&compat).unwrap();
+        std::fs::copy(&libcuda, compat.join(&compat_file)).unwrap();
+        std::os::unix::fs::symlink(&compat_file, compat.join("libcuda.so.1")).unwrap();
+    };
+    let name = format!(
+        "compat-{}-{}",
+        runtime.name().to_lowercase(),
+        compat_version.replace('.', "-")
+    );
+    let scenario = Scenario::hooks_only(&name, runtime, &host, &prepare);
+    let script = "cp /etc/ld.so.cache /out/ld.so.cache; \
+                  cp /etc/ld.so.conf.d/00-compat-oci-nvidia-hook.conf /out/compat.conf; \
+                  cp /etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf /out/profile; \
+                  exit 0";
+    let bundle = Bundle::create(
+        &scenario,
+        &BundleExtras {
+            args: Some(vec!["/bin/sh".into(), "-c".into(), script.into()]),
+            ..BundleExtras::default()
+        },
+    );
+    let binary = path_str(harness::project::hook_binary());
+    let hook = |args: &[&str]| {
+        let mut argv = vec!["nvidia-cdi-hook"];
+        argv.extend(args);
+        serde_json::json!({"path": binary, "args": argv})
+    };
+    let hooks = serde_json::json!({"createContainer": [
+        hook(&["enable-cuda-compat", "--host-driver-version", &host.facts.driver_version]),
+        hook(&["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]),
+        hook(&["update-application-profile"]),
+    ]});
+    let id = format!("onh-{name}-{}", std::process::id());
+    let (ok, stderr) = bundle.run_with_hooks(&scenario, &id, hooks, |config| {
+        config["linux"]["devices"] = serde_json::json!([
+            {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
+        ]);
+    });
+    assert!(ok, "{name}: {stderr}");
+    let out = bundle.out_dir();
+    let cache = std::process::Command::new("ldconfig")
+        .args(["-p", "-C"])
+        .arg(out.join("ld.so.cache"))
+        .output()
+        .expect("run ldconfig -p");
+    assert!(cache.status.success(), "{name}: ldconfig -p: {cache:?}");
+    (
+        std::fs::read_to_string(out.join("compat.conf")).ok(),
+        String::from_utf8_lossy(&cache.stdout).into_owned(),
+        std::fs::read_to_string(out.join("profile")).ok(),
+    )
+}
+
+/// `enable-cuda-compat` and `update-application-profile` as NVIDIA's specs
+/// run them, through runc and crun: compat libraries of a driver newer than
+/// the host's get our `ld.so.conf.d` entry and come first in the loader
+/// cache `update-ldcache` writes, older ones neither; the profile limits
+/// EGL to the container's GPU (minor 1: mask 0x2).
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn nvidia_cdi_hook_compat_and_application_profile_through_runc_and_crun() {
+    let _serial = serial();
+    for runtime in [Runtime::RuncV1, Runtime::CrunV1] {
+        runtime.require_tools();
+        let (conf, cache, profile) = compat_and_profile(runtime, "550.54.15");
+        let what = format!("{}: newer compat\n{cache}", runtime.name());
+        assert_eq!(conf.as_deref(), Some("/usr/local/cuda/compat\n"), "{what}");
+        let first = cache
+            .lines()
+            .find(|l| l.trim_start().starts_with("libcuda.so.1 "))
+            .unwrap_or_else(|| panic!("no libcuda.so.1 in the cache: {what}"));
+        assert!(first.contains("=> /usr/local/cuda/compat/"), "{what}");
+        let profile = profile.unwrap_or_else(|| panic!("no application profile: {what}"));
+        assert!(
+            profile.contains("\"EGLVisibleDGPUDevices\",0x2"),
+            "{what}: {profile}"
+        );
+
+        let (conf, cache, _) = compat_and_profile(runtime, "470.256.02");
+        let what = format!("{}: older compat\n{cache}", runtime.name());
+        assert_eq!(conf, None, "{what}");
+        assert!(!cache.contains("/usr/local/cuda/compat"), "{what}");
+    }
+}

@@ -122,6 +122,7 @@ pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
         program: options.program.clone(),
         config: options.config_path.clone(),
         made: SpecMade {
+            mig_layout: Some(crate::driver::mig_layout(&inventory.mig_instances)),
             driver_version: inventory.driver_version,
             capabilities,
             layout: options.layout,

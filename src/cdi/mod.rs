@@ -89,5 +89,22 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether there is no driver to describe: the kernel module is not
+    /// loaded, or its core libraries are gone (a removal, the module still
+    /// loaded). A spec made before then names files that are gone, and the
+    /// refresh removes it.
+    pub fn driver_gone(&self) -> bool {
+        matches!(
+            self,
+            Error::Driver(driver::Error::NotLoaded { .. })
+                | Error::Planner(planner::Error::Driver(driver::Error::NotLoaded { .. }))
+                | Error::Planner(planner::Error::Plan(
+                    crate::plan::Error::CoreLibraryMissing { .. }
+                ))
+        )
+    }
+}
+
 /// Result of CDI work.
 pub type Result<T> = std::result::Result<T, Error>;

@@ -259,6 +259,7 @@ mod tests {
                 driver_version: "535.261.03".into(),
                 capabilities: "compute,utility".into(),
                 layout: ImageLayout::Debian,
+                mig_layout: Some("none".into()),
             },
         };
         let mut spec = Spec {

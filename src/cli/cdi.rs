@@ -24,6 +24,8 @@ pub struct Generate<'a> {
     pub capabilities: Option<&'a str>,
     /// `--layout`.
     pub layout: ImageLayout,
+    /// `--remove-without-driver`: no driver removes the spec instead of failing.
+    pub remove_without_driver: bool,
 }
 
 /// The spec for this host, made as `generate` asks, its hook reading the
@@ -60,14 +62,20 @@ pub fn generate(
     ask: &Generate<'_>,
     out: &mut impl Write,
 ) -> Result<()> {
-    let spec = spec(
+    let to_stdout = ask.output == Path::new("-");
+    let spec = match spec(
         config,
         config_path,
         ask.strategies,
         ask.capabilities,
         ask.layout,
-    )?;
-    let to_stdout = ask.output == Path::new("-");
+    ) {
+        Ok(spec) => spec,
+        Err(Error::Cdi(why)) if ask.remove_without_driver && !to_stdout && why.driver_gone() => {
+            return remove_stale(ask.output, &why);
+        }
+        Err(e) => return Err(e),
+    };
     let format = ask.format.unwrap_or(if to_stdout {
         Format::Yaml
     } else {
@@ -103,6 +111,71 @@ pub fn generate(
         None => log::debug!("no IMEX channel on this host: no {}", imex_output.display()),
     }
     Ok(())
+}
+
+/// Removes the spec at `output` and its IMEX spec beside it, where they
+/// exist, since there is no driver (`why`) for them to describe. Only a
+/// regular file that parses as a spec of ours (our kind with our hook, or
+/// the IMEX kind) is removed; anything else is refused, and kept.
+fn remove_stale(output: &Path, why: &cdi::Error) -> Result<()> {
+    let imex = imex_path(output);
+    let mut gone = Vec::new();
+    for (path, ours) in [
+        (output, is_our_gpu_spec as fn(&Spec) -> bool),
+        (imex.as_path(), |s: &Spec| s.kind == cdi::IMEX_KIND),
+    ] {
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(Error::ReadSpec {
+                    path: path.into(),
+                    source,
+                })
+            }
+        };
+        let refuse = |reason: &str| Error::NotOurSpec {
+            path: path.into(),
+            reason: reason.into(),
+        };
+        if !meta.file_type().is_file() {
+            return Err(refuse("not a regular file"));
+        }
+        let text = crate::bounded::read_text(path).map_err(|source| Error::ReadSpec {
+            path: path.into(),
+            source,
+        })?;
+        let spec: Spec =
+            serde_yaml::from_str(&text).map_err(|e| refuse(&format!("not a CDI spec ({e})")))?;
+        if !ours(&spec) {
+            return Err(refuse(&format!(
+                "a spec of kind {} not made by us",
+                spec.kind
+            )));
+        }
+        gone.push(path.to_path_buf());
+    }
+    if gone.is_empty() {
+        log::info!("no spec at {} to remove: {why}", output.display());
+    }
+    for path in gone {
+        std::fs::remove_file(&path).map_err(|source| Error::RemoveSpec {
+            path: path.clone(),
+            source,
+        })?;
+        log::info!("removed {}: {why}", path.display());
+    }
+    Ok(())
+}
+
+/// Whether `spec` is a GPU spec that `cdi generate` wrote: our kind, its
+/// hook calling this binary back.
+fn is_our_gpu_spec(spec: &Spec) -> bool {
+    spec.kind == cdi::spec::KIND
+        && spec.container_edits.hooks.iter().any(|h| {
+            let args: Vec<&str> = h.args.iter().map(String::as_str).collect();
+            crate::callback::is_ours(&args)
+        })
 }
 
 /// Where the IMEX channel spec goes: beside the GPU spec, `-imex-channel`
@@ -196,6 +269,83 @@ pub const DEFAULT_STRATEGIES: &str = "index,uuid";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Why the refresh removes: the module's procfs is gone.
+    fn not_loaded() -> cdi::Error {
+        cdi::Error::Driver(crate::driver::Error::NotLoaded {
+            path: "/proc/driver/nvidia/version".into(),
+        })
+    }
+
+    const OURS: &str = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n\
+        containerEdits:\n  hooks:\n  - hookName: createRuntime\n    path: /usr/bin/oci-nvidia-hook\n\
+        \x20   args: [oci-nvidia-hook, cdi-hook, createRuntime]\n";
+
+    #[test]
+    fn a_stale_spec_of_ours_is_removed_with_its_imex_spec() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("nvidia.yaml");
+        let imex = imex_path(&output);
+        std::fs::write(&output, OURS).unwrap();
+        std::fs::write(
+            &imex,
+            "cdiVersion: 0.5.0\nkind: nvidia.com/imex-channel\ndevices: []\n",
+        )
+        .unwrap();
+        assert!(not_loaded().driver_gone());
+        remove_stale(&output, &not_loaded()).unwrap();
+        assert!(!output.exists() && !imex.exists());
+        // Nothing there: nothing to do.
+        remove_stale(&output, &not_loaded()).unwrap();
+    }
+
+    #[test]
+    fn what_is_not_a_spec_of_ours_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("nvidia.yaml");
+        for (text, said) in [
+            (OURS.replace("cdi-hook", "other-hook"), "not made by us"),
+            (
+                OURS.replace("nvidia.com/gpu", "example.com/gpu"),
+                "not made by us",
+            ),
+            ("{not yaml".to_string(), "not a CDI spec"),
+        ] {
+            std::fs::write(&output, &text).unwrap();
+            let err = remove_stale(&output, &not_loaded())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(said) && err.contains("nvidia.yaml"), "{err}");
+            assert_eq!(std::fs::read_to_string(&output).unwrap(), text);
+        }
+        std::fs::remove_file(&output).unwrap();
+        let target = dir.path().join("target.yaml");
+        std::fs::write(&target, OURS).unwrap();
+        std::os::unix::fs::symlink(&target, &output).unwrap();
+        let err = remove_stale(&output, &not_loaded())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        assert!(output.symlink_metadata().is_ok() && target.exists());
+    }
+
+    #[test]
+    fn only_a_missing_driver_removes() {
+        let libraries_gone = cdi::Error::Planner(crate::planner::Error::Plan(
+            crate::plan::Error::CoreLibraryMissing {
+                capability: crate::request::Capability::Utility,
+                prefix: "libnvidia-ml.so",
+                version: "535.261.03".into(),
+            },
+        ));
+        assert!(libraries_gone.driver_gone());
+        assert!(!cdi::Error::NameStrategy { value: "x".into() }.driver_gone());
+        let unreadable = cdi::Error::Driver(crate::driver::Error::Read {
+            path: "/proc/driver/nvidia/version".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+        assert!(!unreadable.driver_gone());
+    }
 
     #[test]
     fn the_imex_spec_goes_beside_the_gpu_spec() {

@@ -41,6 +41,7 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
                 driver_version: made.driver_version,
                 capabilities: made.capabilities,
                 layout: made.layout.into(),
+                mig_layout: made.mig_layout,
             }
         }
         _ => return None,
@@ -77,6 +78,7 @@ mod tests {
             driver_version: "535.261.03".into(),
             capabilities: "compute,utility".into(),
             layout: crate::image::ImageLayout::Debian,
+            mig_layout: Some("0:1:0,0:2:0".into()),
         };
         let written = made.args();
         let mut cdi = vec![HOOK_COMMAND, "createRuntime"];

@@ -60,6 +60,10 @@ pub enum Error {
     Runtime(crate::runtime::Error),
     #[error("cannot read CDI spec {path}: {source}")]
     ReadSpec { path: PathBuf, source: io::Error },
+    #[error("not removing {path}: {reason}; only a spec oci-nvidia-hook generated is removed")]
+    NotOurSpec { path: PathBuf, reason: String },
+    #[error("cannot remove {path}: {source}")]
+    RemoveSpec { path: PathBuf, source: io::Error },
     #[error("{count} {} in {path}", if *.count == 1 { "problem" } else { "problems" })]
     InvalidSpec { count: usize, path: PathBuf },
     #[error("{0}")]
@@ -138,6 +142,9 @@ pub enum Command {
         /// The library layout of the spec's container paths.
         #[arg(long, value_enum)]
         layout: Layout,
+        /// The host's MIG layout when the spec was made; another one now is refused.
+        #[arg(long, value_name = "LAYOUT")]
+        mig_layout: Option<String>,
     },
     /// Runtime mode: write a GPU container's devices, mounts and hook into its
     /// config.json on create/run, then exec the real runtime (runc) with these arguments.
@@ -234,6 +241,11 @@ pub enum CdiCommand {
         /// Library layout of the container paths.
         #[arg(long, value_enum, default_value = "debian")]
         layout: Layout,
+        /// With no driver to describe (the kernel module not loaded, or none of
+        /// its libraries left in the driver root), remove the output and its IMEX
+        /// spec (specs of ours only) instead of failing: what the refresh service runs.
+        #[arg(long)]
+        remove_without_driver: bool,
     },
     /// Print the device names a spec for this host offers (nvidia.com/gpu=…).
     List {
@@ -372,6 +384,7 @@ pub fn run(cli: &Cli) -> Result<()> {
                     device_name_strategy,
                     capabilities,
                     layout,
+                    remove_without_driver,
                 },
         } => cdi::generate(
             &loaded()?,
@@ -382,6 +395,7 @@ pub fn run(cli: &Cli) -> Result<()> {
                 strategies: device_name_strategy,
                 capabilities: capabilities.as_deref(),
                 layout: (*layout).into(),
+                remove_without_driver: *remove_without_driver,
             },
             &mut out,
         )?,
@@ -398,6 +412,7 @@ pub fn run(cli: &Cli) -> Result<()> {
             driver_version,
             capabilities,
             layout,
+            mig_layout,
         } => {
             let config = loaded()?;
             if stage != crate::callback::HOOK_STAGE {
@@ -412,6 +427,7 @@ pub fn run(cli: &Cli) -> Result<()> {
                     driver_version: driver_version.clone(),
                     capabilities: capabilities.clone(),
                     layout: (*layout).into(),
+                    mig_layout: mig_layout.clone(),
                 },
             )?
         }

@@ -89,6 +89,27 @@ pub fn cap_file(proc_dir: &Path, rel: PathBuf) -> Result<CapFile> {
     Ok(CapFile { path, rel, minor })
 }
 
+/// `instances` in one word, as a spec records the MIG layout it was made
+/// on: `<gpu>:<gi>:<ci>` for each compute instance (`<gpu>:<gi>` for a GPU
+/// instance without one), comma-separated in GPU then id order; `none`
+/// without MIG. A MIG device's name in a spec (`0:1`, `MIG-…`) means the
+/// instance it had then: another layout gives it another one, or none.
+pub fn layout(instances: &[GpuInstance]) -> String {
+    let mut words = Vec::new();
+    for gi in instances {
+        if gi.compute.is_empty() {
+            words.push(format!("{}:{}", gi.parent, gi.id));
+        }
+        for ci in &gi.compute {
+            words.push(format!("{}:{}:{}", gi.parent, gi.id, ci.id));
+        }
+    }
+    if words.is_empty() {
+        return "none".into();
+    }
+    words.join(",")
+}
+
 /// The GPU instances, and their compute instances, that the kernel module
 /// lists for each of `gpus`, in GPU order then by id. The driver makes the
 /// `gi<id>` and `ci<id>` directories as instances are created and removes

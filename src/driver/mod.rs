@@ -34,7 +34,7 @@ pub use cuda::CudaVersion;
 pub use drm::GpuDrm;
 pub use files::{GatedFile, HostFile, Ipc};
 pub use libraries::{Library, MissingLibrary};
-pub use mig::{CapFile, ComputeInstance, GpuInstance, MigDevice};
+pub use mig::{layout as mig_layout, CapFile, ComputeInstance, GpuInstance, MigDevice};
 pub use nodes::{Node, NodeRole, NodeState};
 pub use proc::Gpu;
 pub use root::DriverRoot;

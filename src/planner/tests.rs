@@ -762,3 +762,74 @@ fn what_the_caller_leaves_to_others_is_not_in_the_plan() {
     assert_eq!(plan.loader_entries, whole.loader_entries);
     assert_eq!(plan.proc_mask, whole.proc_mask);
 }
+
+#[test]
+fn a_spec_made_on_another_mig_layout_is_refused_naming_both_and_the_command() {
+    let config = Config::default();
+    let inventory = inventory();
+    let gi = |id: u32, cis: &[u32]| crate::driver::GpuInstance {
+        parent: 1,
+        id,
+        access: CapFile {
+            rel: format!("capabilities/gpu1/mig/gi{id}/access").into(),
+            path: format!("/sim/gi{id}").into(),
+            minor: 10 + id,
+        },
+        compute: cis
+            .iter()
+            .map(|&ci| crate::driver::ComputeInstance {
+                id: ci,
+                access: CapFile {
+                    rel: format!("capabilities/gpu1/mig/gi{id}/ci{ci}/access").into(),
+                    path: format!("/sim/gi{id}ci{ci}").into(),
+                    minor: 20 + ci,
+                },
+            })
+            .collect(),
+    };
+    let mut migged = inventory.clone();
+    migged.mig_instances = vec![gi(1, &[0]), gi(2, &[0, 1])];
+    assert_eq!(
+        driver::mig_layout(&migged.mig_instances),
+        "1:1:0,1:2:0,1:2:1"
+    );
+    assert_eq!(driver::mig_layout(&[gi(3, &[])]), "1:3");
+    assert_eq!(driver::mig_layout(&inventory.mig_instances), "none");
+
+    let run = |host: &Inventory, mig_layout: Option<&str>| {
+        let made = SpecMade {
+            driver_version: host.driver_version.clone(),
+            capabilities: "utility".into(),
+            layout: ImageLayout::Debian,
+            mig_layout: mig_layout.map(str::to_string),
+        };
+        let nodes = [GrantedNode {
+            major: 195,
+            minor: 0,
+        }];
+        let inputs = Inputs::new(
+            Source::Granted(Granted {
+                nodes: &nodes,
+                made: &made,
+            }),
+            ImageSource::Layout(ImageLayout::Debian),
+        );
+        super::plan_on(&config, inputs, Some(host)).map(|_| ())
+    };
+    // Made on this layout, or before layouts were recorded: planned.
+    run(&migged, Some("1:1:0,1:2:0,1:2:1")).unwrap();
+    run(&inventory, Some("none")).unwrap();
+    run(&migged, None).unwrap();
+    // Made before MIG was set up, or before an instance went.
+    for (made, host) in [("none", &migged), ("1:1:0,1:2:0,1:2:1,1:3:0", &migged)] {
+        let err = run(host, Some(made)).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("generated for MIG layout {made}"))
+                && err.contains("MIG layout is now 1:1:0,1:2:0,1:2:1")
+                && err.contains("oci-nvidia-hook cdi generate"),
+            "{err}"
+        );
+    }
+    let err = run(&inventory, Some("1:1:0")).unwrap_err().to_string();
+    assert!(err.contains("MIG layout is now none"), "{err}");
+}

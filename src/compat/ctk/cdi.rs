@@ -142,6 +142,7 @@ fn generate(args: &GenerateArgs, config: &Config) -> Result<()> {
             device_name_strategy: args.device_name_strategy.join(","),
             capabilities: None,
             layout: Layout::Debian,
+            remove_without_driver: false,
         },
     };
     // Our own command, as `oci-nvidia-hook cdi generate` runs it: the same

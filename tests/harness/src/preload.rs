@@ -9,11 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use crate::runtime::bundle::{hook_args, work_root, Bundle, BundleExtras, Hook, Scenario};
-use crate::runtime::cleanup::Cleanup;
+use crate::runtime::bundle::{hook_args, work_root, Bundle, Scenario};
 use crate::runtime::oci_config::path_str;
-use crate::runtime::process::run_bounded;
-use crate::runtime::run::RUN_LIMIT;
 use crate::runtime::runtimes::{require_tool, Runtime};
 use crate::simhost::{Fixture, SimHost};
 
@@ -145,33 +142,10 @@ impl EvilLibrary {
             std::fs::create_dir_all(root.join("lib")).unwrap();
             std::fs::copy(&evil, root.join("lib/libdl.so.2")).unwrap();
         };
-        let scenario = Scenario {
-            name,
-            runtime,
-            host: &host,
-            env: &[],
-            hook: Hook::Absent,
-            decoy_minors: &[],
-            decoys: &[],
-            reuse_rootfs: false,
-            prepare: Some(&prepare),
-        };
-        let bundle = Bundle::create(
-            &scenario,
-            &BundleExtras {
-                args: Some(vec!["/bin/sh".into(), "-c".into(), "exit 0".into()]),
-                ..BundleExtras::default()
-            },
-        );
+        let scenario = Scenario::hooks_only(name, runtime, &host, &prepare);
+        let bundle = Bundle::exiting(&scenario);
         let env = hostile_env(&bundle.rootfs());
         let env_strings: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let config_path = bundle.dir.join("config.json");
-        let mut config: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
-        config["process"]["env"]
-            .as_array_mut()
-            .unwrap()
-            .extend(env_strings.iter().cloned().map(serde_json::Value::from));
         let hook_config = bundle.dir.join("hook-config.toml");
         let (stage, hook) = match entry {
             // A runtime that hands the hook the image's environment: the worst case.
@@ -201,27 +175,24 @@ impl EvilLibrary {
                 }),
             ),
         };
-        config["hooks"] = serde_json::json!({ stage: [hook] });
-        std::fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
         let id = format!("onh-preload-{name}-{}", std::process::id());
-        let guard = Cleanup {
-            runtime,
-            id: id.clone(),
-            state_root: bundle.state_root(),
-            hooks_dir: bundle.hooks_dir(),
-        };
-        let mut cmd = runtime.in_namespace(bundle.runtime_argv(&scenario, &id));
-        cmd.current_dir(bundle.rootfs());
         let started = Instant::now();
-        let finished = run_bounded(cmd, RUN_LIMIT);
-        drop(guard);
-        let stderr = finished.stderr.clone();
+        let (ok, stderr) = bundle.run_with_hooks(
+            &scenario,
+            &id,
+            serde_json::json!({ stage: [hook] }),
+            |config| {
+                config["process"]["env"]
+                    .as_array_mut()
+                    .unwrap()
+                    .extend(env_strings.iter().cloned().map(serde_json::Value::from));
+            },
+        );
         eprintln!(
-            "{name}: {:?} in {} ms: {stderr}",
-            finished.status,
+            "{name}: ok {ok} in {} ms: {stderr}",
             started.elapsed().as_millis()
         );
-        (finished.status.is_some_and(|s| s.success()), stderr)
+        (ok, stderr)
     }
 
     /// The library loads into none of `binary`'s entry points: each hook

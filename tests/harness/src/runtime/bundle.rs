@@ -66,6 +66,29 @@ pub struct Decoy<'a> {
     pub minor: u32,
 }
 
+impl<'a> Scenario<'a> {
+    /// A container whose only hooks a test gives ([`Bundle::run_with_hooks`]),
+    /// on a fresh rootfs that `prepare` changes first.
+    pub fn hooks_only(
+        name: &'a str,
+        runtime: Runtime,
+        host: &'a SimHost,
+        prepare: &'a dyn Fn(&Path),
+    ) -> Scenario<'a> {
+        Scenario {
+            name,
+            runtime,
+            host,
+            env: &[],
+            hook: Hook::Absent,
+            decoy_minors: &[],
+            decoys: &[],
+            reuse_rootfs: false,
+            prepare: Some(prepare),
+        }
+    }
+}
+
 /// Changes to a bundle beyond [`Scenario`], for tests that start many
 /// containers at once or restart one many times (tests/load.rs). The
 /// default changes nothing. Only for runtimes that take `config.json`
@@ -251,6 +274,59 @@ impl Bundle {
             decoys: scenario.decoys,
             hook: (scenario.hook == Hook::Prestart).then_some((hook_binary(), &hook_args[..])),
         })
+    }
+
+    /// The bundle of `scenario`, its process `sh -c 'exit 0'`: a container
+    /// that only its hooks do anything in.
+    pub fn exiting(scenario: &Scenario) -> Bundle {
+        Bundle::create(
+            scenario,
+            &BundleExtras {
+                args: Some(vec!["/bin/sh".into(), "-c".into(), "exit 0".into()]),
+                ..BundleExtras::default()
+            },
+        )
+    }
+
+    /// Runs this bundle (runc or crun) as container `id` with `hooks` (an
+    /// OCI `hooks` object) as its only hooks, the rest of its `config.json`
+    /// changed by `edit` first; cleans the container up. Returns whether
+    /// the runtime succeeded, and its stderr.
+    pub fn run_with_hooks(
+        &self,
+        scenario: &Scenario,
+        id: &str,
+        hooks: Value,
+        edit: impl FnOnce(&mut Value),
+    ) -> (bool, String) {
+        assert!(
+            !scenario.runtime.is_podman(),
+            "run_with_hooks takes config.json"
+        );
+        let config_path = self.dir.join("config.json");
+        let mut config: Value =
+            serde_json::from_slice(&std::fs::read(&config_path).expect("read config.json"))
+                .expect("parse config.json");
+        edit(&mut config);
+        config["hooks"] = hooks;
+        std::fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap())
+            .expect("write config.json");
+        let guard = super::cleanup::Cleanup {
+            runtime: scenario.runtime,
+            id: id.to_string(),
+            state_root: self.state_root(),
+            hooks_dir: self.hooks_dir(),
+        };
+        let mut cmd = scenario
+            .runtime
+            .in_namespace(self.runtime_argv(scenario, id));
+        cmd.current_dir(self.rootfs());
+        let finished = super::process::run_bounded(cmd, super::run::RUN_LIMIT);
+        drop(guard);
+        (
+            finished.status.is_some_and(|s| s.success()),
+            finished.stderr,
+        )
     }
 
     /// The runtime's command line that runs this bundle as container `id`.
