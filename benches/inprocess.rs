@@ -118,6 +118,7 @@ fn inventory(gpus: u32) -> Inventory {
         mig_monitor: None,
         imex_major: None,
         drm: Vec::new(),
+        wsl: None,
     }
 }
 

@@ -24,6 +24,8 @@ pub struct Generate<'a> {
     pub capabilities: Option<&'a str>,
     /// `--layout`.
     pub layout: ImageLayout,
+    /// `--mode`.
+    pub mode: cdi::Mode,
 }
 
 /// The spec for this host, made as `generate` asks, its hook reading the
@@ -34,6 +36,7 @@ fn spec(
     strategies: &str,
     capabilities: Option<&str>,
     layout: ImageLayout,
+    mode: cdi::Mode,
 ) -> Result<Spec> {
     let strategies = cdi::parse_strategies(strategies)?;
     let program = crate::program::path().map_err(|source| Error::Exe { source })?;
@@ -44,6 +47,7 @@ fn spec(
     Ok(cdi::generate(
         config,
         &Options {
+            mode,
             strategies,
             capabilities: capabilities.map(str::to_string),
             layout,
@@ -66,6 +70,7 @@ pub fn generate(
         ask.strategies,
         ask.capabilities,
         ask.layout,
+        ask.mode,
     )?;
     let to_stdout = ask.output == Path::new("-");
     let format = ask.format.unwrap_or(if to_stdout {
@@ -142,7 +147,14 @@ pub fn driver_of(spec: &Spec) -> Option<&str> {
 
 /// Prints the fully qualified names of the devices a spec for this host offers.
 pub fn list(config: &Config, strategies: &str, out: &mut impl Write) -> Result<()> {
-    let spec = spec(config, None, strategies, None, ImageLayout::Debian)?;
+    let spec = spec(
+        config,
+        None,
+        strategies,
+        None,
+        ImageLayout::Debian,
+        cdi::Mode::Auto,
+    )?;
     for device in &spec.devices {
         writeln!(out, "{}={}", spec.kind, device.name)?;
     }

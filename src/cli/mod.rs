@@ -228,6 +228,10 @@ pub enum CdiCommand {
         /// Library layout of the container paths.
         #[arg(long, value_enum, default_value = "debian")]
         layout: Layout,
+        /// The kind of host: auto (what discovery finds), nvml (a native
+        /// driver) or wsl (a WSL2 host); nvml and wsl refuse the other.
+        #[arg(long, value_enum, default_value = "auto")]
+        mode: SpecMode,
     },
     /// Print the device names a spec for this host offers (nvidia.com/gpu=…).
     List {
@@ -258,6 +262,27 @@ impl From<SpecFormat> for Format {
         match format {
             SpecFormat::Yaml => Format::Yaml,
             SpecFormat::Json => Format::Json,
+        }
+    }
+}
+
+/// `cdi generate --mode`: the kind of host the spec is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SpecMode {
+    /// The host discovery finds.
+    Auto,
+    /// A native driver.
+    Nvml,
+    /// A WSL2 host.
+    Wsl,
+}
+
+impl From<SpecMode> for crate::cdi::Mode {
+    fn from(mode: SpecMode) -> Self {
+        match mode {
+            SpecMode::Auto => crate::cdi::Mode::Auto,
+            SpecMode::Nvml => crate::cdi::Mode::Nvml,
+            SpecMode::Wsl => crate::cdi::Mode::Wsl,
         }
     }
 }
@@ -333,6 +358,7 @@ pub fn run(cli: &Cli) -> Result<()> {
                     device_name_strategy,
                     capabilities,
                     layout,
+                    mode,
                 },
         } => cdi::generate(
             &loaded()?,
@@ -343,6 +369,7 @@ pub fn run(cli: &Cli) -> Result<()> {
                 strategies: device_name_strategy,
                 capabilities: capabilities.as_deref(),
                 layout: (*layout).into(),
+                mode: (*mode).into(),
             },
             &mut out,
         )?,

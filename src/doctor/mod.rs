@@ -25,6 +25,7 @@ pub mod inside;
 mod live;
 mod procs;
 pub mod report;
+mod wsl;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -159,7 +159,7 @@ pub fn graphics_configs(root: &DriverRoot, scope: &Capabilities) -> Vec<HostFile
 }
 
 /// Resolves `inner`; absence is quiet, any other failure is logged and skipped.
-fn lookup(root: &DriverRoot, inner: &Path) -> Option<Resolved> {
+pub(super) fn lookup(root: &DriverRoot, inner: &Path) -> Option<Resolved> {
     match root.resolve(inner) {
         Ok(resolved) => Some(resolved),
         Err(Error::NotFound { .. }) => None,

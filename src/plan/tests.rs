@@ -129,10 +129,11 @@ pub(crate) fn inventory() -> Inventory {
         mig_monitor: None,
         imex_major: Some(234),
         drm: Vec::new(),
+        wsl: None,
     }
 }
 
-fn request(devices: &str, caps: &str) -> Request {
+pub(crate) fn request(devices: &str, caps: &str) -> Request {
     Request::new(
         DeviceSelection::parse(Some(devices)).unwrap(),
         Capabilities::parse(caps).unwrap(),
