@@ -47,9 +47,6 @@ pub(super) fn check(
         cuda: None,
         failed: true,
     };
-    if crate::driver::wsl::detect(&config.driver) {
-        return super::wsl::check(config, host_smi, container, out);
-    }
     let nvidia = config.driver.proc_root.join("driver/nvidia");
     if !module(&nvidia, out) {
         return none;
