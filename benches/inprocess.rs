@@ -119,6 +119,7 @@ fn inventory(gpus: u32) -> Inventory {
         imex_major: None,
         drm: Vec::new(),
         gated_files: Vec::new(),
+        wsl: None,
     }
 }
 

@@ -7,7 +7,7 @@
  * where `msg=` and `line=`, when present, are the last field and run to the
  * end of the line (they may hold spaces). Lines:
  *
- *   node PATH TYPE MAJ:MIN mode=0666 open=ok|ERRNO   every /dev/nvidia... and
+ *   node PATH TYPE MAJ:MIN mode=0666 open=ok|ERRNO   every /dev/nvidia... and /dev/dxg and
  *                                       /dev/nvidia-caps/ entry, and of
  *                                       /dev/nvidia-caps-imex-channels/,
  *                                       /dev/infiniband/, /dev/gdrdrv,
@@ -159,7 +159,8 @@ static void report_devices(void)
 	for_each_match("/dev", nvidia, report_node);
 	for_each_match("/dev/nvidia-caps", all, report_node);
 	/* The devices beyond the GPU: IMEX channels, RDMA, GDRCopy, DRM. */
-	static const char *const gdr[] = {"gdrdrv", NULL}, *const dri[] = {"card*", "renderD*", "by-path", NULL};
+	/* dxg: a WSL2 host's one node, through which Windows' driver serves every GPU. */
+	static const char *const gdr[] = {"gdrdrv", "dxg", NULL}, *const dri[] = {"card*", "renderD*", "by-path", NULL};
 	for_each_match("/dev/nvidia-caps-imex-channels", all, report_node);
 	for_each_match("/dev/infiniband", all, report_node);
 	for_each_match("/dev", gdr, report_node);
@@ -200,6 +201,13 @@ static void report_file(const char *path)
 	       !!(vfs.f_flag & ST_NODEV), !!(vfs.f_flag & ST_NOEXEC));
 }
 
+/* Every file of one WSL2 driver store directory. */
+static void report_wsl_store(const char *dir)
+{
+	static const char *const all[] = {"*", NULL};
+	for_each_match(dir, all, report_file);
+}
+
 static void report_files(void)
 {
 	static const char *const lib_dirs[] = {"/usr/lib/x86_64-linux-gnu", "/usr/lib64",
@@ -228,6 +236,10 @@ static void report_files(void)
 	for_each_match("/run", udev, report_file);
 	for_each_match("/etc", cufile, report_file);
 	for_each_match("/run/nvidia-fabricmanager", all, report_file);
+	/* A WSL2 host's files, mounted at their own paths: /usr/lib/wsl/lib and
+	 * each driver store below /usr/lib/wsl/drivers. */
+	for_each_match("/usr/lib/wsl/lib", all, report_file);
+	for_each_match("/usr/lib/wsl/drivers", all, report_wsl_store);
 }
 
 /* The loaded object's real path, from the link map dlopen made. */

@@ -360,6 +360,10 @@ impl Plan {
         if request.devices == DeviceSelection::Void {
             return Ok(plan);
         }
+        if let Some(found) = &inventory.wsl {
+            wsl::plan(&mut plan, inventory, found, request)?;
+            return Ok(plan);
+        }
         check_core_libraries(inventory, request)?;
         mig::refuse_beside_mig_devices(request)?;
         let devices = select(inventory, &request.devices)?;
@@ -417,6 +421,7 @@ mod mig;
 mod nodes;
 mod procmask;
 mod select;
+mod wsl;
 
 pub use procmask::whole_driver;
 pub use select::{select, Selected};

@@ -724,7 +724,8 @@ pub fn plan_each_device(
     };
     let none = flags("none")?;
     let mut inventory = discover(config, &none, Discovery::Walk)?;
-    if inventory.gpus.is_empty() {
+    // A WSL2 host shows no GPU but through /dev/dxg: its spec's one device is `all`.
+    if inventory.gpus.is_empty() && inventory.wsl.is_none() {
         return Err(Error::NoGpu {
             version: inventory.driver_version,
         });
@@ -775,6 +776,18 @@ fn granted_devices(inventory: &Inventory, nodes: &[GrantedNode]) -> DeviceSelect
                 })
             })
     };
+    if inventory.wsl.is_some() {
+        // /dev/dxg serves every GPU: granted, it is `all`.
+        return if inventory
+            .nodes
+            .iter()
+            .any(|n| n.role == NodeRole::Dxg && has(n.role, n.minor))
+        {
+            DeviceSelection::All
+        } else {
+            DeviceSelection::None
+        };
+    }
     let mut ids = Vec::new();
     for gpu in inventory
         .gpus

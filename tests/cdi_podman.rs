@@ -27,7 +27,7 @@ use harness::runtime::bundle::{copy_template, work_root, write_hook_config, writ
 use harness::runtime::cleanup::{remove_tree_safely, Cleanup};
 use harness::runtime::expected::{node_specs, NodeSpec};
 use harness::runtime::host_state::{listing_diff, tree_listing};
-use harness::runtime::injected::{assert_injected, Expected};
+use harness::runtime::injected::{assert_injected, assert_wsl_injected, Expected};
 use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT};
 use harness::runtime::process::run_bounded;
 use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
@@ -681,4 +681,43 @@ fn podman_runs_a_spec_in_nvidias_format_through_nvidia_cdi_hook() {
         "the loader cache lacks what our spec gives: {missing:?}{}",
         run.describe()
     );
+}
+
+/// A WSL2 host (`Fixture::wsl`): Podman takes `nvidia.com/gpu=all` from
+/// the spec `cdi generate` wrote there (its mode auto-detected): `/dev/dxg`
+/// allowed, the WSL files at their paths, and the spec's hook writing the
+/// loader cache and the nvidia-smi link, libcuda answering.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_applies_the_wsl_spec() {
+    let host = SimHost::shared(Fixture::wsl());
+    let run = run_cdi(&CdiRun {
+        name: "wsl",
+        host: &host,
+        devices: &["all"],
+        env: &[],
+        hooks: HooksDir::Empty,
+        imex: &[],
+        wrapper: false,
+        reshape: None,
+    });
+    assert_wsl_injected(&run, &host, &[]);
+}
+
+/// The same WSL2 host through Podman with our runtime wrapper as its runtime.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_with_the_runtime_wrapper_on_a_wsl_host() {
+    let host = SimHost::shared(Fixture::wsl());
+    let run = run_cdi(&CdiRun {
+        name: "wsl-wrapper",
+        host: &host,
+        devices: &[],
+        env: &[("NVIDIA_VISIBLE_DEVICES", "all")],
+        hooks: HooksDir::Empty,
+        imex: &[],
+        wrapper: true,
+        reshape: None,
+    });
+    assert_wsl_injected(&run, &host, &[]);
 }

@@ -384,3 +384,36 @@ fn cdi_generate_is_our_spec_and_cdi_list_names_its_devices() {
     assert_eq!(listed.lines().collect::<Vec<_>>(), expected);
     remove_tree_safely(&work);
 }
+
+/// `nvidia-ctk cdi generate --mode=wsl` on a WSL2 host (`Fixture::wsl`)
+/// writes the spec our own `cdi generate --mode wsl` writes: one device,
+/// `all`, with `/dev/dxg`.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn cdi_generate_mode_wsl_is_our_wsl_spec() {
+    require_root();
+    let _serial = serial();
+    let host = SimHost::shared(Fixture::wsl());
+    let work = work_root().join("ctk").join("cdi-wsl");
+    remove_tree_safely(&work);
+    fs::create_dir_all(&work).unwrap();
+    let config = work.join("hook.toml");
+    write_hook_config(&host, &config, &work.join("hook.log"), "info");
+    let ours = with_default_config(
+        &work,
+        &config,
+        "oci-nvidia-hook",
+        &["cdi", "generate", "--mode", "wsl", "--output", "-"],
+    );
+    let nvidias = with_default_config(
+        &work,
+        &config,
+        "nvidia-ctk",
+        &["cdi", "generate", "--mode=wsl", "--format=yaml"],
+    );
+    assert_eq!(nvidias, ours, "the same spec");
+    assert!(
+        ours.contains("name: all") && ours.contains("path: /dev/dxg"),
+        "{ours}"
+    );
+}

@@ -63,9 +63,35 @@ pub fn parse_strategies(value: &str) -> Result<Vec<NameStrategy>> {
     Ok(strategies)
 }
 
+/// Which kind of host a spec is made for (`--mode`): `auto` takes the
+/// host discovery found; `nvml` (a native driver) and `wsl` (a WSL2 host)
+/// insist, and refuse the other.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Whatever the host is.
+    #[default]
+    Auto,
+    /// A native driver: `/proc/driver/nvidia`, `/dev/nvidia*`.
+    Nvml,
+    /// A WSL2 host: `/dev/dxg`, `/usr/lib/wsl`.
+    Wsl,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Auto => "auto",
+            Mode::Nvml => "nvml",
+            Mode::Wsl => "wsl",
+        })
+    }
+}
+
 /// What a spec is generated with.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// The kind of host it is for.
+    pub mode: Mode,
     /// Device names to write.
     pub strategies: Vec<NameStrategy>,
     /// Capabilities whose files the spec mounts; `None` for every one the config supports.
@@ -90,6 +116,17 @@ pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
         devices: planned,
         all,
     } = planner::plan_each_device(config, &capabilities, options.layout)?;
+    let found = if inventory.wsl.is_some() {
+        Mode::Wsl
+    } else {
+        Mode::Nvml
+    };
+    if options.mode != Mode::Auto && options.mode != found {
+        return Err(Error::Mode {
+            asked: options.mode,
+            found,
+        });
+    }
 
     let mut devices = Vec::new();
     for device in &planned {

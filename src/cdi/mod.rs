@@ -26,7 +26,9 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use edits::{Callback, HOOK_COMMAND, HOOK_STAGE};
-pub use generate::{generate, generate_imex, parse_strategies, NameStrategy, Options, IMEX_KIND};
+pub use generate::{
+    generate, generate_imex, parse_strategies, Mode, NameStrategy, Options, IMEX_KIND,
+};
 pub use output::{write_atomically, Format, DEFAULT_OUTPUT};
 pub use spec::Spec;
 
@@ -38,6 +40,11 @@ use name::Qualified;
 pub enum Error {
     #[error("unknown device name strategy {value:?}: use index, uuid, or both (index,uuid)")]
     NameStrategy { value: String },
+    #[error("--mode={asked} asked for, but this host is a {found} host (a WSL2 host has /dev/dxg and no /proc/driver/nvidia): use --mode={found} or auto")]
+    Mode {
+        asked: generate::Mode,
+        found: generate::Mode,
+    },
     #[error(transparent)]
     Planner(#[from] planner::Error),
     #[error(transparent)]

@@ -26,6 +26,8 @@ pub struct Generate<'a> {
     pub layout: ImageLayout,
     /// `--remove-without-driver`: no driver removes the spec instead of failing.
     pub remove_without_driver: bool,
+    /// `--mode`.
+    pub mode: cdi::Mode,
 }
 
 /// The spec for this host, made as `generate` asks, its hook reading the
@@ -36,6 +38,7 @@ fn spec(
     strategies: &str,
     capabilities: Option<&str>,
     layout: ImageLayout,
+    mode: cdi::Mode,
 ) -> Result<Spec> {
     let strategies = cdi::parse_strategies(strategies)?;
     let program = crate::program::path().map_err(|source| Error::Exe { source })?;
@@ -46,6 +49,7 @@ fn spec(
     Ok(cdi::generate(
         config,
         &Options {
+            mode,
             strategies,
             capabilities: capabilities.map(str::to_string),
             layout,
@@ -69,6 +73,7 @@ pub fn generate(
         ask.strategies,
         ask.capabilities,
         ask.layout,
+        ask.mode,
     ) {
         Ok(spec) => spec,
         Err(Error::Cdi(why)) if ask.remove_without_driver && !to_stdout && why.driver_gone() => {
@@ -215,7 +220,14 @@ pub fn driver_of(spec: &Spec) -> Option<&str> {
 
 /// Prints the fully qualified names of the devices a spec for this host offers.
 pub fn list(config: &Config, strategies: &str, out: &mut impl Write) -> Result<()> {
-    let spec = spec(config, None, strategies, None, ImageLayout::Debian)?;
+    let spec = spec(
+        config,
+        None,
+        strategies,
+        None,
+        ImageLayout::Debian,
+        cdi::Mode::Auto,
+    )?;
     for device in &spec.devices {
         writeln!(out, "{}={}", spec.kind, device.name)?;
     }

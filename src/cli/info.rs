@@ -61,6 +61,15 @@ fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) 
         None => writeln!(out, "CUDA version:   unknown")?,
     }
 
+    if let Some(wsl) = &inv.wsl {
+        // The "driver version" above is the driver store's name: WSL shows no other.
+        writeln!(
+            out,
+            "Host:           WSL2 (Windows' driver; GPUs reach containers only through /dev/dxg)\n\
+             Driver store:   {}",
+            wsl.store.display()
+        )?;
+    }
     writeln!(out, "\nGPUs: {}", inv.gpus.len())?;
     if !inv.gpus.is_empty() {
         let model_width = inv
@@ -138,6 +147,11 @@ fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) 
     writeln!(out, "\nBinaries:")?;
     for file in &inv.binaries {
         writeln!(out, "  {}", file.path.display())?;
+    }
+    for file in inv.wsl.iter().flat_map(|w| &w.files) {
+        if file.kind != crate::driver::wsl::WslKind::Library {
+            writeln!(out, "  {}", file.path.display())?;
+        }
     }
     if !inv.missing_binaries.is_empty() {
         writeln!(out, "  missing: {}", inv.missing_binaries.join(", "))?;

@@ -246,6 +246,10 @@ pub enum CdiCommand {
         /// spec (specs of ours only) instead of failing: what the refresh service runs.
         #[arg(long)]
         remove_without_driver: bool,
+        /// The kind of host: auto (what discovery finds), nvml (a native
+        /// driver) or wsl (a WSL2 host); nvml and wsl refuse the other.
+        #[arg(long, value_enum, default_value = "auto")]
+        mode: SpecMode,
     },
     /// Print the device names a spec for this host offers (nvidia.com/gpu=…).
     List {
@@ -301,6 +305,27 @@ impl From<SpecFormat> for Format {
         match format {
             SpecFormat::Yaml => Format::Yaml,
             SpecFormat::Json => Format::Json,
+        }
+    }
+}
+
+/// `cdi generate --mode`: the kind of host the spec is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SpecMode {
+    /// The host discovery finds.
+    Auto,
+    /// A native driver.
+    Nvml,
+    /// A WSL2 host.
+    Wsl,
+}
+
+impl From<SpecMode> for crate::cdi::Mode {
+    fn from(mode: SpecMode) -> Self {
+        match mode {
+            SpecMode::Auto => crate::cdi::Mode::Auto,
+            SpecMode::Nvml => crate::cdi::Mode::Nvml,
+            SpecMode::Wsl => crate::cdi::Mode::Wsl,
         }
     }
 }
@@ -385,6 +410,7 @@ pub fn run(cli: &Cli) -> Result<()> {
                     capabilities,
                     layout,
                     remove_without_driver,
+                    mode,
                 },
         } => cdi::generate(
             &loaded()?,
@@ -396,6 +422,7 @@ pub fn run(cli: &Cli) -> Result<()> {
                 capabilities: capabilities.as_deref(),
                 layout: (*layout).into(),
                 remove_without_driver: *remove_without_driver,
+                mode: (*mode).into(),
             },
             &mut out,
         )?,

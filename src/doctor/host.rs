@@ -23,7 +23,7 @@ use crate::ldcache::LdCache;
 use crate::planner::{self, Inputs};
 use crate::request::Capabilities;
 
-const L: Layer = Layer::Host;
+pub(super) const L: Layer = Layer::Host;
 
 /// How long the host's `nvidia-smi -L` may take before it is killed.
 const SMI_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,19 +51,10 @@ pub(super) fn check(
     if !module(&nvidia, out) {
         return none;
     }
-    // Doctor's one planner call: the host, and the image's container on it.
-    let (inventory, planned) = match planner::examine(config, &Capabilities::all(), container) {
-        Ok(examined) => (examined.inventory, examined.container),
-        Err(e) => {
-            out.push(Check::fail(
-                L,
-                "inventory",
-                crate::oneline::error(&e),
-                "fix what the message names: `oci-nvidia-hook info` fails the same way, \
-                 and so does every GPU container",
-            ));
-            return none;
-        }
+    let fix = "fix what the message names: `oci-nvidia-hook info` fails the same way, \
+               and so does every GPU container";
+    let Some((inventory, planned)) = examine(config, container, "inventory", fix, out) else {
+        return none;
     };
     gpus(&nvidia, &inventory, out);
     nodes(&inventory, out);
@@ -82,6 +73,24 @@ pub(super) fn check(
         container: planned,
         cuda,
         failed: false,
+    }
+}
+
+/// The host inventoried and `container` planned on it: doctor's one
+/// planner call; when discovery fails, a failed check `name` with `fix`.
+pub(super) fn examine(
+    config: &Config,
+    container: Option<Inputs<'_>>,
+    name: &str,
+    fix: &str,
+    out: &mut Vec<Check>,
+) -> Option<(Inventory, Option<planner::Result<planner::Planned>>)> {
+    match planner::examine(config, &Capabilities::all(), container) {
+        Ok(examined) => Some((examined.inventory, examined.container)),
+        Err(e) => {
+            out.push(Check::fail(L, name, crate::oneline::error(&e), fix));
+            None
+        }
     }
 }
 
@@ -194,7 +203,7 @@ fn excluded_gpus(gpus_dir: &Path) -> Vec<String> {
 }
 
 /// Every device node: one check for all that are right, one per node that is not.
-fn nodes(inventory: &Inventory, out: &mut Vec<Check>) {
+pub(super) fn nodes(inventory: &Inventory, out: &mut Vec<Check>) {
     let mut good = 0;
     let drm = inventory.drm.iter().flat_map(|d| &d.nodes);
     let all: Vec<_> = inventory.nodes.iter().chain(drm).collect();
@@ -273,6 +282,9 @@ fn create_command(role: NodeRole, minor: u32) -> String {
         NodeRole::NvSwitch | NodeRole::Gds | NodeRole::Mofed | NodeRole::Gdrcopy => {
             "reload the device's driver module so that udev makes its node".into()
         }
+        NodeRole::Dxg => "`wsl --update` on Windows, then `wsl --shutdown`: WSL2's own \
+                          kernel (its dxgkrnl) makes /dev/dxg"
+            .into(),
     }
 }
 
@@ -464,7 +476,10 @@ fn dedup<'a>(items: &[&'a str]) -> Vec<&'a str> {
 }
 
 /// The CUDA version the driver supports, from its own libcuda in a child.
-fn cuda(inventory: &Inventory, out: &mut Vec<Check>) -> Option<crate::driver::CudaVersion> {
+pub(super) fn cuda(
+    inventory: &Inventory,
+    out: &mut Vec<Check>,
+) -> Option<crate::driver::CudaVersion> {
     if inventory
         .missing_libraries
         .iter()
@@ -537,7 +552,20 @@ fn smi(inventory: &Inventory, out: &mut Vec<Check>) {
         ));
         return;
     };
-    match run_bounded(&smi, &["-L"], SMI_TIMEOUT) {
+    run_smi(
+        &smi,
+        "the module and the user-space driver must be loaded and of one version: \
+         fix the checks above; `dmesg | grep NVRM` names a GPU that fell off the bus",
+        "a hung nvidia-smi is a hung driver or GPU: see `dmesg | grep NVRM` \
+         (Xid errors), and reset the GPU or reboot",
+        out,
+    );
+}
+
+/// Runs `smi -L`, bounded in time; `failed` and `hung` are the fixes named
+/// when it fails or does not finish.
+pub(super) fn run_smi(smi: &Path, failed: &str, hung: &str, out: &mut Vec<Check>) {
+    match run_bounded(smi, &["-L"], SMI_TIMEOUT) {
         Ok((true, text)) => {
             let gpus = text.lines().filter(|l| l.starts_with("GPU ")).count();
             out.push(Check::ok(
@@ -552,16 +580,14 @@ fn smi(inventory: &Inventory, out: &mut Vec<Check>) {
                 L,
                 "nvidia-smi -L",
                 format!("{} failed: {}", smi.display(), first.trim()),
-                "the module and the user-space driver must be loaded and of one version: \
-                 fix the checks above; `dmesg | grep NVRM` names a GPU that fell off the bus",
+                failed,
             ))
         }
         Err(reason) => out.push(Check::fail(
             L,
             "nvidia-smi -L",
             format!("{}: {reason}", smi.display()),
-            "a hung nvidia-smi is a hung driver or GPU: see `dmesg | grep NVRM` \
-             (Xid errors), and reset the GPU or reboot",
+            hung,
         )),
     }
 }

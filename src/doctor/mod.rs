@@ -29,6 +29,7 @@ mod live;
 mod procs;
 mod programs;
 pub mod report;
+mod wsl;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -357,13 +358,19 @@ pub fn diagnose(
     let mut checks = Vec::new();
     // The image is read first: the host's one planner call plans its container.
     let described = options.has_image().then(|| image::describe(options));
-    let mut facts = host::check(
-        &loaded.config,
-        &processes,
-        options.host_smi,
-        described.as_ref().map(image::Described::inputs),
-        &mut checks,
-    );
+    let container = described.as_ref().map(image::Described::inputs);
+    // A WSL2 host's driver is Windows': its own host layer.
+    let mut facts = if crate::driver::wsl::detect(&loaded.config.driver) {
+        wsl::check(&loaded.config, options.host_smi, container, &mut checks)
+    } else {
+        host::check(
+            &loaded.config,
+            &processes,
+            options.host_smi,
+            container,
+            &mut checks,
+        )
+    };
     facts.failed = any_failed(&checks);
     let crio_config = crio::load(&host_root, &mut checks);
     let crio_dirs = crio_config

@@ -203,7 +203,7 @@ fn typed(
 }
 
 /// Resolves `inner`; absence is quiet, any other failure is logged and skipped.
-fn lookup(root: &DriverRoot, inner: &Path) -> Option<Resolved> {
+pub(super) fn lookup(root: &DriverRoot, inner: &Path) -> Option<Resolved> {
     match root.resolve(inner) {
         Ok(resolved) => Some(resolved),
         Err(Error::NotFound { .. }) => None,

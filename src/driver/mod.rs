@@ -16,6 +16,7 @@ pub mod nodes;
 pub mod proc;
 pub mod root;
 pub mod snapshot;
+pub mod wsl;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,7 @@ pub use nodes::{Node, NodeRole, NodeState};
 pub use proc::Gpu;
 pub use root::DriverRoot;
 pub use snapshot::RootFiles;
+pub use wsl::Wsl;
 
 /// Why the host driver could not be inventoried, or a path not resolved
 /// inside its root.
@@ -46,6 +48,12 @@ pub use snapshot::RootFiles;
 pub enum Error {
     #[error("NVIDIA kernel module not loaded: {path} does not exist")]
     NotLoaded { path: PathBuf },
+    #[error("a WSL2 host (it has /dev/dxg) without an NVIDIA driver store: no {dir}/*/{mark} in driver root {root}")]
+    WslNoDriverStore {
+        root: PathBuf,
+        dir: &'static str,
+        mark: &'static str,
+    },
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
     #[error("{path} is in an unknown format: {reason}")]
@@ -169,6 +177,9 @@ pub struct Inventory {
     pub drm: Vec<GpuDrm>,
     /// The feature-gated devices' files the driver root has.
     pub gated_files: Vec<GatedFile>,
+    /// A WSL2 host's driver (`/dev/dxg`, `/usr/lib/wsl`), which the planner
+    /// injects instead of a native driver's nodes and files; `None` elsewhere.
+    pub wsl: Option<Wsl>,
 }
 
 impl Inventory {
@@ -203,6 +214,10 @@ impl Inventory {
                 config.root.display()
             )
         });
+        if wsl::detect(config) {
+            // Nothing of the driver store is snapshotted: it is a handful of files.
+            return Ok((Self::discover_wsl(config, scope)?, None));
+        }
         let nvidia = config.proc_root.join("driver/nvidia");
         let version_path = nvidia.join("version");
         let version_text = match crate::bounded::read_text(&version_path) {
@@ -261,8 +276,48 @@ impl Inventory {
             imex_major,
             drm,
             gated_files,
+            wsl: None,
         };
         Ok((inventory, unstored))
+    }
+
+    /// A WSL2 host's inventory: `/dev/dxg`, and the driver store's and
+    /// `/usr/lib/wsl/lib`'s files ([`wsl`]); no GPU is listed, since Linux
+    /// sees none but through `dxg`. Every file is taken whatever `scope`,
+    /// as NVIDIA's `wsl` mode takes them.
+    fn discover_wsl(config: &DriverConfig, scope: &Capabilities) -> Result<Inventory> {
+        let root = DriverRoot::new(&config.root);
+        let store = wsl::driver_store(&root)?;
+        let host = Arch::host();
+        let found = wsl::files(&root, &store, host);
+        let (libraries, missing_libraries) = wsl::libraries(&found, host);
+        let driver_version = store
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Inventory {
+            driver_version,
+            gpus: Vec::new(),
+            nodes: vec![wsl::node(config)],
+            libraries,
+            missing_libraries,
+            binaries: Vec::new(),
+            missing_binaries: Vec::new(),
+            firmware: Vec::new(),
+            ipcs: Vec::new(),
+            configs: Vec::new(),
+            scope: scope.clone(),
+            proc_dir: config.proc_root.join("driver/nvidia"),
+            mig: None,
+            mig_instances: Vec::new(),
+            nvml: None,
+            mig_config: None,
+            mig_monitor: None,
+            imex_major: None,
+            drm: Vec::new(),
+            gated_files: Vec::new(),
+            wsl: Some(found),
+        })
     }
 
     /// The CUDA version the driver supports, asked of its own libcuda in a

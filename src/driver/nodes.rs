@@ -50,6 +50,8 @@ pub enum NodeRole {
     DrmCard,
     /// `dri/renderDN` of one GPU: graphics and display.
     DrmRender,
+    /// `dxg`: a WSL2 host's one node, through which Windows' driver serves every GPU.
+    Dxg,
 }
 
 impl NodeRole {
@@ -65,6 +67,7 @@ impl NodeRole {
                 | NodeRole::UvmTools
                 | NodeRole::Gpu
                 | NodeRole::Capability
+                | NodeRole::Dxg
         )
     }
 }

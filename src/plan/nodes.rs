@@ -85,21 +85,26 @@ pub(super) fn plan(
         new
     });
     for (node, mode) in nodes {
-        plan.cgroup_rules.push(CgroupRule {
-            kind: 'c',
-            major: node.major,
-            minor: node.minor,
-            access: "rw",
-        });
-        plan.devices.push(DeviceNode {
-            host_path: node.host_path,
-            path: node.path,
-            major: node.major,
-            minor: node.minor,
-            mode,
-        });
+        add_node(plan, node, mode);
     }
     Ok(())
+}
+
+/// Adds `node` to `plan` with permission bits `mode`, and its cgroup rule.
+pub(super) fn add_node(plan: &mut Plan, node: Node, mode: u32) {
+    plan.cgroup_rules.push(CgroupRule {
+        kind: 'c',
+        major: node.major,
+        minor: node.minor,
+        access: "rw",
+    });
+    plan.devices.push(DeviceNode {
+        host_path: node.host_path,
+        path: node.path,
+        major: node.major,
+        minor: node.minor,
+        mode,
+    });
 }
 
 /// The IMEX channels asked for: `all` is every channel the host has; a
@@ -237,7 +242,7 @@ fn capability_node<'a>(inventory: &'a Inventory, cap: &CapFile) -> Result<(&'a N
 }
 
 /// A node that must be usable, with its permission bits.
-fn required<'a>(node: Option<&'a Node>, path: &str) -> Result<(&'a Node, u32)> {
+pub(super) fn required<'a>(node: Option<&'a Node>, path: &str) -> Result<(&'a Node, u32)> {
     let node = node.ok_or_else(|| Error::NodeUnusable {
         path: PathBuf::from(path),
         problem: "not known to the driver".into(),

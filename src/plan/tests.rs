@@ -130,10 +130,11 @@ pub(crate) fn inventory() -> Inventory {
         imex_major: Some(234),
         drm: Vec::new(),
         gated_files: Vec::new(),
+        wsl: None,
     }
 }
 
-fn request(devices: &str, caps: &str) -> Request {
+pub(crate) fn request(devices: &str, caps: &str) -> Request {
     Request::new(
         DeviceSelection::parse(Some(devices)).unwrap(),
         Capabilities::parse(caps).unwrap(),

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::{Error, Result};
 use crate::cdi::dirs::{spec_files, SPEC_DIRS};
-use crate::cli::{self, CdiCommand as OurCdi, Layout, SpecFormat};
+use crate::cli::{self, CdiCommand as OurCdi, Layout, SpecFormat, SpecMode};
 use crate::config::Config;
 
 /// `nvidia-ctk cdi`'s commands.
@@ -57,7 +57,7 @@ pub struct GenerateArgs {
     /// The spec's device class (only gpu).
     #[arg(long, alias = "cdi-class", default_value = "gpu")]
     pub class: String,
-    /// How devices are found: auto or nvml (this host's driver); NVIDIA's other modes are refused.
+    /// How devices are found: auto, nvml (a native driver) or wsl (a WSL2 host); NVIDIA's other modes are refused.
     #[arg(long, default_value = "auto")]
     pub mode: String,
 }
@@ -81,12 +81,17 @@ pub fn run(command: &CdiCommand, config: &Config, out: &mut impl Write) -> Resul
 /// `cdi generate`: NVIDIA's flags checked, then our own command.
 fn generate(args: &GenerateArgs, config: &Config) -> Result<()> {
     let refuse = |message: String| Err(Error::Usage(message));
-    if !matches!(args.mode.as_str(), "auto" | "nvml") {
-        return refuse(format!(
-            "--mode={} is not supported: auto and nvml (this host's driver) are",
-            args.mode
-        ));
-    }
+    let mode = match args.mode.as_str() {
+        "auto" => SpecMode::Auto,
+        "nvml" => SpecMode::Nvml,
+        "wsl" => SpecMode::Wsl,
+        other => {
+            return refuse(format!(
+                "--mode={other} is not supported: auto, nvml (a native driver) and wsl \
+                 (a WSL2 host) are"
+            ))
+        }
+    };
     let kind = format!("{}/{}", args.vendor, args.class);
     if kind != crate::cdi::spec::KIND {
         return refuse(format!(
@@ -143,6 +148,7 @@ fn generate(args: &GenerateArgs, config: &Config) -> Result<()> {
             capabilities: None,
             layout: Layout::Debian,
             remove_without_driver: false,
+            mode,
         },
     };
     // Our own command, as `oci-nvidia-hook cdi generate` runs it: the same
@@ -261,7 +267,7 @@ mod tests {
                 .g
         };
         for (args, message) in [
-            (&["--mode=wsl"][..], "--mode=wsl is not supported: auto and nvml (this host's driver) are"),
+            (&["--mode=csv"][..], "--mode=csv is not supported: auto, nvml (a native driver) and wsl (a WSL2 host) are"),
             (&["--vendor=example.com"][..], "--vendor/--class example.com/gpu is not supported: the spec is nvidia.com/gpu"),
             (&["--device-name-strategy=index,type-index"][..], "--device-name-strategy=type-index is not supported: index and uuid are"),
             (

@@ -134,6 +134,8 @@ pub struct Fixture {
     /// The devices beyond the GPU: IMEX channels, NVSwitch, GDS, MOFED,
     /// GDRCopy and each GPU's DRM nodes in sysfs (`simhost --extras`).
     pub extras: bool,
+    /// A WSL2 host instead of a native driver (`simhost --wsl`).
+    pub wsl: bool,
 }
 
 impl Fixture {
@@ -148,6 +150,7 @@ impl Fixture {
             stale_last: false,
             arch: HostArch::Amd64,
             extras: false,
+            wsl: false,
         }
     }
 
@@ -201,6 +204,15 @@ impl Fixture {
         }
     }
 
+    /// A WSL2 host made of NVIDIA's real 535 libraries, placed as WSL has
+    /// them (`simhost --flavour real --wsl`).
+    pub const fn wsl() -> Fixture {
+        Fixture {
+            wsl: true,
+            ..Fixture::real(1)
+        }
+    }
+
     /// The name of the shared fixture with these options.
     fn shared_name(&self) -> String {
         let mut name = format!(
@@ -225,6 +237,9 @@ impl Fixture {
         }
         if self.extras {
             name.push_str("-extras");
+        }
+        if self.wsl {
+            name.push_str("-wsl");
         }
         name
     }
@@ -255,6 +270,9 @@ impl Fixture {
         }
         if self.extras {
             args.push("--extras".into());
+        }
+        if self.wsl {
+            args.push("--wsl".into());
         }
         args
     }
@@ -318,6 +336,27 @@ pub struct HostFacts {
     pub sys_root: String,
     /// The devices beyond the GPU, when built with them.
     pub extras: Option<ExtrasFacts>,
+    /// A WSL2 host's layout, when built as one (`simhost --wsl`).
+    pub wsl: Option<WslFacts>,
+}
+
+/// A WSL2 host's layout (`simhost --wsl`): the driver runs on Windows;
+/// Linux sees `/dev/dxg` and the files under `/usr/lib/wsl`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WslFacts {
+    /// The driver store, as seen inside the driver root.
+    pub store: String,
+    /// `/usr/lib/wsl/lib`.
+    pub lib_dir: String,
+    /// `/dev/dxg`'s major (misc, 10).
+    pub dxg_major: u32,
+    /// `/dev/dxg`'s minor, as its `proc/misc` lists it.
+    pub dxg_minor: u32,
+    /// The driver store's data files (`nvcubins.bin`), host paths.
+    pub data: Vec<String>,
+    /// NVIDIA's wsl-mode files the host lacks on purpose.
+    pub missing: Vec<String>,
 }
 
 /// The devices beyond the GPU of a host built with `--extras`; every

@@ -132,11 +132,31 @@ fn assert_real_libraries_work(run: &Run, host: &SimHost) {
         file.size > 1_000_000,
         "{libcuda} is too small: {file:?}{ctx}"
     );
+    assert_libcuda_and_nvml_load(run, host, LIB_DIR);
+    let cache = run.ld_cache.as_ref().expect("checked by assert_injected");
+    assert!(
+        cache.iter().any(|e| e.soname == "libnvidia-ml.so.1"
+            && e.tag == "libc6,x86-64"
+            && e.path.starts_with(LIB_DIR)),
+        "ldconfig -p of the container's cache has no libnvidia-ml.so.1 in {LIB_DIR}: {cache:#?}{ctx}"
+    );
+    assert!(
+        report.files.contains_key("/usr/bin/nvidia-smi"),
+        "/usr/bin/nvidia-smi is missing:{ctx}"
+    );
+    assert_smi_reached_the_driver_check(run);
+}
+
+/// The real libcuda, found through the image's loader, loaded from under
+/// `from` and answered cuDriverGetVersion as `host` says; libnvidia-ml loaded.
+fn assert_libcuda_and_nvml_load(run: &Run, host: &SimHost, from: &str) {
+    let report = &run.report;
+    let ctx = run.describe();
     let cuda = report.cuda.as_ref().expect("a cuda line");
     assert!(cuda.loaded, "dlopen(libcuda.so.1) failed: {cuda:?}:{ctx}");
     assert!(
-        cuda.path.starts_with(LIB_DIR),
-        "libcuda loaded from {} instead of {LIB_DIR}:{ctx}",
+        cuda.path.starts_with(from),
+        "libcuda loaded from {} instead of {from}:{ctx}",
         cuda.path
     );
     assert_eq!(cuda.field("rc"), Some("0"), "cuDriverGetVersion:{ctx}");
@@ -150,17 +170,12 @@ fn assert_real_libraries_work(run: &Run, host: &SimHost) {
         nvml.loaded,
         "dlopen(libnvidia-ml.so.1) failed: {nvml:?}:{ctx}"
     );
-    let cache = run.ld_cache.as_ref().expect("checked by assert_injected");
-    assert!(
-        cache.iter().any(|e| e.soname == "libnvidia-ml.so.1"
-            && e.tag == "libc6,x86-64"
-            && e.path.starts_with(LIB_DIR)),
-        "ldconfig -p of the container's cache has no libnvidia-ml.so.1 in {LIB_DIR}: {cache:#?}{ctx}"
-    );
-    assert!(
-        report.files.contains_key("/usr/bin/nvidia-smi"),
-        "/usr/bin/nvidia-smi is missing:{ctx}"
-    );
+}
+
+/// nvidia-smi, found, failed only for lack of a kernel driver.
+fn assert_smi_reached_the_driver_check(run: &Run) {
+    let report = &run.report;
+    let ctx = run.describe();
     assert!(
         report.smi_output.contains(SMI_NO_DRIVER),
         "nvidia-smi did not reach the driver check:{ctx}"
@@ -199,7 +214,7 @@ pub fn assert_gpus(run: &Run, host: &SimHost, indices: &[u32], decoys: &[u32]) {
 
 /// Every GPU node but `minors` is one of `decoys`, each there and denied
 /// by the device cgroup (EPERM).
-fn assert_decoys_denied(run: &Run, minors: &[u32], decoys: &[u32]) {
+pub fn assert_decoys_denied(run: &Run, minors: &[u32], decoys: &[u32]) {
     let ctx = run.describe();
     let nodes = run.report.gpu_nodes();
     for (minor, node) in &nodes {
@@ -251,4 +266,109 @@ pub fn assert_gpus_any_layout(run: &Run, host: &SimHost, indices: &[u32], decoys
         Some(host.facts.cuda_version.to_string().as_str()),
         "cuDriverGetVersion:{ctx}"
     );
+}
+
+/// A container given `all` on a WSL2 host (`Fixture::wsl`) ran to the end
+/// and got `/dev/dxg`, allowed by the device cgroup (ENODEV: the misc
+/// driver, which no dxg registered with here, answered), with no `/dev/nvidia*` of the hook's (`decoys`, nodes the
+/// runtime made without a rule, must open with EPERM: the cgroup is
+/// enforced); every WSL file mounted read-only, nosuid and nodev at its
+/// own path; the loader cache finding libcuda.so.1 and libdxcore.so in the
+/// driver store and `/usr/lib/wsl/lib`, and the conf naming both; the real
+/// libcuda answering from the driver store, libnvidia-ml loading, and
+/// `/usr/bin/nvidia-smi`, linked to the store's, failing only for lack of
+/// a kernel driver.
+pub fn assert_wsl_injected(run: &Run, host: &SimHost, decoys: &[u32]) {
+    run.assert_completed();
+    let report = &run.report;
+    let ctx = run.describe();
+    let wsl = host.facts.wsl.as_ref().expect("a WSL2 host (Fixture::wsl)");
+    let dxg = report
+        .nodes
+        .get("/dev/dxg")
+        .unwrap_or_else(|| panic!("/dev/dxg is missing in the container:{ctx}"));
+    assert_eq!(dxg.kind, 'c', "/dev/dxg is not a char device:{ctx}");
+    assert_eq!(
+        dxg.numbers,
+        Some((wsl.dxg_major, wsl.dxg_minor)),
+        "/dev/dxg numbers:{ctx}"
+    );
+    // Major 10 is the misc driver's, which answers a minor it does not
+    // serve with ENODEV: the open got past the device cgroup (EPERM there).
+    assert_eq!(
+        dxg.open.as_deref(),
+        Some("ENODEV"),
+        "/dev/dxg: the device cgroup should allow it (ENODEV from the misc driver), got {:?}:{ctx}",
+        dxg.open
+    );
+    // No /dev/nvidiaN of the hook's: every one there is a denied decoy.
+    assert_decoys_denied(run, &[], decoys);
+    assert_eq!(
+        report.devnull.as_deref(),
+        Some("ok"),
+        "/dev/null must still open:{ctx}"
+    );
+
+    let root = &host.facts.driver_root;
+    let inner = |host_path: &str| {
+        host_path
+            .strip_prefix(root.as_str())
+            .unwrap_or(host_path)
+            .to_string()
+    };
+    let store_lib = |name: &str| format!("{}/{name}", wsl.store);
+    let mut expected: Vec<String> = host.facts.libraries.values().map(|p| inner(p)).collect();
+    expected.extend(host.facts.binaries.values().map(|p| inner(p)));
+    expected.extend(wsl.data.iter().map(|p| inner(p)));
+    for path in &expected {
+        let file = report
+            .files
+            .get(path)
+            .unwrap_or_else(|| panic!("{path} is not in the container:{ctx}"));
+        assert!(
+            file.read_only && file.nosuid && file.nodev,
+            "{path} must be mounted ro,nosuid,nodev: {file:?}:{ctx}"
+        );
+    }
+    assert_eq!(
+        report.links.get("/usr/bin/nvidia-smi"),
+        Some(&store_lib("nvidia-smi")),
+        "/usr/bin/nvidia-smi must link to the driver store's, as NVIDIA's wsl mode links it:{ctx}"
+    );
+
+    let cache = run
+        .ld_cache
+        .as_ref()
+        .unwrap_or_else(|| panic!("the checker left no copy of the cache:{ctx}"));
+    let entry = |soname: &str| {
+        cache
+            .iter()
+            .find(|e| e.soname == soname && e.tag == "libc6,x86-64")
+            .map(|e| e.path.clone())
+    };
+    assert_eq!(
+        entry("libcuda.so.1").as_deref(),
+        Some(store_lib("libcuda.so.1.1").as_str()),
+        "the cache's libcuda.so.1: {cache:#?}{ctx}"
+    );
+    assert_eq!(
+        entry("libdxcore.so").as_deref(),
+        Some(format!("{}/libdxcore.so", wsl.lib_dir).as_str()),
+        "the cache's libdxcore.so: {cache:#?}{ctx}"
+    );
+    assert!(
+        entry("libc.so.6").is_some(),
+        "the image's own libc.so.6 entry was lost: {cache:#?}{ctx}"
+    );
+    let conf: Vec<&String> = report.ldconf.values().flatten().collect();
+    for dir in [&wsl.store, &wsl.lib_dir] {
+        assert!(
+            conf.iter().any(|line| line == &dir),
+            "no ld.so.conf.d line names {dir}: {:?}:{ctx}",
+            report.ldconf
+        );
+    }
+
+    assert_libcuda_and_nvml_load(run, host, &store_lib("libcuda.so.1.1"));
+    assert_smi_reached_the_driver_check(run);
 }
