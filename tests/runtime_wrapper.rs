@@ -288,3 +288,65 @@ fn the_nvidia_name_passes_runcs_command_line_whole() {
         "{stdout}"
     );
 }
+
+/// The devices beyond the GPU through the wrapper (issue 27): on the
+/// `--extras` host, the IMEX channel asked for and GDRCopy's node come
+/// into `config.json` with their device-cgroup rules; the channel nobody
+/// asked for gets neither, and the gated devices not enabled stay out.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn imex_channels_and_gated_devices_are_written_as_asked_and_no_more() {
+    let sim = SimHost::shared(Fixture::synthetic(2).extras());
+    let extras = sim.facts.extras.as_ref().expect("an --extras host");
+    assert_eq!(extras.imex_channels, [0, 1]);
+    let setup = Setup::new(
+        &sim,
+        &[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_IMEX_CHANNELS=1",
+            "NVIDIA_GDRCOPY=enabled",
+        ],
+    );
+    let bundle = setup.bundle();
+    let out = setup.wrapper(&["create", "--bundle", bundle.to_str().unwrap(), "id"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spec: serde_json::Value = serde_json::from_slice(&setup.spec()).unwrap();
+    let devices = spec["linux"]["devices"].as_array().expect("linux.devices");
+    let node = |path: &str| devices.iter().find(|d| d["path"] == path);
+    let channel = node("/dev/nvidia-caps-imex-channels/channel1").unwrap_or_else(|| {
+        panic!("no channel1 in {spec}");
+    });
+    assert!(
+        channel["major"] == extras.imex_major && channel["minor"] == 1,
+        "channel1's numbers: {spec}"
+    );
+    assert!(
+        node("/dev/nvidia-caps-imex-channels/channel0").is_none(),
+        "a channel nobody asked for: {spec}"
+    );
+    for gdr in &extras.gdrcopy {
+        assert!(node(gdr).is_some(), "no {gdr} in {spec}");
+    }
+    for other in extras
+        .nvswitch
+        .iter()
+        .chain(&extras.gds)
+        .chain(&extras.mofed)
+    {
+        assert!(node(other).is_none(), "{other} was not enabled: {spec}");
+    }
+    let rules = spec["linux"]["resources"]["devices"]
+        .as_array()
+        .expect("linux.resources.devices");
+    let allows = |major: u32, minor: u32| {
+        rules.iter().any(|r| {
+            r["allow"] == true && r["type"] == "c" && r["major"] == major && r["minor"] == minor
+        })
+    };
+    assert!(allows(extras.imex_major, 1), "channel1's rule: {spec}");
+    assert!(!allows(extras.imex_major, 0), "channel0's rule: {spec}");
+}
