@@ -410,6 +410,38 @@ fn a_procfs_read_that_does_not_return_fails_the_start_at_its_deadline() {
     assert_correct(&start(&prepared));
 }
 
+/// A read only a fatal signal ends (the request never taken, as on a hard
+/// NFS mount that stopped answering): the alarm's handler cannot run, and
+/// the backstop's `SIGKILL` ends the hook one second after the deadline.
+/// No line of ours can be written then: runc names the hook killed.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_read_only_a_fatal_signal_ends_is_killed_after_the_deadline() {
+    let serial = serial();
+    let host = host("snapshot-deaf-proc", DEADLINE);
+    let version = host.dir.join("proc/driver/nvidia/version");
+    let stuck = StuckFile::deaf_over(&version);
+    let elapsed = assert_fails_within_the_deadline(
+        &serial,
+        &host,
+        "deaf-proc",
+        &BundleExtras::default(),
+        |_| {},
+        &["signal: killed"],
+    );
+    assert!(
+        elapsed >= DEADLINE + Duration::from_secs(1),
+        "it ended before the backstop ({elapsed:?}): not the backstop's doing"
+    );
+    drop(stuck);
+    let prepared = prepare(
+        &serial,
+        &scenario("deaf-proc-after", &host),
+        &Default::default(),
+    );
+    assert_correct(&start(&prepared));
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn nvidia_cdi_hook_and_nvidia_ctk_hook_are_bounded_by_the_deadline() {

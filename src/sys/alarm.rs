@@ -7,6 +7,13 @@
 //! being made) it only records that the time ran out; it is installed
 //! without `SA_RESTART`, so a blocking syscall then fails with `EINTR` and
 //! the caller can stop and undo. Nothing here decides when or what to say.
+//!
+//! A handler runs only once the process returns from the kernel, and some
+//! waits return for no signal but a fatal one: a hard NFS mount's, a FUSE
+//! request the server never took. For those a second timer, [`BACKSTOP`]
+//! after the alarm, sends `SIGKILL`: the process ends without its line (no
+//! code of it can run), and the runtime reports the hook killed, instead of
+//! waiting for it forever.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering};
@@ -14,6 +21,13 @@ use std::time::Duration;
 
 use nix::libc;
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, Signal};
+
+/// How long after the alarm `SIGKILL` ends a process that is still there:
+/// one whose handler could not run, or whose undoing hangs itself.
+pub const BACKSTOP: Duration = Duration::from_secs(1);
+
+/// The kernel id of the backstop's POSIX timer, or -1 before it is made.
+static KILL_TIMER: AtomicI32 = AtomicI32::new(-1);
 
 /// Longest text of each part of the line; more is cut.
 const PART_MAX: usize = 2048;
@@ -137,13 +151,77 @@ pub fn arm(after: Duration) -> io::Result<()> {
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&alarm), None)
         .map_err(io::Error::from)?;
     EXPIRED.store(false, Ordering::SeqCst);
-    set_timer(after)
+    set_timer(after)?;
+    set_backstop(after.saturating_add(BACKSTOP))
 }
 
 /// Cancels the alarm: an interval timer outlives `execve`, and the real
 /// runtime the wrapper becomes must not be killed by ours.
 pub fn disarm() -> io::Result<()> {
-    set_timer(Duration::ZERO)
+    set_timer(Duration::ZERO)?;
+    set_backstop(Duration::ZERO)
+}
+
+/// Makes `SIGKILL` come `after` from now (zero: never), through a POSIX
+/// timer made on first use. Raw system calls: glibc before 2.34 has
+/// `timer_create` in librt, which the binary does not link. The timer is
+/// the process's own: `fork` does not copy it and `execve` deletes it.
+fn set_backstop(after: Duration) -> io::Result<()> {
+    let mut id = KILL_TIMER.load(Ordering::SeqCst);
+    if id < 0 {
+        if after.is_zero() {
+            return Ok(());
+        }
+        // SAFETY: a zeroed sigevent is a valid value (the C struct has no
+        // invariants beyond its fields); only the signal and the
+        // notification kind are set.
+        let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
+        event.sigev_signo = libc::SIGKILL;
+        event.sigev_notify = libc::SIGEV_SIGNAL;
+        let mut made: libc::c_int = -1;
+        // SAFETY: timer_create(clock, &sigevent, &kernel_timer_t): both
+        // pointers are to live values of the kernel's layout (sigevent is
+        // the kernel's 64-byte struct; its timer id is an int).
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_timer_create,
+                libc::CLOCK_MONOTONIC,
+                &mut event as *mut libc::sigevent,
+                &mut made as *mut libc::c_int,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        KILL_TIMER.store(made, Ordering::SeqCst);
+        id = made;
+    }
+    let value = libc::itimerspec {
+        it_interval: libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        },
+        it_value: libc::timespec {
+            tv_sec: libc::time_t::try_from(after.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(after.subsec_nanos()),
+        },
+    };
+    // SAFETY: timer_settime(id, flags, &itimerspec, NULL old value): `id`
+    // is the timer made above, `value` a live itimerspec.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_timer_settime,
+            id,
+            0,
+            &value as *const libc::itimerspec,
+            std::ptr::null_mut::<libc::itimerspec>(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 fn set_timer(after: Duration) -> io::Result<()> {

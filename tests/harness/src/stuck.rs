@@ -23,6 +23,17 @@ impl StuckFile {
     /// panics, naming what is missing, if that cannot be done (root,
     /// `/dev/fuse` and python3 are needed).
     pub fn over(path: &Path) -> StuckFile {
+        StuckFile::mount(path, false)
+    }
+
+    /// Like [`StuckFile::over`], but the server stops taking requests once
+    /// the file is open: its read waits, never taken, as on a hard NFS
+    /// mount that stopped answering, until a fatal signal ends it.
+    pub fn deaf_over(path: &Path) -> StuckFile {
+        StuckFile::mount(path, true)
+    }
+
+    fn mount(path: &Path, deaf: bool) -> StuckFile {
         assert!(
             Path::new("/dev/fuse").exists(),
             "/dev/fuse is missing: load the fuse module (modprobe fuse)"
@@ -30,6 +41,7 @@ impl StuckFile {
         let script = crate::project::repo().join("integration/stuck-fuse");
         let mut server = Command::new("python3")
             .arg(&script)
+            .args(deaf.then_some("--deaf"))
             .arg(path)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
