@@ -32,7 +32,7 @@ use harness::runtime::cri::{
     ensure_cri_api, image_archive, import_k8s_image, pause_archive, run_pod, PodRequest,
     PAUSE_IMAGE,
 };
-use harness::runtime::daemons::{nvidia_ctk, CriSetup, DaemonSetup, Daemons};
+use harness::runtime::daemons::{docker_with_cdi, our_spec, CriSetup, DaemonSetup, Daemons};
 use harness::runtime::oci_config::path_str;
 use harness::simhost::{require_root, Fixture, SimHost};
 use serde_json::{json, Value};
@@ -84,13 +84,6 @@ fn interleave(out: &Path, key: &str, variants: &[(&str, &dyn Fn() -> f64)]) {
     }
 }
 
-/// Our spec for `host`, as `cdi generate` writes it, in `dir`.
-fn our_spec(host: &SimHost, dir: &Path) -> PathBuf {
-    let spec = dir.join("nvidia.yaml");
-    fs::write(&spec, host.stdout(&["cdi", "generate", "--output", "-"])).unwrap();
-    spec
-}
-
 fn docker(host: &SimHost, out: &Path, work: &Path) {
     const IMAGE: &str = "onh-bench:trixie";
     let root = trixie();
@@ -98,38 +91,9 @@ fn docker(host: &SimHost, out: &Path, work: &Path) {
     fs::create_dir_all(&dir).unwrap();
     let (config, log) = (dir.join("hook.toml"), dir.join("hook.log"));
     write_hook_config(host, &config, &log, "warn");
-    let spec = our_spec(host, &dir);
     let daemon_json = dir.join("daemon.json");
     fs::write(&daemon_json, "{}\n").unwrap();
-    let daemons_dir = dir.join("daemons");
-    nvidia_ctk(
-        &dir,
-        &[
-            "runtime",
-            "configure",
-            "--runtime=docker",
-            &format!("--config={}", path_str(&daemon_json)),
-            &format!(
-                "--nvidia-runtime-path={}",
-                path_str(&daemons_dir.join("bin/nvidia-container-runtime"))
-            ),
-            "--cdi.enabled",
-        ],
-    );
-    let daemons = Daemons::start(
-        &daemons_dir,
-        &DaemonSetup {
-            hook_config: &config,
-            links: &["nvidia-container-runtime-hook", "nvidia-container-runtime"],
-            runtimes: &[],
-            default_runtime: None,
-            docker_config: Some(&daemon_json),
-            cdi_dir: None,
-            etc_files: &[("cdi/nvidia.yaml", &spec)],
-            root: Some(&root),
-            cri: None,
-        },
-    );
+    let daemons = docker_with_cdi(&dir, &config, &daemon_json, host, &root);
     daemons.import_rootfs(&template_rootfs(host), IMAGE);
     let start = |extra: &'static [&'static str]| {
         let daemons = &daemons;

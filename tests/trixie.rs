@@ -19,7 +19,6 @@
 //! `cargo test --features _test_as_root --test trixie`.
 
 use std::fs;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use harness::debroot::{trixie, Cgroups, Entry};
@@ -28,7 +27,7 @@ use harness::project::{hook_binary, repo};
 use harness::runtime::bundle::write_hooks_dir;
 use harness::runtime::bundle::{copy_template, template_rootfs, work_root, write_hook_config};
 use harness::runtime::cleanup::{cgroup_dirs, remove_tree_safely};
-use harness::runtime::daemons::{checker_script, collect_run, nvidia_ctk, DaemonSetup, Daemons};
+use harness::runtime::daemons::{checker_script, collect_run, docker_with_cdi, our_spec};
 use harness::runtime::host_state::{listing_diff, tree_listing};
 use harness::runtime::injected::{assert_gpus, gpu};
 use harness::runtime::oci_config::path_str;
@@ -42,13 +41,6 @@ const IMAGE: &str = "onh-trixie:test";
 
 fn host() -> SimHost {
     SimHost::shared(Fixture::real(4))
-}
-
-/// Our spec for `host`, as `cdi generate` writes it, in `dir`.
-fn our_spec(host: &SimHost, dir: &Path) -> std::path::PathBuf {
-    let spec = dir.join("nvidia.yaml");
-    fs::write(&spec, host.stdout(&["cdi", "generate", "--output", "-"])).unwrap();
-    spec
 }
 
 /// Every way Docker 26 reaches GPUs, on one pair of trixie daemons.
@@ -66,41 +58,12 @@ fn docker_26_gpus_cdi_and_runtime() {
     let hook_log = work.join("hook.log");
     let hook_config = work.join("hook.toml");
     write_hook_config(&host, &hook_config, &hook_log, "debug");
-    let spec = our_spec(&host, &work);
-    let daemons_dir = work.join("daemons");
     let daemon_json = work.join("daemon.json");
     fs::write(&daemon_json, "{\"log-level\": \"info\"}\n").unwrap();
-    nvidia_ctk(
-        &work,
-        &[
-            "runtime",
-            "configure",
-            "--runtime=docker",
-            &format!("--config={}", path_str(&daemon_json)),
-            &format!(
-                "--nvidia-runtime-path={}",
-                path_str(&daemons_dir.join("bin/nvidia-container-runtime"))
-            ),
-            "--cdi.enabled",
-        ],
-    );
+    let daemons = docker_with_cdi(&work, &hook_config, &daemon_json, &host, &root);
     let written: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(&daemon_json).unwrap()).unwrap();
     assert_eq!(written["features"]["cdi"], true, "{written}");
-    let daemons = Daemons::start(
-        &daemons_dir,
-        &DaemonSetup {
-            hook_config: &hook_config,
-            links: &["nvidia-container-runtime-hook", "nvidia-container-runtime"],
-            runtimes: &[],
-            default_runtime: None,
-            docker_config: Some(&daemon_json),
-            cdi_dir: None,
-            etc_files: &[("cdi/nvidia.yaml", &spec)],
-            root: Some(&root),
-            cri: None,
-        },
-    );
     let version = daemons.docker(&["version", "--format", "{{.Server.Version}}"]);
     assert!(
         version.stdout.starts_with("26."),

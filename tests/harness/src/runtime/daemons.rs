@@ -550,6 +550,56 @@ fn toml_string(text: &str) -> String {
     format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
+/// Our spec for `host`, as `cdi generate` writes it, in `dir`.
+pub fn our_spec(host: &crate::simhost::SimHost, dir: &Path) -> PathBuf {
+    let spec = dir.join("nvidia.yaml");
+    fs::write(&spec, host.stdout(&["cdi", "generate", "--output", "-"])).unwrap();
+    spec
+}
+
+/// dockerd (and its containerd) from `root` in `dir`, on `daemon_json`
+/// as our `nvidia-ctk runtime configure --runtime=docker --cdi.enabled`
+/// leaves it (the wrapper registered as the `nvidia` runtime), with our
+/// spec for `host` in its `/etc/cdi` and the hook's links on its PATH.
+pub fn docker_with_cdi(
+    dir: &Path,
+    hook_config: &Path,
+    daemon_json: &Path,
+    host: &crate::simhost::SimHost,
+    root: &DebRoot,
+) -> Daemons {
+    let spec = our_spec(host, dir);
+    let daemons_dir = dir.join("daemons");
+    nvidia_ctk(
+        dir,
+        &[
+            "runtime",
+            "configure",
+            "--runtime=docker",
+            &format!("--config={}", path_str(daemon_json)),
+            &format!(
+                "--nvidia-runtime-path={}",
+                path_str(&daemons_dir.join("bin/nvidia-container-runtime"))
+            ),
+            "--cdi.enabled",
+        ],
+    );
+    Daemons::start(
+        &daemons_dir,
+        &DaemonSetup {
+            hook_config,
+            links: &["nvidia-container-runtime-hook", "nvidia-container-runtime"],
+            runtimes: &[],
+            default_runtime: None,
+            docker_config: Some(daemon_json),
+            cdi_dir: None,
+            etc_files: &[("cdi/nvidia.yaml", &spec)],
+            root: Some(root),
+            cri: None,
+        },
+    )
+}
+
 /// `nvidia-ctk ARGS` (this binary through a link of that name in `dir`),
 /// which must succeed; its stdout.
 pub fn nvidia_ctk(dir: &Path, args: &[&str]) -> String {
