@@ -14,7 +14,8 @@
 use std::path::{Path, PathBuf};
 
 use super::programs::runtime_handler;
-use super::{Check, HostRoot, Layer};
+use super::{glob, Check, HostRoot, Layer};
+use crate::engine_config::containerd::plugin_name;
 
 const L: Layer = Layer::Wiring;
 
@@ -65,29 +66,6 @@ struct Unparsable {
     message: String,
 }
 
-/// The CRI plugin section that holds `containerd.runtimes` and `enable_cdi`.
-fn plugin(version: i64) -> &'static str {
-    match version {
-        ..=1 => "cri",
-        2 => "io.containerd.grpc.v1.cri",
-        _ => "io.containerd.cri.v1.runtime",
-    }
-}
-
-/// Whether a file name matches a glob component (`*` and `?` only, as far
-/// as containerd's imports use them).
-fn matches(pattern: &[u8], name: &[u8]) -> bool {
-    match (pattern.first(), name.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => {
-            matches(&pattern[1..], name) || (!name.is_empty() && matches(pattern, &name[1..]))
-        }
-        (Some(b'?'), Some(_)) => matches(&pattern[1..], &name[1..]),
-        (Some(p), Some(n)) if p == n => matches(&pattern[1..], &name[1..]),
-        _ => false,
-    }
-}
-
 /// The files an `imports` entry names, in name order (Go's `filepath.Glob`:
 /// a wildcard only in the last component is what configs use).
 fn expand(host: &HostRoot, importer: &str, entry: &str) -> Vec<String> {
@@ -112,7 +90,7 @@ fn expand(host: &HostRoot, importer: &str, entry: &str) -> Vec<String> {
     let mut found: Vec<String> = listing
         .flatten()
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| matches(name.as_bytes(), n.as_bytes()))
+        .filter(|n| glob(name.as_bytes(), n.as_bytes()))
         .map(|n| dir.join(n).display().to_string())
         .collect();
     found.sort();
@@ -192,7 +170,9 @@ fn load(host: &HostRoot) -> Option<Result<Config, Unparsable>> {
         }
         queue.extend(nested);
     }
-    let section = merged.get("plugins").and_then(|p| p.get(plugin(version)));
+    let section = merged
+        .get("plugins")
+        .and_then(|p| p.get(plugin_name(version)));
     let enabled = section
         .and_then(|s| s.get("enable_cdi"))
         .and_then(|v| v.as_bool());
@@ -485,8 +465,8 @@ mod tests {
 
     #[test]
     fn globs_match_as_go_does() {
-        assert!(matches(b"*.toml", b"99-nvidia.toml"));
-        assert!(!matches(b"*.toml", b"README"));
-        assert!(matches(b"9?-*.toml", b"99-nvidia.toml"));
+        assert!(glob(b"*.toml", b"99-nvidia.toml"));
+        assert!(!glob(b"*.toml", b"README"));
+        assert!(glob(b"9?-*.toml", b"99-nvidia.toml"));
     }
 }

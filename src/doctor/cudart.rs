@@ -30,6 +30,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 use pathrs::Root;
 
+use super::glob;
 use crate::driver::CudaVersion;
 use crate::reopen::{Expect, Reopener};
 
@@ -243,17 +244,6 @@ impl Walker {
                 }
             }
         }
-    }
-}
-
-/// Whether `name` matches `pattern`, whose `*` stands for any run of bytes.
-fn glob(pattern: &[u8], name: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => name.is_empty(),
-        Some((b'*', rest)) => (0..=name.len()).any(|i| glob(rest, &name[i..])),
-        Some((p, rest)) => name
-            .split_first()
-            .is_some_and(|(n, tail)| p == n && glob(rest, tail)),
     }
 }
 

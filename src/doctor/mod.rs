@@ -422,3 +422,18 @@ pub fn diagnose(
 pub fn any_failed(checks: &[Check]) -> bool {
     checks.iter().any(|c| c.status == Status::Fail)
 }
+
+/// Whether a file name matches a glob component: `*` for any run of
+/// bytes, `?` for one (as containerd's imports and the image's CUDA
+/// places use them).
+fn glob(pattern: &[u8], name: &[u8]) -> bool {
+    match (pattern.first(), name.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => {
+            glob(&pattern[1..], name) || (!name.is_empty() && glob(pattern, &name[1..]))
+        }
+        (Some(b'?'), Some(_)) => glob(&pattern[1..], &name[1..]),
+        (Some(p), Some(n)) if p == n => glob(&pattern[1..], &name[1..]),
+        _ => false,
+    }
+}

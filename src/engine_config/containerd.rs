@@ -151,10 +151,11 @@ fn version_of(doc: &DocumentMut, path: &Path) -> Result<i64> {
     }
 }
 
-/// The CRI plugin's name in a config of `version`.
-fn plugin_name(version: i64) -> &'static str {
+/// The CRI plugin's name in a config of `version` (below 1 read as 1),
+/// the section that holds `containerd.runtimes` and `enable_cdi`.
+pub(crate) fn plugin_name(version: i64) -> &'static str {
     match version {
-        1 => "cri",
+        ..=1 => "cri",
         2 => "io.containerd.grpc.v1.cri",
         _ => "io.containerd.cri.v1.runtime",
     }
