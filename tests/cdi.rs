@@ -669,11 +669,7 @@ fn validate_knows_the_imex_spec_and_each_gpus_drm_nodes() {
         .iter()
         .position(|d| d["name"] == "1")
         .expect("device 1");
-    let other = extras
-        .drm
-        .iter()
-        .find(|d| d.bus == sim.facts.gpus[0].bus)
-        .unwrap();
+    let other = extras.drm_of(&sim.facts.gpus[0].bus);
     let nodes = devices[at]["containerEdits"]["deviceNodes"]
         .as_array_mut()
         .unwrap();

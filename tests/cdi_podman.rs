@@ -506,11 +506,7 @@ fn podman_takes_an_imex_channel_and_a_gpus_drm_nodes() {
         run.describe()
     );
     let gpu = &host.facts.gpus[0];
-    let drm = extras
-        .drm
-        .iter()
-        .find(|d| d.bus == gpu.bus)
-        .expect("GPU 0's DRM nodes");
+    let drm = extras.drm_of(&gpu.bus);
     assert_eq!(node(&drm.card), allowed((226, 1)), "{}", run.describe());
     assert_eq!(node(&drm.render), allowed((226, 128)), "{}", run.describe());
     let other = extras

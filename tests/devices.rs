@@ -180,17 +180,9 @@ fn graphics_brings_the_selected_gpus_drm_nodes_only() {
     let host = host();
     let extras = host.facts.extras.as_ref().expect("an --extras host");
     let gpu = &host.facts.gpus[1];
-    let drm = extras
-        .drm
-        .iter()
-        .find(|d| d.bus == gpu.bus)
-        .expect("GPU 1 has DRM nodes");
+    let drm = extras.drm_of(&gpu.bus);
     // GPU 0's DRM nodes, which the container has without asking: denied.
-    let other = extras
-        .drm
-        .iter()
-        .find(|d| d.bus == host.facts.gpus[0].bus)
-        .expect("GPU 0 has DRM nodes");
+    let other = extras.drm_of(&host.facts.gpus[0].bus);
     let number = |path: &str| -> u32 {
         path.trim_start_matches(|c: char| !c.is_ascii_digit())
             .parse()

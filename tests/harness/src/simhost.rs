@@ -394,6 +394,16 @@ pub struct ExtrasFacts {
     pub fabricmanager_socket: String,
 }
 
+impl ExtrasFacts {
+    /// The DRM nodes of the GPU at PCI bus id `bus`.
+    pub fn drm_of(&self, bus: &str) -> &DrmFacts {
+        self.drm
+            .iter()
+            .find(|d| d.bus == bus)
+            .unwrap_or_else(|| panic!("no DRM nodes for the GPU at {bus}"))
+    }
+}
+
 /// One GPU's DRM nodes.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
