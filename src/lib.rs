@@ -33,6 +33,8 @@ pub mod nvml;
 pub mod oneline;
 pub mod plan;
 pub mod planner;
+#[cfg(target_env = "musl")]
+pub mod probe;
 pub mod program;
 pub mod reopen;
 pub mod request;

@@ -6,9 +6,8 @@
 //! about 80 µs of that. What of it the hook relies on is done here: a write
 //! to a closed pipe is an error (`list | head`), not a fatal `SIGPIPE`, and
 //! stdout is flushed before exit ([`entry::run`]). A stack overflow is then
-//! a plain `SIGSEGV`. An installed binary is set-group-ID, which starts it
-//! in glibc's secure mode; the group is left first of all
-//! ([`sys::process::leave_set_group_start`]).
+//! a plain `SIGSEGV`. A binary started set-group-ID leaves the group first
+//! of all ([`sys::process::leave_set_group_start`]).
 #![no_main]
 #![deny(unsafe_code)]
 
@@ -16,18 +15,20 @@ use std::ffi::{c_char, c_int};
 
 use oci_nvidia_hook::{entry, sys};
 
-/// The process entry point, called by the C runtime (std still reads the
-/// arguments, which glibc hands it before `main`).
+/// The process entry point, called by the C runtime with the arguments
+/// (which only glibc also hands std).
 // `no_mangle` counts as unsafe code (the symbol could clash with another);
 // this is the one C `main` of the binary, which is what `#![no_main]` wants.
 #[allow(unsafe_code)]
 #[no_mangle]
-pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
+    // SAFETY: these are the C runtime's own `argc` and `argv`.
+    let args = unsafe { sys::process::args(argc, argv) };
     if let Err(e) = sys::process::leave_set_group_start() {
         return entry::fail(&e) as c_int;
     }
     if let Err(e) = sys::signal::ignore_sigpipe() {
         return entry::fail(&e) as c_int;
     }
-    entry::run(std::env::args_os().collect()) as c_int
+    entry::run(args) as c_int
 }

@@ -11,7 +11,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+#[cfg(not(target_env = "musl"))]
 use nvml_wrapper::error::NvmlError;
+#[cfg(not(target_env = "musl"))]
 use nvml_wrapper::Nvml;
 use serde::{Deserialize, Serialize};
 
@@ -89,6 +91,7 @@ impl Report {
 }
 
 /// Queries NVML from `lib` (the driver's `libnvidia-ml.so.*`) in a child process.
+#[cfg(not(target_env = "musl"))]
 pub fn query(lib: &Path, timeout: Duration) -> Result<Report, child::Error> {
     let lib = lib.to_path_buf();
     child::query("NVML", timeout, move || {
@@ -96,7 +99,36 @@ pub fn query(lib: &Path, timeout: Duration) -> Result<Report, child::Error> {
     })
 }
 
+/// Queries NVML from `lib` (the driver's `libnvidia-ml.so.*`) in a child
+/// process: the static binary's helper program ([`crate::probe`]).
+#[cfg(target_env = "musl")]
+pub fn query(lib: &Path, timeout: Duration) -> Result<Report, child::Error> {
+    crate::probe::ask("NVML", timeout, c"nvml", lib)
+}
+
+/// NVML's device count from `lib`, which may be a bare name the loader
+/// finds (`doctor --inside`), in a child process.
+#[cfg(not(target_env = "musl"))]
+pub fn device_count(lib: &Path, timeout: Duration) -> Result<u32, child::Error> {
+    let lib = lib.to_path_buf();
+    child::query("NVML", timeout, move || {
+        let nvml = Nvml::builder()
+            .lib_path(lib.as_os_str())
+            .init()
+            .map_err(|e| describe(&e))?;
+        nvml.device_count().map_err(|e| describe(&e))
+    })
+}
+
+/// NVML's device count from `lib`, which may be a bare name the loader
+/// finds (`doctor --inside`), in a child process ([`crate::probe`]).
+#[cfg(target_env = "musl")]
+pub fn device_count(lib: &Path, timeout: Duration) -> Result<u32, child::Error> {
+    crate::probe::ask("NVML", timeout, c"nvml-count", lib)
+}
+
 /// A clear, short message for an NVML error.
+#[cfg(not(target_env = "musl"))]
 fn describe(error: &NvmlError) -> String {
     match error {
         NvmlError::DriverNotLoaded => "driver not loaded".into(),
@@ -107,6 +139,7 @@ fn describe(error: &NvmlError) -> String {
 }
 
 /// The query itself; runs in the child.
+#[cfg(not(target_env = "musl"))]
 fn query_here(lib: &Path) -> Result<Report, NvmlError> {
     let nvml = Nvml::builder().lib_path(lib.as_os_str()).init()?;
     let mut gpus = Vec::new();

@@ -505,6 +505,18 @@ pub(super) fn cuda(
             ));
             Some(cuda)
         }
+        Err(crate::driver::Error::Nvml(e @ crate::child::Error::Exec { .. })) => {
+            out.push(Check::fail(
+                L,
+                "CUDA version",
+                crate::oneline::error(&e),
+                "let this host execute a program from a memfd: the static binary \
+                 asks libcuda through its embedded helper, which the kernel refused \
+                 (sysctl vm.memfd_noexec must be 0 or 1; an emulator such as \
+                 qemu-user cannot run it either)",
+            ));
+            None
+        }
         Err(e) => {
             out.push(Check::fail(
                 L,

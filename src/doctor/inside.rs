@@ -17,8 +17,6 @@ use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
 
-use crate::child;
-
 /// How long libcuda and NVML may take inside the container.
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -61,25 +59,11 @@ pub fn look() -> Seen {
     };
     // The loader's search, through the cache the hook wrote: what a CUDA
     // program in this container gets.
-    match child::query(
-        "libcuda",
-        TIMEOUT,
-        || match crate::sys::dl::cu_driver_get_version(Path::new("libcuda.so.1")) {
-            Ok((0, version)) => Ok(version),
-            Ok((status, _)) => Err(format!("cuDriverGetVersion returned CUresult {status}")),
-            Err(e) => Err(format!("libcuda.so.1: {e}")),
-        },
-    ) {
-        Ok(version) => seen.cuda_driver_version = Some(version),
+    match crate::driver::cuda::ask("libcuda", Path::new("libcuda.so.1"), TIMEOUT) {
+        Ok(version) => seen.cuda_driver_version = Some(version.0),
         Err(e) => seen.cuda_error = Some(e.to_string()),
     }
-    match child::query("NVML", TIMEOUT, || {
-        let nvml = nvml_wrapper::Nvml::builder()
-            .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
-            .init()
-            .map_err(|e| e.to_string())?;
-        nvml.device_count().map_err(|e| e.to_string())
-    }) {
+    match crate::nvml::device_count(Path::new("libnvidia-ml.so.1"), TIMEOUT) {
         Ok(count) => seen.nvml_devices = Some(count),
         Err(e) => seen.nvml_error = Some(e.to_string()),
     }

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+#[cfg(not(target_env = "musl"))]
 use super::{Error, Result};
 
 /// How long loading libcuda and asking its version may take.
@@ -66,8 +67,38 @@ impl fmt::Display for CudaVersion {
     }
 }
 
+/// `cuDriverGetVersion` of `libcuda` (a resolved host path inside the
+/// driver root, or a bare name the loader finds for `doctor --inside`),
+/// asked in a child process: libcuda is driver code, and the hook must stay
+/// single-threaded. `what` names the query in errors.
+#[cfg(not(target_env = "musl"))]
+pub fn ask(
+    what: &'static str,
+    libcuda: &Path,
+    timeout: std::time::Duration,
+) -> std::result::Result<CudaVersion, crate::child::Error> {
+    let path = libcuda.to_path_buf();
+    crate::child::query(what, timeout, move || {
+        query(&path).map(|v| v.0).map_err(|e| e.to_string())
+    })
+    .map(CudaVersion)
+}
+
+/// `cuDriverGetVersion` of `libcuda` (a resolved host path inside the
+/// driver root, or a bare name the loader finds for `doctor --inside`),
+/// asked in a child process by the static binary's helper ([`crate::probe`]).
+#[cfg(target_env = "musl")]
+pub fn ask(
+    what: &'static str,
+    libcuda: &Path,
+    timeout: std::time::Duration,
+) -> std::result::Result<CudaVersion, crate::child::Error> {
+    crate::probe::ask(what, timeout, c"cuda", libcuda).map(CudaVersion)
+}
+
 /// Loads `libcuda` (a resolved host path inside the driver root) and calls `cuDriverGetVersion`.
-pub fn query(libcuda: &Path) -> Result<CudaVersion> {
+#[cfg(not(target_env = "musl"))]
+fn query(libcuda: &Path) -> Result<CudaVersion> {
     let err = |reason: String| Error::Cuda {
         path: libcuda.to_path_buf(),
         reason,

@@ -329,12 +329,7 @@ impl Inventory {
                 prefix: "libcuda.so",
                 version: self.driver_version.clone(),
             })?;
-        let path = libcuda.path.clone();
-        // In a child: libcuda is driver code, and the hook must stay single-threaded.
-        let version = child::query("libcuda", cuda::TIMEOUT, move || {
-            cuda::query(&path).map(|v| v.0).map_err(|e| e.to_string())
-        })?;
-        Ok(CudaVersion(version))
+        Ok(cuda::ask("libcuda", &libcuda.path, cuda::TIMEOUT)?)
     }
 
     /// What NVML says of this host's GPUs and MIG devices: asked, in a

@@ -6,13 +6,13 @@
 //! The GPUs' procfs directories are cloned later, from the host's namespace
 //! re-entered for that, and only when the container shows the driver.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::os::fd::AsFd;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use nix::libc;
+use rustix::fs::OFlags;
 
 use super::Sys;
 use super::{Error, Result};
@@ -53,14 +53,17 @@ pub struct Sources {
 }
 
 /// Opens `path` as an `O_PATH` descriptor without following a final symlink.
-fn open_path(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+///
+/// Not through std's `OpenOptions`: it masks its custom flags with the C
+/// library's `O_ACCMODE`, which on musl includes `O_PATH`, so a socket or a
+/// fifo would be opened for reading instead (`ENXIO`, or a wait).
+pub(super) fn open_path(path: &Path) -> Result<File> {
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::open(path, flags, rustix::fs::Mode::empty())
+        .map(File::from)
         .map_err(|source| Error::Source {
             path: path.to_path_buf(),
-            source,
+            source: source.into(),
         })
 }
 

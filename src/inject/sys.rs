@@ -14,10 +14,10 @@
 //! file checked before entering the container.
 
 use std::cell::RefCell;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -300,14 +300,7 @@ impl Sys for LinuxSys {
         }
         // Before pivot_root the host path is visible here too; it must still
         // be the very file that was checked in the host's namespace.
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&source.path)
-            .map_err(|e| Error::Source {
-                path: source.path.clone(),
-                source: e,
-            })?;
+        let file = super::sources::open_path(&source.path)?;
         let meta = file.metadata().map_err(|e| Error::Source {
             path: source.path.clone(),
             source: e,

@@ -82,6 +82,43 @@ pub enum Error {
 /// Result of the wrapper.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// What glibc's loader removes from the environment of a secure-mode start
+/// (its `UNSECURE_ENVVARS`, with the malloc ones older releases list): the variables that make a dynamically linked
+/// program load code (`LD_PRELOAD`, `LD_AUDIT`, `LD_LIBRARY_PATH`,
+/// `GCONV_PATH`) or read files it names. The runtime the wrapper execs (runc
+/// links glibc) gets none of them, whatever environment the engine handed
+/// the wrapper: the static binary is immune itself, and must not hand them on.
+pub const UNSECURE_VARIABLES: &[&str] = &[
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LD_AUDIT",
+    "LD_DEBUG",
+    "LD_DEBUG_OUTPUT",
+    "LD_DYNAMIC_WEAK",
+    "LD_HWCAP_MASK",
+    "LD_LIBRARY_PATH",
+    "LD_ORIGIN_PATH",
+    "LD_PRELOAD",
+    "LD_PROFILE",
+    "LD_SHOW_AUXV",
+    "LD_USE_LOAD_BIAS",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_ARENA_MAX",
+    "MALLOC_ARENA_TEST",
+    "MALLOC_PERTURB_",
+    "MALLOC_TRACE",
+    "MALLOC_TOP_PAD_",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TMPDIR",
+    "TZDIR",
+];
+
 /// Edits the bundle's spec when `args` create a container that asks for
 /// GPUs, then replaces this process with the real runtime given `args`.
 /// Returns only on failure.
@@ -102,7 +139,11 @@ pub fn run(config: &Config, config_path: Option<&Path>, args: &[OsString]) -> Er
         .file_name()
         .unwrap_or(runtime.as_os_str())
         .to_owned();
-    let source = Command::new(&runtime).arg0(name).args(args).exec();
+    let mut command = Command::new(&runtime);
+    for variable in UNSECURE_VARIABLES {
+        command.env_remove(variable);
+    }
+    let source = command.arg0(name).args(args).exec();
     Error::Exec {
         path: runtime,
         source,

@@ -202,7 +202,7 @@ fn set_backstop(after: Duration) -> io::Result<()> {
             tv_nsec: 0,
         },
         it_value: libc::timespec {
-            tv_sec: libc::time_t::try_from(after.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_sec: i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
             tv_nsec: libc::c_long::from(after.subsec_nanos()),
         },
     };
@@ -226,8 +226,8 @@ fn set_backstop(after: Duration) -> io::Result<()> {
 
 fn set_timer(after: Duration) -> io::Result<()> {
     let value = libc::timeval {
-        tv_sec: libc::time_t::try_from(after.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_usec: libc::suseconds_t::from(after.subsec_micros()),
+        tv_sec: i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+        tv_usec: i64::from(after.subsec_micros()),
     };
     let timer = libc::itimerval {
         it_interval: libc::timeval {

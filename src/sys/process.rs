@@ -2,24 +2,24 @@
 //! process held by a pidfd still exists. Neither waits for, signals nor
 //! kills anything: timeouts and reaping are the caller's.
 
-use std::io;
+use std::ffi::{c_char, c_int, CStr, OsString};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use nix::errno::Errno;
 use nix::libc;
 use nix::unistd::{fork, ForkResult, Pid};
 
-/// Leaves a set-group-ID start. `make install` installs the binary
-/// set-group-ID to an unprivileged group so that the kernel starts every
-/// run of it in secure mode (`AT_SECURE`), even as root: glibc's loader
-/// then ignores `LD_PRELOAD`, `LD_LIBRARY_PATH`, `LD_AUDIT`, `GCONV_PATH`
-/// and the like, whatever environment a runtime hands a hook (an image's,
-/// at `createContainer`: CVE-2025-23266). Once running, nothing of that
-/// group is wanted: the real group is taken back as effective and saved
-/// group too, and the process made dumpable again, as the kernel's
-/// set-ID start left it not, so that its `/proc/self` is its caller's.
-/// A no-op for a binary that was not started set-group-ID.
+/// Leaves a set-group-ID start. The shipped binary is static and needs no
+/// set-ID bit (docs/design.md); an earlier one was installed set-group-ID
+/// to an unprivileged group so that the kernel started it in glibc's secure
+/// mode, and an administrator may still set the bit. Nothing of that group
+/// is wanted: the real group is taken back as effective and saved group
+/// too, and the process made dumpable again, as the kernel's set-ID start
+/// left it not, so that its `/proc/self` is its caller's. A no-op for a
+/// binary that was not started set-group-ID.
 pub fn leave_set_group_start() -> io::Result<()> {
     let real = nix::unistd::getgid();
     if nix::unistd::getegid() == real {
@@ -28,6 +28,90 @@ pub fn leave_set_group_start() -> io::Result<()> {
     nix::unistd::setresgid(real, real, real)?;
     nix::sys::prctl::set_dumpable(true)?;
     Ok(())
+}
+
+/// The command line as the C runtime handed it to `main`. The binary has
+/// its own C `main` (`#![no_main]`), and only glibc also gives std the
+/// arguments before `main` runs; a static musl build has them from here
+/// alone, so every build reads them here.
+///
+/// # Safety
+///
+/// `argv` must be `main`'s: `argc` pointers to NUL-terminated strings,
+/// valid for the life of the process.
+pub unsafe fn args(argc: c_int, argv: *const *const c_char) -> Vec<OsString> {
+    let count = usize::try_from(argc).unwrap_or(0);
+    let mut args = Vec::with_capacity(count);
+    for i in 0..count {
+        // SAFETY: the caller's contract: `argv[i]` for `i < argc` is a valid
+        // C string that outlives this call.
+        let arg = unsafe { *argv.add(i) };
+        if arg.is_null() {
+            break;
+        }
+        // SAFETY: as above.
+        let bytes = unsafe { CStr::from_ptr(arg) }.to_bytes();
+        args.push(OsString::from_vec(bytes.to_vec()));
+    }
+    args
+}
+
+/// Replaces this process (a forked child) by the program `image`, an
+/// executable's bytes, run with `args` (its `argv[1..]`) from a sealed memfd:
+/// an empty environment, `/` as working directory, and `stdout` as its
+/// standard output. Returns only if that fails, with why.
+///
+/// The static binary carries its one dynamically linked helper this way
+/// (`probe/probe.c`): nothing is written to disk, and no variable of the
+/// caller's reaches the helper's loader.
+pub fn exec_image(image: &[u8], args: &[&CStr], stdout: BorrowedFd<'_>) -> io::Error {
+    match exec_image_or_fail(image, args, stdout) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+fn exec_image_or_fail(
+    image: &[u8],
+    args: &[&CStr],
+    stdout: BorrowedFd<'_>,
+) -> io::Result<std::convert::Infallible> {
+    use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
+    let memfd = memfd_create(
+        c"oci-nvidia-hook-probe",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?;
+    std::fs::File::from(memfd.try_clone()?).write_all(image)?;
+    fcntl_add_seals(
+        &memfd,
+        SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+    )?;
+    rustix::process::chdir("/")?;
+    let mut argv: Vec<*const c_char> = Vec::with_capacity(args.len() + 2);
+    argv.push(c"oci-nvidia-hook-probe".as_ptr());
+    argv.extend(args.iter().map(|a| a.as_ptr()));
+    argv.push(std::ptr::null());
+    let envp: [*const c_char; 1] = [std::ptr::null()];
+    // SAFETY: dup2 onto descriptor 1 of two valid descriptors; the borrowed
+    // `stdout` outlives the call.
+    if unsafe { libc::dup2(stdout.as_raw_fd(), 1) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: execveat(memfd, "", argv, envp, AT_EMPTY_PATH): `memfd` is a
+    // live descriptor, the path an empty C string, and both vectors are
+    // NULL-terminated arrays of C strings that live until the call returns
+    // (it returns only on failure).
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            memfd.as_raw_fd(),
+            c"".as_ptr(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        );
+    }
+    Err(io::Error::last_os_error())
 }
 
 /// Forks a child that closes every descriptor but stdio and `keep`, runs
