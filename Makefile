@@ -4,16 +4,21 @@
 
 CARGO  ?= cargo
 PREFIX ?= /usr/local
-# The shipped binary links against glibc $(GLIBC_FLOOR)'s symbol set (through
-# zig: integration/zigbuild), so it runs on every glibc from that one up;
-# packaging/build refuses to package a binary that needs a newer one.
+# The shipped binary is static (musl, linked by zig: integration/zigbuild):
+# no loader runs before it, so no variable of a runtime's can load code into
+# it, and it needs no C library at all. Its one dynamically linked part, the
+# helper that loads driver code (probe/probe.c, embedded in the binary), links
+# against glibc $(GLIBC_FLOOR)'s symbol set, so it runs on every glibc from
+# that one up; packaging/build refuses to package one that needs a newer one.
 GLIBC_FLOOR := 2.17
-TARGET      := x86_64-unknown-linux-gnu
+TARGET      := x86_64-unknown-linux-musl
 BIN         := target/$(TARGET)/release/oci-nvidia-hook
+PROBE       := target/probe/x86_64-linux-gnu.$(GLIBC_FLOOR)/oci-nvidia-hook-probe
 # The arm64 (Grace) binary, cross-built the same way (integration/zigbuild
 # adds the Rust target itself): make deb/rpm package both.
-AARCH64_TARGET := aarch64-unknown-linux-gnu
+AARCH64_TARGET := aarch64-unknown-linux-musl
 AARCH64_BIN    := target/$(AARCH64_TARGET)/release/oci-nvidia-hook
+AARCH64_PROBE  := target/probe/aarch64-linux-gnu.$(GLIBC_FLOOR)/oci-nvidia-hook-probe
 # systemd and udev read both /usr/lib and /usr/local/lib.
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
@@ -23,10 +28,10 @@ UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 .PHONY: build build-aarch64 test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-targets bench-ldcache bench-trixie lint install install-units fuzz deb rpm package-docs
 
 build:
-	CARGO=$(CARGO) integration/zigbuild --release --locked --target $(TARGET).$(GLIBC_FLOOR)
+	CARGO=$(CARGO) PROBE_GLIBC=$(GLIBC_FLOOR) integration/zigbuild --release --locked --target $(TARGET)
 
 build-aarch64:
-	CARGO=$(CARGO) integration/zigbuild --release --locked --target $(AARCH64_TARGET).$(GLIBC_FLOOR)
+	CARGO=$(CARGO) PROBE_GLIBC=$(GLIBC_FLOOR) integration/zigbuild --release --locked --target $(AARCH64_TARGET)
 
 deps:
 	integration/install-deps
@@ -107,7 +112,7 @@ bench-floor: build
 	$(CARGO) build --release --locked
 	integration/bench-floor $(BIN) target/release/oci-nvidia-hook
 
-# Issue 26's two ratios in one run, the binary installed set-group-ID: the
+# Issue 26's two ratios in one run, the binary installed as the packages install it: the
 # hook alone in runc at 8 GPUs against NVIDIA's hook + cli (ANCHORS.md's
 # figure), and a pass-through wrapper call against runc's own.
 bench-targets: build deps
@@ -131,18 +136,11 @@ lint:
 # Do not install over NVIDIA's toolkit: the links would replace its tools.
 COMPAT_NAMES := nvidia-container-runtime-hook nvidia-container-cli nvidia-container-runtime nvidia-ctk nvidia-cdi-hook
 
-# The binary is set-group-ID to this unprivileged group (65534: nogroup,
-# or nobody on RPM systems), which makes the kernel start every run in
-# glibc's secure mode, even as root: the loader then ignores LD_PRELOAD and
-# its relatives from the environment a runtime hands a hook (the image's,
-# at createContainer). The binary drops the group first thing. See
-# docs/design.md, "A start no image can hijack".
-SECURE_GROUP ?= 65534
-
+# The binary is static: no loader reads LD_PRELOAD and its relatives from
+# the environment a runtime hands a hook (the image's, at createContainer),
+# so it needs no set-ID bit. See docs/design.md, "A start no image can hijack".
 install: build install-units
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
-	chgrp $(SECURE_GROUP) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
-	chmod 2755 $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
 	install -D -m 0644 hooks.d/oci-nvidia-hook.json $(DESTDIR)/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json
 	for name in $(COMPAT_NAMES); do ln -sf oci-nvidia-hook $(DESTDIR)$(PREFIX)/bin/$$name; done
 
@@ -171,6 +169,6 @@ package-docs:
 
 # Each runs packaging/build once per binary: amd64/x86_64, then arm64/aarch64.
 deb rpm: build build-aarch64 package-docs
-	for bin in $(BIN) $(AARCH64_BIN); do \
-	  packaging/build --binary $$bin --glibc-floor $(GLIBC_FLOOR) --docs $(PKGDOCS) --out $(PKGOUT) $@ || exit 1; \
+	for pair in $(BIN):$(PROBE) $(AARCH64_BIN):$(AARCH64_PROBE); do \
+	  packaging/build --binary $${pair%%:*} --probe $${pair#*:} --glibc-floor $(GLIBC_FLOOR) --docs $(PKGDOCS) --out $(PKGOUT) $@ || exit 1; \
 	done

@@ -37,7 +37,7 @@ use harness::simhost::{require_root, Fixture, SimHost};
 
 /// The binary `make build` ships, checked to need no newer glibc than the floor.
 fn shipped_binary() -> PathBuf {
-    glibc::shipped_binary("x86_64-unknown-linux-gnu", "build")
+    glibc::shipped_binary("x86_64-unknown-linux-musl", "build")
 }
 
 /// The bullseye root with runc, and what integration/rootfs needs to

@@ -8,34 +8,32 @@
 //! createContainer (a hook entry without `env`, as NVIDIA's specs write
 //! it), and the runtime wrapper, through runc and crun.
 //!
-//! The binary under test is installed as `make install` installs it:
-//! set-group-ID to an unprivileged group, which starts it in glibc's secure
-//! mode (docs/design.md). Controls show the test can fail: the library
-//! loads into a plain dynamically linked program given that environment,
-//! and into a copy of our binary without the set-group-ID bit run by runc
-//! at createContainer.
+//! The binary under test is the one `make build` ships and `make install`
+//! installs: static, 0755, with no loader to read those variables
+//! (docs/design.md). Controls show the test can fail: the library loads
+//! into a plain dynamically linked program given that environment, and into
+//! a dynamically linked build of our binary (the tests' `cargo build`) run
+//! by runc at createContainer.
 //!
 //! Run as root: `make test`, or
 //! `cargo test --features _test_as_root --test preload -- --nocapture`.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use harness::glibc;
 use harness::preload::{Entry, EvilLibrary};
 use harness::project::hook_binary;
 use harness::runtime::run::serial;
 use harness::runtime::runtimes::Runtime;
 
-/// The unprivileged group the installed binary is set-group-ID to (the Makefile's `SECURE_GROUP`).
-const SECURE_GROUP: u32 = 65534;
-
-/// A copy of the binary under the library's scratch directory, in a
+/// A copy of `binary` under the library's scratch directory, in a
 /// directory of its own with the `nvidia-cdi-hook` and
 /// `nvidia-container-runtime` links beside it.
-fn copy_with_links(evil: &EvilLibrary, name: &str) -> PathBuf {
+fn copy_with_links(evil: &EvilLibrary, binary: &Path, name: &str) -> PathBuf {
     let path = evil.dir.join(name).join("oci-nvidia-hook");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::copy(hook_binary(), &path).unwrap();
+    std::fs::copy(binary, &path).unwrap();
     for link in ["nvidia-cdi-hook", "nvidia-container-runtime"] {
         std::os::unix::fs::symlink("oci-nvidia-hook", path.with_file_name(link)).unwrap();
     }
@@ -48,14 +46,14 @@ fn no_image_library_loads_into_any_entry_point() {
     let _serial = serial();
     let evil = EvilLibrary::build("preload");
     evil.assert_control_loads();
-    // Installed as `make install` does: set-group-ID.
-    let installed = copy_with_links(&evil, "installed");
-    std::os::unix::fs::chown(&installed, Some(0), Some(SECURE_GROUP)).unwrap();
-    std::fs::set_permissions(&installed, std::fs::Permissions::from_mode(0o2755)).unwrap();
-    let plain = copy_with_links(&evil, "plain");
+    // Installed as `make install` does: the shipped static binary, 0755.
+    let shipped = glibc::shipped_binary("x86_64-unknown-linux-musl", "build");
+    let installed = copy_with_links(&evil, &shipped, "installed");
+    std::fs::set_permissions(&installed, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let plain = copy_with_links(&evil, hook_binary(), "plain");
 
     // Control: runc hands a createContainer hook without `env` the image's
-    // environment, and a plain dynamic copy of our binary loads it.
+    // environment, and a dynamically linked build of our binary loads it.
     let before = evil.loads();
     let (_, stderr) = evil.run_hooked(
         Runtime::RuncV1,

@@ -1,6 +1,7 @@
 //! The packages under test, built once per test binary by
 //! `packaging/build` (what `make deb` and `make rpm` run) from the binary
-//! cargo built for these tests and the manual pages and completions that
+//! `make build` ships (static, with its embedded helper: `make test` builds
+//! it first) and the manual pages and completions that
 //! `packaging/docs.rs` (the `package-docs` example's code) writes. Also a
 //! "previous build", the same tree at a lower version, to upgrade from.
 //! Writes only under the target directory.
@@ -10,7 +11,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::docs;
-use harness::project::{hook_binary, repo};
+use harness::glibc;
+use harness::project::repo;
 
 /// The version Cargo.toml gives the packages.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -89,7 +91,9 @@ fn build(name: &str, version: Option<&str>, formats: &[&str]) -> Built {
     let dir = root.join("packages");
     let mut cmd = Command::new(repo().join("packaging/build"));
     cmd.arg("--binary")
-        .arg(hook_binary())
+        .arg(shipped_binary())
+        .arg("--probe")
+        .arg(shipped_probe())
         .arg("--docs")
         .arg(&docs_dir)
         .arg("--out")
@@ -108,6 +112,19 @@ fn build(name: &str, version: Option<&str>, formats: &[&str]) -> Built {
         docs: docs_dir,
         version: version.unwrap_or(VERSION).to_string(),
     }
+}
+
+/// The binary `make build` ships for this machine.
+pub fn shipped_binary() -> PathBuf {
+    glibc::shipped_binary(
+        &format!("{}-unknown-linux-musl", std::env::consts::ARCH),
+        "build",
+    )
+}
+
+/// The helper it embeds: the one part of it that needs a glibc.
+pub fn shipped_probe() -> PathBuf {
+    glibc::shipped_probe(std::env::consts::ARCH, "build")
 }
 
 /// `dpkg --print-architecture`.

@@ -4,16 +4,16 @@
 //!
 //! - the shipped config sets every documented key to its default, each with
 //!   its meaning; `--version` names the commit; a man page per command;
-//! - the .deb depends on the glibc the binary needs (its own symbol
-//!   versions), the .rpm requires no newer one, and packaging/check-glibc
+//! - the packaged binary is the static one `make build` ships; the .deb
+//!   depends on the glibc its embedded helper needs (the helper's own
+//!   symbol versions), the .rpm requires the same, and packaging/check-glibc
 //!   holds both to a floor;
 //! - both .deb files and both .rpm files hold exactly what
 //!   `packaging/files` lists, with its modes; lintian finds no error and no
 //!   warning that an override does not explain;
-//! - `dpkg -i` of both: the binary set-group-ID to nogroup (2755, gid
-//!   65534), so that no `LD_PRELOAD` and the like an image hands an entry
-//!   point of it (prestart, cdi-hook, nvidia-cdi-hook, the runtime
-//!   wrapper) loads; the units enabled, man pages open, bash completes;
+//! - `dpkg -i` of both: the binary static and 0755, so that no
+//!   `LD_PRELOAD` and the like an image hands an entry point of it
+//!   (prestart, cdi-hook, nvidia-cdi-hook, the runtime wrapper) loads; the units enabled, man pages open, bash completes;
 //!   Podman with no `--hooks-dir` starts a GPU container through the
 //!   packaged hooks.d file, and Docker's `--gpus all` through the compat
 //!   package's `/usr/bin/nvidia-container-runtime-hook`, both on a
@@ -403,11 +403,11 @@ fn debs_hold_exactly_the_listed_files() {
         .is_some_and(|e| !e.is_empty()));
 }
 
-/// The .deb's `Depends` is libc6 at the binary's own highest `GLIBC_`
-/// version (goblin's reading of it), not dpkg-shlibdeps' own, and the
-/// .rpm's `Requires` need no newer one; `packaging/check-glibc` passes
-/// both packages at that version and fails them, naming the binary, at the
-/// one below it.
+/// The .deb's `Depends` is libc6 at the embedded helper's own highest
+/// `GLIBC_` version (goblin's reading of it), not dpkg-shlibdeps' own, and
+/// the .rpm's `Requires` the same; `packaging/check-glibc` passes both
+/// packages at that version and fails them, naming what they declare, at
+/// the one below it.
 #[test]
 #[cfg_attr(
     not(feature = "_test_as_root"),
@@ -417,8 +417,13 @@ fn packages_need_the_glibc_their_binary_needs() {
     require_tool("dpkg-shlibdeps", "dpkg-dev");
     require_tool("rpm", "rpm");
     let built = built::current();
-    let needed = glibc::needed(hook_binary());
-    let highest = needed.last().expect("the binary needs a GLIBC_ version");
+    let probe = built::shipped_probe();
+    assert!(
+        glibc::needed(&built::shipped_binary()).is_empty(),
+        "the shipped binary is static"
+    );
+    let needed = glibc::needed(&probe);
+    let highest = needed.last().expect("the helper needs a GLIBC_ version");
     let (deb, rpm) = (built.deb("oci-nvidia-hook"), built.rpm("oci-nvidia-hook"));
     let stdout = |cmd: &mut Command| {
         let out = cmd.output().unwrap();
@@ -444,7 +449,7 @@ fn packages_need_the_glibc_their_binary_needs() {
     };
     let highest_text = highest.to_string();
     let (deb_arg, rpm_arg) = (deb.to_str().unwrap(), rpm.to_str().unwrap());
-    let out = check(&["--highest", hook_binary().to_str().unwrap()]);
+    let out = check(&["--highest", probe.to_str().unwrap()]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), highest_text);
     let out = check(&[&highest_text, deb_arg, rpm_arg]);
     assert!(
@@ -461,7 +466,7 @@ fn packages_need_the_glibc_their_binary_needs() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     for named in [
-        format!("{deb_arg}:/usr/bin/oci-nvidia-hook needs glibc {highest}"),
+        format!("{deb_arg} depends on glibc {highest}"),
         format!("{rpm_arg} requires glibc {highest}"),
     ] {
         assert!(stderr.contains(&named), "{stderr}");
@@ -641,8 +646,8 @@ fn backup_dir(test: &str) -> PathBuf {
 
 /// Both packages installed with `dpkg -i`, and what that must give: both
 /// known to dpkg at the built version, every listed file in place with its
-/// mode and group (the binary 2755 root:nogroup, gid 65534, so that the
-/// kernel starts it in secure mode), the units enabled (deb-systemd-helper
+/// mode and group (the static binary 0755 root:root: no set-ID bit, which
+/// a static binary needs none of), the units enabled (deb-systemd-helper
 /// works without systemd running).
 fn install(built: &Built) {
     dpkg(&["-i"], &built.debs());
@@ -662,8 +667,12 @@ fn install(built: &Built) {
     let binary = std::fs::metadata(BINARY).unwrap();
     assert_eq!(
         (binary.mode() & 0o7777, binary.gid()),
-        (0o2755, SECURE_GID),
-        "{BINARY} is not set-group-ID to gid {SECURE_GID}"
+        (0o755, 0),
+        "{BINARY} is not 0755 root:root"
+    );
+    assert!(
+        glibc::needed(Path::new(BINARY)).is_empty(),
+        "{BINARY} is not the static binary"
     );
     for link in ENABLED_LINKS {
         assert!(

@@ -59,8 +59,10 @@ pub fn needed(path: &Path) -> Vec<GlibcVersion> {
 pub const FLOOR: &str = "2.17";
 
 /// The binary `make TARGET` ships for the Rust target `triple`
-/// (`target/TRIPLE/release/oci-nvidia-hook`), checked to need no newer
-/// glibc than [`FLOOR`]; panics naming the make target when it is missing.
+/// (`target/TRIPLE/release/oci-nvidia-hook`): static, so it needs no glibc
+/// at all (checked), and the helper it embeds, for the same machine, needs
+/// no newer glibc than [`FLOOR`] ([`shipped_probe`]); panics naming the
+/// make target when either is missing.
 pub fn shipped_binary(triple: &str, make_target: &str) -> std::path::PathBuf {
     let bin = crate::project::repo().join(format!("target/{triple}/release/oci-nvidia-hook"));
     assert!(
@@ -68,11 +70,34 @@ pub fn shipped_binary(triple: &str, make_target: &str) -> std::path::PathBuf {
         "{} is missing: run `make {make_target}` first (`make test` does)",
         bin.display()
     );
-    let highest = needed(&bin).pop().expect("a GLIBC_ version");
+    let needed = needed(&bin);
+    assert!(
+        needed.is_empty(),
+        "{} is meant to be static, but needs glibc {needed:?}",
+        bin.display()
+    );
+    let arch = triple.split('-').next().unwrap_or(triple);
+    shipped_probe(arch, make_target);
+    bin
+}
+
+/// The helper program `make TARGET` embeds in the binary for `arch`
+/// (`x86_64`, `aarch64`): probe/probe.c, the one part that loads driver
+/// code, checked to need no newer glibc than [`FLOOR`].
+pub fn shipped_probe(arch: &str, make_target: &str) -> std::path::PathBuf {
+    let probe = crate::project::repo().join(format!(
+        "target/probe/{arch}-linux-gnu.{FLOOR}/oci-nvidia-hook-probe"
+    ));
+    assert!(
+        probe.is_file(),
+        "{} is missing: run `make {make_target}` first (`make test` does)",
+        probe.display()
+    );
+    let highest = needed(&probe).pop().expect("a GLIBC_ version");
     assert!(
         highest <= GlibcVersion::parse(FLOOR),
         "{} needs glibc {highest}, newer than {FLOOR}",
-        bin.display()
+        probe.display()
     );
-    bin
+    probe
 }

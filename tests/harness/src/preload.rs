@@ -1,5 +1,5 @@
 //! The CVE-2025-23266 class, as tests/preload.rs and tests/packaging run
-//! it against a binary installed set-group-ID: a library in the image that
+//! it against the shipped static binary: a library in the image that
 //! `LD_PRELOAD`, `LD_AUDIT`, `LD_LIBRARY_PATH` and `GCONV_PATH` point at
 //! (directly and through `/proc/self/cwd`), whose constructor appends to a
 //! marker file on the host and writes to stderr; every entry point a
