@@ -17,15 +17,21 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
-use nix::fcntl::{open, OFlag};
-use nix::sys::stat::{fstat, FileStat, Mode, SFlag};
+use nix::sys::stat::{fstat, FileStat, SFlag};
+use rustix::fs::{Mode, OFlags};
 
 use crate::reopen::kind_name;
 
 /// Opens `path`, following links (a host's config may be one), `O_PATH`:
 /// the descriptor to check before anything is opened.
 pub fn open_path(path: &Path) -> io::Result<OwnedFd> {
-    open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(io::Error::from)
+    // rustix's own system call: musl's `open` adds an `fcntl` for
+    // `O_CLOEXEC`, one more call for every file a start reads.
+    Ok(rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
 }
 
 /// Opens the regular file at `path` for reading: its type checked before it
@@ -46,15 +52,18 @@ pub fn reopen_regular(fd: BorrowedFd<'_>, stat: &FileStat) -> io::Result<(File, 
             format!("a {}, not a regular file", kind_name(stat.st_mode)),
         ));
     }
-    let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     // Not `NotFound` when procfs is missing: the file is there.
-    let opened = open(
+    let opened = rustix::fs::open(
         format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
         flags,
         Mode::empty(),
     )
     .map_err(|errno| {
-        io::Error::other(format!("cannot reopen it through /proc/self/fd: {errno}"))
+        io::Error::other(format!(
+            "cannot reopen it through /proc/self/fd: {}",
+            io::Error::from(errno)
+        ))
     })?;
     let now = fstat(opened.as_fd()).map_err(io::Error::from)?;
     if (now.st_dev, now.st_ino) != (stat.st_dev, stat.st_ino) {
@@ -148,7 +157,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // Opened, this fifo would block the test.
         let fifo = dir.path().join("fifo");
-        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         for (path, found) in [
             (fifo.as_path(), "fifo"),
             (Path::new("/dev/null"), "character device"),

@@ -15,6 +15,12 @@ use std::ffi::{c_char, c_int};
 
 use oci_nvidia_hook::{entry, sys};
 
+/// The static binary's allocator ([`sys::alloc`]): a 2 MiB bump arena in
+/// front of musl's `malloc`, for processes that live a few milliseconds.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: sys::alloc::Arena<{ 2 << 20 }> = sys::alloc::Arena::new();
+
 /// The process entry point, called by the C runtime with the arguments
 /// (which only glibc also hands std).
 // `no_mangle` counts as unsafe code (the symbol could clash with another);

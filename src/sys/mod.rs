@@ -7,6 +7,7 @@
 //! checked, and get plain `io::Result`s back.
 
 pub mod alarm;
+pub mod alloc;
 pub mod bpf;
 #[cfg(not(target_env = "musl"))]
 pub mod dl;
