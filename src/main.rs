@@ -11,7 +11,7 @@
 #![no_main]
 #![deny(unsafe_code)]
 
-use std::ffi::{c_char, c_int};
+use std::ffi::c_int;
 
 use oci_nvidia_hook::{entry, sys};
 
@@ -27,9 +27,8 @@ static ALLOCATOR: sys::alloc::Arena<{ 2 << 20 }> = sys::alloc::Arena::new();
 // this is the one C `main` of the binary, which is what `#![no_main]` wants.
 #[allow(unsafe_code)]
 #[no_mangle]
-extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
-    // SAFETY: these are the C runtime's own `argc` and `argv`.
-    let args = unsafe { sys::process::args(argc, argv) };
+extern "C" fn main(argc: c_int, argv: sys::process::Argv) -> c_int {
+    let args = sys::process::args(argc, argv);
     if let Err(e) = sys::process::leave_set_group_start() {
         return entry::fail(&e) as c_int;
     }

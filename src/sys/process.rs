@@ -30,22 +30,23 @@ pub fn leave_set_group_start() -> io::Result<()> {
     Ok(())
 }
 
+/// `main`'s `argv`, as the C runtime passes it: only the C runtime makes one
+/// (it is the type of the binary's C `main`'s parameter, and has no
+/// constructor), so [`args`] can read it without an `unsafe` caller.
+#[repr(transparent)]
+pub struct Argv(*const *const c_char);
+
 /// The command line as the C runtime handed it to `main`. The binary has
 /// its own C `main` (`#![no_main]`), and only glibc also gives std the
 /// arguments before `main` runs; a static musl build has them from here
 /// alone, so every build reads them here.
-///
-/// # Safety
-///
-/// `argv` must be `main`'s: `argc` pointers to NUL-terminated strings,
-/// valid for the life of the process.
-pub unsafe fn args(argc: c_int, argv: *const *const c_char) -> Vec<OsString> {
+pub fn args(argc: c_int, argv: Argv) -> Vec<OsString> {
     let count = usize::try_from(argc).unwrap_or(0);
     let mut args = Vec::with_capacity(count);
     for i in 0..count {
-        // SAFETY: the caller's contract: `argv[i]` for `i < argc` is a valid
-        // C string that outlives this call.
-        let arg = unsafe { *argv.add(i) };
+        // SAFETY: an `Argv` is the C runtime's own: `argc` pointers to C
+        // strings that live as long as the process, then a NULL.
+        let arg = unsafe { *argv.0.add(i) };
         if arg.is_null() {
             break;
         }
