@@ -73,7 +73,8 @@ use oci_nvidia_hook::config::Config;
 const HOOKS_D_FILE: &str = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json";
 /// The packaged binary.
 const BINARY: &str = "/usr/bin/oci-nvidia-hook";
-/// The unprivileged group it is set-group-ID to (nogroup).
+/// The unprivileged group a set-group-ID file of packaging/files belongs to
+/// (nogroup; none is listed since the binary became static).
 const SECURE_GID: u32 = 65534;
 /// The compat package's link that dockerd must find on its PATH.
 const RUNTIME_HOOK_LINK: &str = "/usr/bin/nvidia-container-runtime-hook";
@@ -345,8 +346,8 @@ fn mode_of(perms: &str) -> u32 {
 }
 
 /// Each .deb holds exactly the files packaging/files lists for it, with
-/// their modes and link targets, owned by root (the set-group-ID binary
-/// by nogroup); the conffile is declared.
+/// their modes and link targets, owned by root (a set-group-ID file, if
+/// one were listed, by nogroup); the conffile is declared.
 #[test]
 #[cfg_attr(
     not(feature = "_test_as_root"),
@@ -474,7 +475,7 @@ fn packages_need_the_glibc_their_binary_needs() {
 }
 
 /// Each .rpm lists exactly the files packaging/files lists for RPM, with
-/// their modes, root-owned (the set-group-ID binary by nobody); the conffile is `%config(noreplace)`; the
+/// their modes, root-owned (a set-group-ID file, if one were listed, by nobody); the conffile is `%config(noreplace)`; the
 /// compat package requires this version and conflicts with NVIDIA's.
 #[test]
 #[cfg_attr(
