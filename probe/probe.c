@@ -198,6 +198,24 @@ static void add(const char *format, ...) {
   va_end(args);
 }
 
+/* The UUID of `device` (a GPU or MIG device: `kind`) into `uuid`, checked
+ * to print as a JSON string as it is; 0 with the failure printed if not. */
+static int uuid_of(nvmlDevice_t device, char uuid[UUID_SIZE], const char *kind) {
+  nvmlReturn_t rc = nvml.uuid(device, uuid, UUID_SIZE);
+  if (rc != NVML_SUCCESS) {
+    nvml_fail("nvmlDeviceGetUUID", rc);
+    return 0;
+  }
+  uuid[UUID_SIZE - 1] = 0;
+  if (strpbrk(uuid, "\"\\")) {
+    char what[64];
+    snprintf(what, sizeof what, "NVML gave a %s UUID with a quote or backslash", kind);
+    fail(what, NULL);
+    return 0;
+  }
+  return 1;
+}
+
 static int nvml_report(const char *path) {
   if (!nvml_open(path, 1))
     return 0;
@@ -240,20 +258,14 @@ static int nvml_report(const char *path) {
           return nvml_fail("nvmlDeviceGetGpuInstanceId", rc);
         if ((rc = nvml.ci(mig, &ci)) != NVML_SUCCESS)
           return nvml_fail("nvmlDeviceGetComputeInstanceId", rc);
-        if ((rc = nvml.uuid(mig, mig_uuid, sizeof mig_uuid)) != NVML_SUCCESS)
-          return nvml_fail("nvmlDeviceGetUUID", rc);
-        mig_uuid[sizeof mig_uuid - 1] = 0;
-        if (strpbrk(mig_uuid, "\"\\"))
-          return fail("NVML gave a MIG UUID with a quote or backslash", NULL);
+        if (!uuid_of(mig, mig_uuid, "MIG"))
+          return 0;
         add("%s{\"index\":%u,\"uuid\":\"%s\",\"gpu_instance\":%u,\"compute_instance\":%u}",
             listed++ ? "," : "", m, mig_uuid, gi, ci);
       }
     }
-    if ((rc = nvml.uuid(device, uuid, sizeof uuid)) != NVML_SUCCESS)
-      return nvml_fail("nvmlDeviceGetUUID", rc);
-    uuid[sizeof uuid - 1] = 0;
-    if (strpbrk(uuid, "\"\\"))
-      return fail("NVML gave a GPU UUID with a quote or backslash", NULL);
+    if (!uuid_of(device, uuid, "GPU"))
+      return 0;
     if ((rc = nvml.brand(device, &brand)) != NVML_SUCCESS)
       return nvml_fail("nvmlDeviceGetBrand", rc);
     add("],\"uuid\":\"%s\",\"brand\":\"%s\",\"compute_capability\":{\"major\":%d,\"minor\":%d},"

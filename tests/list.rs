@@ -353,6 +353,35 @@ fn a_mig_device_lists_with_compute_alone_as_the_hook_takes_it() {
     );
 }
 
+/// The shipped static binary (`make build`) asks NVML through its embedded
+/// helper, run from a memfd: a MIG device, which only NVML knows, lists
+/// with its UUID and instance ids as the test build lists it.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn the_shipped_binary_lists_a_mig_device_through_its_helper() {
+    let sim = SimHost::shared(Fixture::synthetic(4).mig());
+    let mig = &sim.facts.mig[0];
+    let position = format!("{}:{}", mig.gpu, mig.mig_index);
+    let args = ["list", "--device", &position, "--json"];
+    let shipped = harness::glibc::shipped_binary("x86_64-unknown-linux-musl", "build");
+    let out = std::process::Command::new(&shipped)
+        .env_clear()
+        .arg("--config")
+        .arg(&sim.config)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {}",
+        shipped.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s(&plan, "/selected/0/mig"), mig.uuid, "{plan:#}");
+    assert_eq!(plan["selected"], sim.json(&args)["selected"]);
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn unsupported_capabilities_are_not_listed() {

@@ -59,7 +59,7 @@ pub fn look() -> Seen {
     };
     // The loader's search, through the cache the hook wrote: what a CUDA
     // program in this container gets.
-    match crate::driver::cuda::ask("libcuda", Path::new("libcuda.so.1"), TIMEOUT) {
+    match crate::driver::cuda::ask(Path::new("libcuda.so.1"), TIMEOUT) {
         Ok(version) => seen.cuda_driver_version = Some(version.0),
         Err(e) => seen.cuda_error = Some(e.to_string()),
     }

@@ -70,15 +70,14 @@ impl fmt::Display for CudaVersion {
 /// `cuDriverGetVersion` of `libcuda` (a resolved host path inside the
 /// driver root, or a bare name the loader finds for `doctor --inside`),
 /// asked in a child process: libcuda is driver code, and the hook must stay
-/// single-threaded. `what` names the query in errors.
+/// single-threaded.
 #[cfg(not(target_env = "musl"))]
 pub fn ask(
-    what: &'static str,
     libcuda: &Path,
     timeout: std::time::Duration,
 ) -> std::result::Result<CudaVersion, crate::child::Error> {
     let path = libcuda.to_path_buf();
-    crate::child::query(what, timeout, move || {
+    crate::child::query("libcuda", timeout, move || {
         query(&path).map(|v| v.0).map_err(|e| e.to_string())
     })
     .map(CudaVersion)
@@ -89,11 +88,10 @@ pub fn ask(
 /// asked in a child process by the static binary's helper ([`crate::probe`]).
 #[cfg(target_env = "musl")]
 pub fn ask(
-    what: &'static str,
     libcuda: &Path,
     timeout: std::time::Duration,
 ) -> std::result::Result<CudaVersion, crate::child::Error> {
-    crate::probe::ask(what, timeout, c"cuda", libcuda).map(CudaVersion)
+    crate::probe::ask("libcuda", timeout, c"cuda", libcuda).map(CudaVersion)
 }
 
 /// Loads `libcuda` (a resolved host path inside the driver root) and calls `cuDriverGetVersion`.

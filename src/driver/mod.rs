@@ -329,7 +329,7 @@ impl Inventory {
                 prefix: "libcuda.so",
                 version: self.driver_version.clone(),
             })?;
-        Ok(cuda::ask("libcuda", &libcuda.path, cuda::TIMEOUT)?)
+        Ok(cuda::ask(&libcuda.path, cuda::TIMEOUT)?)
     }
 
     /// What NVML says of this host's GPUs and MIG devices: asked, in a
