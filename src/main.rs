@@ -15,7 +15,7 @@ use std::ffi::c_int;
 
 use oci_nvidia_hook::{entry, sys};
 
-/// The static binary's allocator ([`sys::alloc`]): a 2 MiB bump arena in
+/// The static binary's allocator ([`sys::alloc`]): a 2 MiB size-class arena in
 /// front of musl's `malloc`, for processes that live a few milliseconds.
 #[cfg(target_env = "musl")]
 #[global_allocator]
