@@ -40,6 +40,7 @@ use std::ffi::OsStr;
 use std::fs::{self, Metadata};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -215,27 +216,132 @@ impl Stamp {
         }
     }
 
-    fn of_stat(path: PathBuf, s: &FileStat) -> Stamp {
-        Stamp {
-            path,
-            dev: s.st_dev,
-            ino: s.st_ino,
-            mode: s.st_mode,
-            size: u64::try_from(s.st_size).unwrap_or(u64::MAX),
-            mtime: (s.st_mtime, s.st_mtime_nsec),
-            ctime: (s.st_ctime, s.st_ctime_nsec),
+    /// Whether `fstat` said `s` of this stamp's path: the same file, unchanged.
+    fn is(&self, s: &FileStat) -> bool {
+        (self.dev, self.ino, self.mode, self.mtime, self.ctime)
+            == (
+                s.st_dev,
+                s.st_ino,
+                s.st_mode,
+                (s.st_mtime, s.st_mtime_nsec),
+                (s.st_ctime, s.st_ctime_nsec),
+            )
+            && Ok(self.size) == u64::try_from(s.st_size)
+    }
+}
+
+/// Checks stamps in the driver root, keeping a descriptor of each
+/// directory found unchanged: a later stamp directly inside one is then
+/// looked at by its name in that descriptor (one `fstatat` for a file),
+/// not resolved from the root again (an `openat2`, an `fstat` and a
+/// `close`, walking every component). The same guarantee: the directory
+/// was reached through no symlink and is the one stamped, and a single
+/// plain name, not followed if it is a link, cannot leave it.
+struct CheckedDirs<'r> {
+    root: &'r NormalRoot,
+    /// The root, as an `O_PATH` descriptor.
+    root_fd: OwnedFd,
+    /// Each directory below the root found unchanged, by its path inside
+    /// the root, and its `O_PATH` descriptor.
+    open: Vec<(Vec<u8>, OwnedFd)>,
+}
+
+impl<'r> CheckedDirs<'r> {
+    /// None checked yet but the root, open as `root_fd`, whose stamp is still to check.
+    fn new(root: &'r NormalRoot, root_fd: OwnedFd) -> CheckedDirs<'r> {
+        CheckedDirs {
+            root,
+            root_fd,
+            open: Vec::new(),
         }
     }
 
-    /// Whether the path, resolved inside the driver root `root` (open as
-    /// `root_fd`) through no symlink, is still the same.
-    fn holds(&self, root: &Path, root_fd: &OwnedFd) -> bool {
-        let stat = match self.path.strip_prefix(root) {
-            Ok(inner) if inner.as_os_str().is_empty() => fstat(root_fd.as_fd()).ok(),
-            Ok(inner) => resolve_in_root(root_fd, inner).and_then(|fd| fstat(fd.as_fd()).ok()),
-            Err(_) => None,
+    /// The descriptor of checked directory `inner` (the root for empty).
+    fn dir(&self, inner: &[u8]) -> Option<&OwnedFd> {
+        if inner.is_empty() {
+            return Some(&self.root_fd);
+        }
+        self.open
+            .iter()
+            .find(|(path, _)| path == inner)
+            .map(|(_, fd)| fd)
+    }
+
+    /// Whether `stamp`'s path (normal, see [`confined`]), resolved inside
+    /// the driver root through no symlink, is still the same.
+    fn holds(&mut self, stamp: &Stamp) -> bool {
+        let Some(inner) = self.root.inner(&stamp.path) else {
+            return false;
         };
-        stat.is_some_and(|stat| Stamp::of_stat(self.path.clone(), &stat) == *self)
+        if inner.is_empty() {
+            return fstat(self.root_fd.as_fd()).is_ok_and(|s| stamp.is(&s));
+        }
+        let is_dir = SFlag::from_bits_truncate(stamp.mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
+        let (parent, name) = match inner.iter().rposition(|&b| b == b'/') {
+            Some(at) => (&inner[..at], &inner[at + 1..]),
+            None => (&inner[..0], inner),
+        };
+        let name = OsStr::from_bytes(name);
+        let (stat, fd) = match self.dir(parent) {
+            // A file: its own `lstat`, in its checked directory.
+            Some(dir) if !is_dir => {
+                let stat =
+                    nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
+                return stat.is_ok_and(|s| stamp.is(&s));
+            }
+            Some(dir) => {
+                let fd = openat(
+                    dir,
+                    name,
+                    OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .ok();
+                (fd.as_ref().and_then(|fd| fstat(fd.as_fd()).ok()), fd)
+            }
+            None => {
+                let fd = resolve_in_root(&self.root_fd, Path::new(OsStr::from_bytes(inner)));
+                (fd.as_ref().and_then(|fd| fstat(fd.as_fd()).ok()), fd)
+            }
+        };
+        let holds = stat.is_some_and(|s| stamp.is(&s));
+        if let (true, true, Some(fd)) = (holds, is_dir, fd) {
+            self.open.push((inner.to_vec(), fd));
+        }
+        holds
+    }
+}
+
+/// The driver root in normal form, to tell by their bytes whether normal
+/// paths lie under it: `Path::starts_with` and `strip_prefix` walk both
+/// paths' components, which for a snapshot's few dozen paths was most of
+/// a start's own (user-space) work.
+struct NormalRoot(Vec<u8>);
+
+impl NormalRoot {
+    /// `root` with its components rejoined: no `.`, repeated or trailing `/`.
+    fn new(root: &Path) -> NormalRoot {
+        NormalRoot(
+            root.components()
+                .collect::<PathBuf>()
+                .into_os_string()
+                .into_vec(),
+        )
+    }
+
+    /// What follows the root in `path`, a normal path (empty for the root
+    /// itself), if `path` lies under it; as `path.strip_prefix(root)` says
+    /// for a normal path.
+    fn inner<'p>(&self, path: &'p Path) -> Option<&'p [u8]> {
+        let path = path.as_os_str().as_bytes();
+        if self.0 == b"/" {
+            return path.strip_prefix(b"/");
+        }
+        match path.strip_prefix(self.0.as_slice())? {
+            [] => Some(&[]),
+            [b'/', rest @ ..] => Some(rest),
+            _ => None,
+        }
     }
 }
 
@@ -256,7 +362,6 @@ fn resolve_in_root(root_fd: &OwnedFd, inner: &Path) -> Option<OwnedFd> {
 
 /// Whether `path` is normal: absolute, with no `.`, `..` or empty component.
 fn is_normal(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
     match path.as_os_str().as_bytes() {
         b"/" => true,
         [b'/', rest @ ..] => rest
@@ -349,16 +454,25 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
                 .map(|f| f.path.as_path()),
         )
         .collect();
+    let root = NormalRoot::new(&key.root);
     confined(
         &path,
-        &key.root,
+        &root,
         snapshot.stamps.iter().map(|s| s.path.as_path()),
     )?;
-    confined(&path, &key.root, inputs.iter().copied())?;
-    if let Some(input) = inputs
+    confined(&path, &root, inputs.iter().copied())?;
+    // All normal now: equal paths are equal bytes.
+    let mut stamped: Vec<&[u8]> = snapshot
+        .stamps
         .iter()
-        .find(|input| !snapshot.stamps.iter().any(|s| s.path == **input))
-    {
+        .map(|s| s.path.as_os_str().as_bytes())
+        .collect();
+    stamped.sort_unstable();
+    if let Some(input) = inputs.iter().find(|input| {
+        stamped
+            .binary_search(&input.as_os_str().as_bytes())
+            .is_err()
+    }) {
         return Err(Error::SnapshotIncomplete {
             path,
             input: input.to_path_buf(),
@@ -373,11 +487,8 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
         path: key.root.clone(),
         source: errno.into(),
     })?;
-    if let Some(stale) = snapshot
-        .stamps
-        .iter()
-        .find(|s| !s.holds(&key.root, &root_fd))
-    {
+    let mut dirs = CheckedDirs::new(&root, root_fd);
+    if let Some(stale) = snapshot.stamps.iter().find(|s| !dirs.holds(s)) {
         return Err(Error::SnapshotStale {
             path,
             examined: stale.path.clone(),
@@ -408,11 +519,15 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
 }
 
 /// Refuses a path of `paths` that is not normal or not under `root`.
-fn confined<'a>(path: &Path, root: &Path, paths: impl IntoIterator<Item = &'a Path>) -> Result<()> {
+fn confined<'a>(
+    path: &Path,
+    root: &NormalRoot,
+    paths: impl IntoIterator<Item = &'a Path>,
+) -> Result<()> {
     for named in paths {
         let reason = if !is_normal(named) {
             "is not a normal absolute path"
-        } else if !named.starts_with(root) {
+        } else if root.inner(named).is_none() {
             "lies outside the driver root"
         } else {
             continue;
@@ -1266,6 +1381,43 @@ mod tests {
             ("/..", false),
         ] {
             assert_eq!(is_normal(Path::new(path)), normal, "{path:?}");
+        }
+    }
+
+    #[test]
+    fn a_normal_path_is_under_the_root_as_strip_prefix_says() {
+        let inner = |root: &str, path: &str| {
+            NormalRoot::new(Path::new(root))
+                .inner(Path::new(path))
+                .map(|b| String::from_utf8(b.to_vec()).unwrap())
+        };
+        assert_eq!(inner("/drv", "/drv").as_deref(), Some(""));
+        assert_eq!(inner("/drv", "/drv/usr/lib").as_deref(), Some("usr/lib"));
+        assert_eq!(
+            inner("/drv/./", "/drv/usr").as_deref(),
+            Some("usr"),
+            "the root is made normal"
+        );
+        assert_eq!(inner("//drv//x/", "/drv/x/y").as_deref(), Some("y"));
+        assert_eq!(
+            inner("/drv", "/drvx/usr"),
+            None,
+            "a sibling sharing its bytes"
+        );
+        assert_eq!(inner("/drv", "/usr"), None);
+        assert_eq!(inner("/", "/usr/lib").as_deref(), Some("usr/lib"));
+        assert_eq!(inner("/", "/").as_deref(), Some(""));
+        for (root, path) in [
+            ("/drv", "/drv/a/b"),
+            ("/drv/", "/drv"),
+            ("/", "/a"),
+            ("/a", "/ab"),
+        ] {
+            let by_components = Path::new(path)
+                .strip_prefix(root)
+                .ok()
+                .map(|p| p.to_str().unwrap().to_string());
+            assert_eq!(inner(root, path), by_components, "{root} {path}");
         }
     }
 }
