@@ -70,15 +70,32 @@ pub struct Information {
 
 /// Parses a `gpus/<bus>/information` file (`Key: \t value` lines).
 pub fn parse_information(path: &Path, text: &str) -> Result<Information> {
-    let fields: BTreeMap<&str, &str> = text
-        .lines()
-        .filter_map(|line| line.split_once(':'))
-        .map(|(k, v)| (k.trim(), v.trim()))
-        .collect();
+    // The few fields used, in one pass; a field given twice counts as its
+    // last line says.
+    const NAMES: [&str; 5] = [
+        "Model",
+        "GPU UUID",
+        "Bus Location",
+        "Device Minor",
+        "GPU Excluded",
+    ];
+    let mut fields: [Option<&str>; 5] = [None; 5];
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        if let Some(at) = NAMES.iter().position(|name| *name == key.trim()) {
+            fields[at] = Some(value.trim());
+        }
+    }
+    let get = |name: &str| {
+        NAMES
+            .iter()
+            .position(|known| *known == name)
+            .and_then(|at| fields[at])
+    };
     let field = |name: &'static str| {
-        fields
-            .get(name)
-            .copied()
+        get(name)
             .filter(|v| !v.is_empty())
             .ok_or_else(|| Error::UnknownFormat {
                 path: path.to_path_buf(),
@@ -104,9 +121,7 @@ pub fn parse_information(path: &Path, text: &str) -> Result<Information> {
         uuid: uuid.to_ascii_lowercase().replacen("gpu-", "GPU-", 1),
         bus,
         minor,
-        excluded: fields
-            .get("GPU Excluded")
-            .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
+        excluded: get("GPU Excluded").is_some_and(|v| v.eq_ignore_ascii_case("yes")),
     })
 }
 
