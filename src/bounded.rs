@@ -69,7 +69,7 @@ pub const MAX_TEXT: usize = 16 * 1024 * 1024;
 /// six reads for a GPU's `information`. Here the first read takes a page.
 pub fn read_text(path: &Path) -> io::Result<String> {
     let (file, size) = crate::hostfile::open_regular(path)?;
-    let _waiting = crate::deadline::waiting_for(|| format!("reading {}", path.display()));
+    let _waiting = crate::deadline::waiting_on("reading", path);
     let data = crate::hostfile::read_opened(file, size, MAX_TEXT)?;
     String::from_utf8(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }

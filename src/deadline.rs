@@ -22,6 +22,7 @@
 //! [`check`] between them, so that injection stops and the journal puts the
 //! image back before the process exits with the same kind of line.
 
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -168,6 +169,23 @@ pub fn waiting_for(what: impl FnOnce() -> String) -> Waiting {
     Waiting { previous }
 }
 
+/// [`waiting_for`] `what` and then `path`, as `format!("{what} {}",
+/// path.display())` says it, without the formatting machinery: a start
+/// names every host file it opens and reads this way.
+pub fn waiting_on(what: &str, path: &Path) -> Waiting {
+    waiting_for(|| label(what, path))
+}
+
+/// `what`, a space and `path`, as `Path::display` shows it.
+fn label(what: &str, path: &Path) -> String {
+    let path = path.to_string_lossy();
+    let mut label = String::with_capacity(what.len() + 1 + path.len());
+    label.push_str(what);
+    label.push(' ');
+    label.push_str(&path);
+    label
+}
+
 impl Drop for Waiting {
     fn drop(&mut self) {
         if let Some(previous) = self.previous.take() {
@@ -260,5 +278,17 @@ mod tests {
         assert_eq!(clip_to(s(10), ms(200), ms(200)), ms(150));
         // Run out: the least wait, which fails at once with its own error.
         assert_eq!(clip_to(s(10), Duration::ZERO, s(15)), ms(1));
+    }
+
+    #[test]
+    fn a_path_label_reads_as_display_shows_it() {
+        use std::os::unix::ffi::OsStrExt;
+        for path in [&b"/proc/driver/nvidia/version"[..], b"/odd \xff name/\n"] {
+            let path = Path::new(std::ffi::OsStr::from_bytes(path));
+            assert_eq!(
+                label("reading", path),
+                format!("reading {}", path.display())
+            );
+        }
     }
 }

@@ -7,7 +7,8 @@
 //! device node can act on the device. So a path is first opened `O_PATH`
 //! (which opens nothing) and its type checked with `fstat`; only a regular
 //! file is then opened, non-blocking, through its descriptor's magic link in
-//! `/proc/self/fd`, and it must still be the inode that was checked. Anything
+//! `/proc/self/fd` (opened once, and checked to be procfs), and it must
+//! still be the inode that was checked. Anything
 //! else is refused, and the error names what was found (the caller's error
 //! names the path). Reads stop at a size bound.
 
@@ -15,10 +16,11 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::Mutex;
 
 use nix::errno::Errno;
 use nix::sys::stat::{fstat, FileStat, SFlag};
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{Mode, OFlags, PROC_SUPER_MAGIC};
 
 use crate::reopen::kind_name;
 
@@ -37,7 +39,7 @@ pub fn open_path(path: &Path) -> io::Result<OwnedFd> {
 /// Opens the regular file at `path` for reading: its type checked before it
 /// is opened, then opened non-blocking; with the size `fstat` gave.
 pub fn open_regular(path: &Path) -> io::Result<(File, u64)> {
-    let _waiting = crate::deadline::waiting_for(|| format!("opening {}", path.display()));
+    let _waiting = crate::deadline::waiting_on("opening", path);
     let fd = open_path(path)?;
     let stat = fstat(fd.as_fd()).map_err(io::Error::from)?;
     reopen_regular(fd.as_fd(), &stat)
@@ -52,19 +54,9 @@ pub fn reopen_regular(fd: BorrowedFd<'_>, stat: &FileStat) -> io::Result<(File, 
             format!("a {}, not a regular file", kind_name(stat.st_mode)),
         ));
     }
-    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     // Not `NotFound` when procfs is missing: the file is there.
-    let opened = rustix::fs::open(
-        format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
-        flags,
-        Mode::empty(),
-    )
-    .map_err(|errno| {
-        io::Error::other(format!(
-            "cannot reopen it through /proc/self/fd: {}",
-            io::Error::from(errno)
-        ))
-    })?;
+    let opened = reopen_for_reading(fd)
+        .map_err(|e| io::Error::other(format!("cannot reopen it through {SELF_FDS}: {e}")))?;
     let now = fstat(opened.as_fd()).map_err(io::Error::from)?;
     if (now.st_dev, now.st_ino) != (stat.st_dev, stat.st_ino) {
         return Err(io::Error::other("replaced while it was being opened"));
@@ -72,10 +64,62 @@ pub fn reopen_regular(fd: BorrowedFd<'_>, stat: &FileStat) -> io::Result<(File, 
     Ok((File::from(opened), u64::try_from(now.st_size).unwrap_or(0)))
 }
 
+/// The directory of this process's descriptors' magic links.
+const SELF_FDS: &str = "/proc/self/fd";
+
+/// [`SELF_FDS`] as an `O_PATH` descriptor, checked to be procfs, with the
+/// process it was opened in: opened once, so that each reopen looks up one
+/// name, not four; again in a forked child, whose descriptors they are not.
+static SELF_FDS_OPEN: Mutex<Option<(u32, OwnedFd)>> = Mutex::new(None);
+
+/// Opens what `fd` is for reading, non-blocking, through its magic link.
+fn reopen_for_reading(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let name = fd.as_raw_fd().to_string();
+    // Never waited for: a lock held elsewhere (another thread, or a parent
+    // that forked while holding it) means the whole path, looked up again.
+    let Ok(mut open) = SELF_FDS_OPEN.try_lock() else {
+        return Ok(rustix::fs::open(
+            Path::new(SELF_FDS).join(&name).as_path(),
+            flags,
+            Mode::empty(),
+        )?);
+    };
+    let pid = std::process::id();
+    let (_, dir) = match open.take() {
+        Some((opened_in, dir)) if opened_in == pid => open.insert((opened_in, dir)),
+        stale => {
+            // The parent's, in a forked child that may have closed it or
+            // reused its number since: not this process's to close.
+            std::mem::forget(stale);
+            open.insert((pid, open_self_fds()?))
+        }
+    };
+    Ok(rustix::fs::openat(
+        &*dir,
+        name.as_str(),
+        flags,
+        Mode::empty(),
+    )?)
+}
+
+/// Opens [`SELF_FDS`] `O_PATH`, refusing it unless it is procfs.
+fn open_self_fds() -> io::Result<OwnedFd> {
+    let dir = rustix::fs::open(
+        SELF_FDS,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    if rustix::fs::fstatfs(&dir)?.f_type != PROC_SUPER_MAGIC {
+        return Err(io::Error::other(format!("{SELF_FDS} is not on procfs")));
+    }
+    Ok(dir)
+}
+
 /// Reads the regular file at `path` whole, refusing one of more than `limit` bytes.
 pub fn read(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
     let (file, size) = open_regular(path)?;
-    let _waiting = crate::deadline::waiting_for(|| format!("reading {}", path.display()));
+    let _waiting = crate::deadline::waiting_on("reading", path);
     read_opened(file, size, limit)
 }
 
@@ -139,6 +183,16 @@ mod tests {
             read(&dir.path().join("link"), 10_000).unwrap().len(),
             10_000
         );
+    }
+
+    #[test]
+    fn reads_through_the_whole_path_while_the_open_directory_is_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        fs::write(&path, "text").unwrap();
+        assert_eq!(read(&path, 100).unwrap(), b"text");
+        let _busy = SELF_FDS_OPEN.lock().unwrap();
+        assert_eq!(read(&path, 100).unwrap(), b"text");
     }
 
     #[test]

@@ -208,7 +208,7 @@ pub fn apply(sys: &impl Sys, plan: &Plan, sources: &mut Sources, rootfs: &Path) 
     // From the first change on, the deadline stops injection between
     // steps, and the journal undoes what was done (see `crate::deadline`).
     let _held = deadline::hold();
-    let _waiting = deadline::waiting_for(|| format!("injecting into {}", rootfs.display()));
+    let _waiting = deadline::waiting_on("injecting into", rootfs);
     let mut injection = Injection {
         sys,
         dirs: Dirs::new(&root),
