@@ -20,9 +20,9 @@ use std::sync::Mutex;
 
 use nix::errno::Errno;
 use nix::sys::stat::{fstat, FileStat, SFlag};
-use rustix::fs::{Mode, OFlags, PROC_SUPER_MAGIC};
+use rustix::fs::{Mode, OFlags};
 
-use crate::reopen::kind_name;
+use crate::reopen::{kind_name, open_self_fds, SELF_FDS};
 
 /// Opens `path`, following links (a host's config may be one), `O_PATH`:
 /// the descriptor to check before anything is opened.
@@ -64,9 +64,6 @@ pub fn reopen_regular(fd: BorrowedFd<'_>, stat: &FileStat) -> io::Result<(File, 
     Ok((File::from(opened), u64::try_from(now.st_size).unwrap_or(0)))
 }
 
-/// The directory of this process's descriptors' magic links.
-const SELF_FDS: &str = "/proc/self/fd";
-
 /// [`SELF_FDS`] as an `O_PATH` descriptor, checked to be procfs, with the
 /// process it was opened in: opened once, so that each reopen looks up one
 /// name, not four; again in a forked child, whose descriptors they are not.
@@ -92,7 +89,7 @@ fn reopen_for_reading(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
             // The parent's, in a forked child that may have closed it or
             // reused its number since: not this process's to close.
             std::mem::forget(stale);
-            open.insert((pid, open_self_fds()?))
+            open.insert((pid, open_self_fds().map_err(io::Error::other)?))
         }
     };
     Ok(rustix::fs::openat(
@@ -101,19 +98,6 @@ fn reopen_for_reading(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
         flags,
         Mode::empty(),
     )?)
-}
-
-/// Opens [`SELF_FDS`] `O_PATH`, refusing it unless it is procfs.
-fn open_self_fds() -> io::Result<OwnedFd> {
-    let dir = rustix::fs::open(
-        SELF_FDS,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    if rustix::fs::fstatfs(&dir)?.f_type != PROC_SUPER_MAGIC {
-        return Err(io::Error::other(format!("{SELF_FDS} is not on procfs")));
-    }
-    Ok(dir)
 }
 
 /// Reads the regular file at `path` whole, refusing one of more than `limit` bytes.

@@ -55,7 +55,7 @@ pub fn resolve_in(
 }
 
 /// The host directory whose magic links reopen our own descriptors.
-const SELF_FDS: &str = "/proc/self/fd";
+pub const SELF_FDS: &str = "/proc/self/fd";
 
 /// Why a descriptor could not be reopened; each names the path it stands for.
 #[derive(Debug, Error)]
@@ -116,20 +116,27 @@ pub struct Reopener {
     fds: OwnedFd,
 }
 
+/// Opens [`SELF_FDS`] as an `O_PATH` descriptor, refusing it unless it is procfs.
+pub fn open_self_fds() -> Result<OwnedFd> {
+    let fds = open(
+        SELF_FDS,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| Error::Proc(errno.into()))?;
+    let fs = fstatfs(&fds).map_err(|errno| Error::Proc(errno.into()))?;
+    if fs.filesystem_type() != PROC_SUPER_MAGIC {
+        return Err(Error::NotProc);
+    }
+    Ok(fds)
+}
+
 impl Reopener {
     /// Opens the host's `/proc/self/fd`: call it before entering a container.
     pub fn open() -> Result<Reopener> {
-        let fds = open(
-            SELF_FDS,
-            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|errno| Error::Proc(errno.into()))?;
-        let fs = fstatfs(&fds).map_err(|errno| Error::Proc(errno.into()))?;
-        if fs.filesystem_type() != PROC_SUPER_MAGIC {
-            return Err(Error::NotProc);
-        }
-        Ok(Reopener { fds })
+        Ok(Reopener {
+            fds: open_self_fds()?,
+        })
     }
 
     /// Sets the permission bits of what `file` (an `O_PATH` descriptor of
