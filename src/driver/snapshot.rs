@@ -282,30 +282,27 @@ impl<'r> CheckedDirs<'r> {
             None => (&inner[..0], inner),
         };
         let name = OsStr::from_bytes(name);
-        let (stat, fd) = match self.dir(parent) {
+        let fd = match self.dir(parent) {
             // A file: its own `lstat`, in its checked directory.
             Some(dir) if !is_dir => {
                 let stat =
                     nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
                 return stat.is_ok_and(|s| stamp.is(&s));
             }
-            Some(dir) => {
-                let fd = openat(
-                    dir,
-                    name,
-                    OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                    Mode::empty(),
-                )
-                .ok();
-                (fd.as_ref().and_then(|fd| fstat(fd.as_fd()).ok()), fd)
-            }
-            None => {
-                let fd = resolve_in_root(&self.root_fd, Path::new(OsStr::from_bytes(inner)));
-                (fd.as_ref().and_then(|fd| fstat(fd.as_fd()).ok()), fd)
-            }
+            Some(dir) => openat(
+                dir,
+                name,
+                OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .ok(),
+            None => resolve_in_root(&self.root_fd, Path::new(OsStr::from_bytes(inner))),
         };
-        let holds = stat.is_some_and(|s| stamp.is(&s));
-        if let (true, true, Some(fd)) = (holds, is_dir, fd) {
+        let Some(fd) = fd else {
+            return false;
+        };
+        let holds = fstat(fd.as_fd()).is_ok_and(|s| stamp.is(&s));
+        if holds && is_dir {
             self.open.push((inner.to_vec(), fd));
         }
         holds
