@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{open, openat, OFlag};
+use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
 use nix::sys::statfs::{fstatfs, PROC_SUPER_MAGIC};
 use thiserror::Error;
@@ -118,10 +118,11 @@ pub struct Reopener {
 
 /// Opens [`SELF_FDS`] as an `O_PATH` descriptor, refusing it unless it is procfs.
 pub fn open_self_fds() -> Result<OwnedFd> {
-    let fds = open(
+    // rustix's own system call: musl's `open` adds an `fcntl` for `O_CLOEXEC`.
+    let fds = rustix::fs::open(
         SELF_FDS,
-        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
     )
     .map_err(|errno| Error::Proc(errno.into()))?;
     let fs = fstatfs(&fds).map_err(|errno| Error::Proc(errno.into()))?;
