@@ -1,5 +1,5 @@
 //! The packages' manual pages and shell completions, generated from the
-//! command-line definition (`oci_nvidia_hook::cli::Cli`), so that no
+//! command-line definition (`oci_nvidia_hook::front::ours::Cli`), so that no
 //! hand-written copy can drift from the flags the binary takes.
 //!
 //! Built into `examples/package-docs.rs` (what `make deb` and `make rpm`
@@ -15,9 +15,9 @@ use clap::CommandFactory;
 use clap_complete::Shell;
 use clap_mangen::roff::{bold, italic, roman, Roff};
 use clap_mangen::Man;
-use oci_nvidia_hook::cli::Cli;
-use oci_nvidia_hook::compat::cdi_hook::{self, CdiHook};
-use oci_nvidia_hook::compat::ctk::{self, Ctk};
+use oci_nvidia_hook::front::cdi_hook::{self, CdiHook};
+use oci_nvidia_hook::front::ctk::{self, Ctk};
+use oci_nvidia_hook::front::ours::Cli;
 
 /// The command's name: the binary, its man page, its completions.
 pub const NAME: &str = "oci-nvidia-hook";

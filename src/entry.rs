@@ -1,14 +1,14 @@
 //! From a command line to an exit status, whichever name the binary was run
-//! as: the front that name picks ([`compat::dispatch`]), the command's run
-//! (which loads the configuration and sets up the log when it needs them),
-//! and the one line a failure leaves. `main` calls [`run`] and knows no
+//! as: the front that name picks parses it ([`front::parse`]), the
+//! application layer runs the operation ([`app::run`]: configuration, log,
+//! work), and a failure leaves one line. `main` calls [`run`] and knows no
 //! command.
 
 use std::ffi::OsString;
 use std::io::{self, Write};
 
-use crate::compat::{self, nvidia_cli, Invocation};
-use crate::{cli, deadline, logging, oneline};
+use crate::app::{self, Invocation, Outcome};
+use crate::{deadline, front, logging, oneline};
 
 /// Exit statuses, as `main` returns them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,11 +23,8 @@ pub enum Status {
 /// Runs the command line `args` (`argv[0]` first) and flushes stdout.
 pub fn run(args: Vec<OsString>) -> Status {
     deadline::start();
-    let status = match compat::dispatch(args) {
-        Ok(Invocation::Ours(cli)) => report(cli::run(&cli)),
-        Ok(Invocation::NvidiaCli(invocation)) => report(nvidia_cli::run(&invocation)),
-        Ok(Invocation::Ctk(ctk)) => report(compat::ctk::run(&ctk)),
-        Ok(Invocation::CdiHook(hook)) => report(compat::cdi_hook::run(&hook)),
+    let status = match front::parse(args) {
+        Ok(Invocation::Run(operation, overrides)) => report(app::run(&operation, &overrides)),
         Ok(Invocation::Print(text)) => {
             print!("{text}");
             Status::Success
@@ -41,22 +38,18 @@ pub fn run(args: Vec<OsString>) -> Status {
     }
 }
 
-/// The status of a command's result; a failure said on one line.
-fn report<E: std::error::Error + 'static>(result: Result<(), E>) -> Status {
+/// The status of an operation's result; a failure said on one line.
+fn report(result: app::Result<Outcome>) -> Status {
     // The run is over: what is left is saying how it went.
     deadline::disarm();
-    let Err(e) = result else {
-        return Status::Success;
+    let e = match result {
+        Ok(Outcome::Done) => return Status::Success,
+        // Doctor's report said what failed.
+        Ok(Outcome::Unhealthy) => return Status::Failure,
+        Err(e) => e,
     };
     if is_broken_pipe(&e) {
         return Status::Success;
-    }
-    // Doctor's report said what failed.
-    if matches!(
-        (&e as &dyn std::error::Error).downcast_ref::<cli::Error>(),
-        Some(cli::Error::Unhealthy)
-    ) {
-        return Status::Failure;
     }
     if logging::is_set_up() {
         log::error!("{}", oneline::error(&e));
@@ -94,10 +87,16 @@ mod tests {
     fn a_broken_pipe_is_found_among_the_sources_only() {
         let pipe = || io::Error::from(io::ErrorKind::BrokenPipe);
         assert!(is_broken_pipe(&pipe()));
-        assert!(is_broken_pipe(&cli::Error::Output(pipe())));
-        assert!(!is_broken_pipe(&cli::Error::Output(io::Error::from(
+        assert!(is_broken_pipe(&app::Error::Output(pipe())));
+        assert!(!is_broken_pipe(&app::Error::Output(io::Error::from(
             io::ErrorKind::NotFound
         ))));
-        assert!(!is_broken_pipe(&cli::Error::Unhealthy));
+        assert!(!is_broken_pipe(&app::Error::Usage("x".into())));
+    }
+
+    #[test]
+    fn doctor_unhealthy_fails_without_a_line_and_done_succeeds() {
+        assert_eq!(report(Ok(Outcome::Unhealthy)), Status::Failure);
+        assert_eq!(report(Ok(Outcome::Done)), Status::Success);
     }
 }

@@ -7,6 +7,7 @@
 //! cache), so it is tested without root.
 #![deny(unsafe_code)]
 
+pub mod app;
 pub mod atomic;
 pub mod bounded;
 pub mod bundle;
@@ -14,8 +15,6 @@ pub mod callback;
 pub mod cdi;
 pub mod cgroup;
 pub mod child;
-pub mod cli;
-pub mod compat;
 pub mod config;
 pub mod deadline;
 pub mod doctor;
@@ -23,6 +22,7 @@ pub mod driver;
 pub mod elf;
 pub mod engine_config;
 pub mod entry;
+pub mod front;
 pub mod hook;
 pub mod hostfile;
 pub mod image;

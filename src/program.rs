@@ -33,3 +33,28 @@ pub fn system_dirs() -> impl Iterator<Item = &'static str> {
 pub fn path() -> io::Result<PathBuf> {
     std::env::current_exe()
 }
+
+/// This build's version and the git commit it was built from (build.rs),
+/// so that a binary found on a host names the exact source it came from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("OCI_NVIDIA_HOOK_COMMIT"),
+    ")"
+);
+
+/// NVIDIA's OCI hook's name, which Docker's `--gpus` looks up on its PATH.
+pub const RUNTIME_HOOK_NAME: &str = "nvidia-container-runtime-hook";
+
+/// NVIDIA's runc wrapper's name, which hosts configured for it call
+/// (`daemon.json`'s `runtimes`).
+pub const RUNTIME_NAME: &str = "nvidia-container-runtime";
+
+/// NVIDIA's C CLI's name, which `ctr run --gpus`, LXC and enroot call.
+pub const CLI_NAME: &str = "nvidia-container-cli";
+
+/// NVIDIA's toolkit command's name, which NVIDIA's instructions call.
+pub const CTK_NAME: &str = "nvidia-ctk";
+
+/// The name the hooks of NVIDIA's CDI specs call.
+pub const CDI_HOOK_NAME: &str = "nvidia-cdi-hook";

@@ -538,9 +538,9 @@ fn the_error_reader_finds_a_second_error_and_one_in_a_submodule() {
 #[test]
 fn consumers_do_not_call_each_other() {
     // The hook, the CDI spec, the runtime wrapper and doctor each make their
-    // own planner call; the command lines (cli, compat) route to them.
+    // own planner call; the fronts parse and the application layer routes to them.
     let consumers = ["hook", "cdi", "runtime", "doctor"];
-    let fronts = ["cli", "compat"];
+    let fronts = ["front", "app"];
     let mut found = Vec::new();
     let mut seen = 0;
     for (module, file, code) in code_by_module(&src()) {
@@ -573,14 +573,123 @@ fn consumers_do_not_call_each_other() {
 fn main_knows_no_command() {
     let text = fs::read_to_string(src().join("main.rs")).expect("read main.rs");
     let code = without_comments(&text);
-    for word in ["Command", "cli::", "compat::", "Config"] {
+    for word in ["Command", "Operation", "front::", "app::", "Config"] {
         assert!(
             !code.contains(word),
-            "main.rs names {word}: routing and commands belong to entry, cli and compat"
+            "main.rs names {word}: routing and commands belong to entry, front and app"
         );
     }
     assert!(
         code.contains("entry::run("),
         "main.rs must hand the command line to entry::run"
+    );
+}
+
+/// The fronts: each parses one command line. `common` and `hooks` hold
+/// what several read the same way and are no front.
+const FRONTS: [&str; 5] = ["ours", "runtime_hook", "nvidia_cli", "ctk", "cdi_hook"];
+
+/// The fronts a front's file names, through `crate::front::` or `super::`.
+fn fronts_named(module: &[String], code: &str) -> Vec<String> {
+    let Some(own) = module.get(1).filter(|_| module[0] == "front") else {
+        return Vec::new();
+    };
+    let up = "super::".repeat(module.len() - 1);
+    crate_references(code)
+        .into_iter()
+        .filter_map(|path| (path.first()? == "front").then(|| path.get(1).cloned())?)
+        .chain(
+            references(code, &up)
+                .into_iter()
+                .filter_map(|path| path.first().cloned()),
+        )
+        .filter(|to| to != own && FRONTS.contains(&to.as_str()))
+        .collect()
+}
+
+#[test]
+fn fronts_import_no_front() {
+    let mut found = Vec::new();
+    let mut fronts = BTreeSet::new();
+    for (module, file, code) in code_by_module(&src()) {
+        if module.first().map(String::as_str) == Some("front") {
+            if let Some(front) = module.get(1).filter(|f| FRONTS.contains(&f.as_str())) {
+                fronts.insert(front.clone());
+            }
+        }
+        for to in fronts_named(&module, &code) {
+            found.push(format!("{}: front {to}", file.display()));
+        }
+    }
+    assert_eq!(fronts.len(), FRONTS.len(), "the reader found {fronts:?}");
+    assert!(
+        found.is_empty(),
+        "a front imports another front (share through front::common or front::hooks):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_front_reader_finds_a_front_named_through_crate_or_super() {
+    let module = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        fronts_named(
+            &module(&["front", "ctk"]),
+            "use super::{common::VERSION, ours::Cli};\n"
+        ),
+        ["ours"]
+    );
+    assert_eq!(
+        fronts_named(
+            &module(&["front", "ctk", "cdi"]),
+            "use super::super::cdi_hook::X;\n"
+        ),
+        ["cdi_hook"]
+    );
+    assert_eq!(
+        fronts_named(
+            &module(&["front", "ours"]),
+            "let x = crate::front::nvidia_cli::parse(a);\n"
+        ),
+        ["nvidia_cli"]
+    );
+    assert!(fronts_named(
+        &module(&["front", "ours", "fast"]),
+        "use super::{Cli, Command};\n"
+    )
+    .is_empty());
+    assert!(fronts_named(&module(&["app", "list"]), "use crate::front::ours::Cli;\n").is_empty());
+}
+
+/// Calls that load the configuration or set up the log, and the modules
+/// besides the application layer that may make them: doctor reads config
+/// files to judge them (a file that fails is its finding), and the
+/// modules that define them.
+const SET_UP: [(&str, &[&str]); 3] = [
+    ("Config::load(", &["config", "doctor"]),
+    ("bounded_load(", &["deadline"]),
+    ("logging::init(", &["logging"]),
+];
+
+#[test]
+fn only_the_application_layer_loads_the_config_and_sets_up_the_log() {
+    let mut found = Vec::new();
+    let mut in_app = 0;
+    for (module, file, code) in code_by_module(&src()) {
+        let top = module.first().map(String::as_str).unwrap_or_default();
+        for (call, allowed) in SET_UP {
+            let calls = code.matches(call).count();
+            if top == "app" {
+                in_app += calls;
+            } else if calls > 0 && !allowed.contains(&top) {
+                found.push(format!("{}: {call}", file.display()));
+            }
+        }
+    }
+    assert!(in_app >= 3, "the reader found {in_app} set-up calls in app");
+    assert!(
+        found.is_empty(),
+        "the configuration is loaded and the log set up once, by app::run:\n{}",
+        found.join("\n")
     );
 }

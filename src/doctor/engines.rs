@@ -22,12 +22,8 @@ use crate::program::SYSTEM_PATH;
 
 const L: Layer = Layer::Wiring;
 
-/// The name dockerd looks up for `--gpus`, and the runtime daemon.json names:
-/// `compat::runtime_hook::NAME` and `compat::RUNTIME_NAME`, spelt out here
-/// because `compat` builds on `cli`, which runs doctor (the import would be
-/// a cycle); a unit test keeps them equal.
-const HOOK_NAME: &str = "nvidia-container-runtime-hook";
-const RUNTIME_NAME: &str = "nvidia-container-runtime";
+/// The name dockerd looks up for `--gpus`, and the runtime daemon.json names.
+use crate::program::{RUNTIME_HOOK_NAME as HOOK_NAME, RUNTIME_NAME};
 
 /// Docker's configuration file.
 const DAEMON_JSON: &str = "/etc/docker/daemon.json";
@@ -408,12 +404,6 @@ pub(super) fn wired(wiring: &Wiring, out: &mut Vec<Check>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_names_looked_up_are_the_compat_fronts_names() {
-        assert_eq!(HOOK_NAME, crate::compat::runtime_hook::NAME);
-        assert_eq!(RUNTIME_NAME, crate::compat::RUNTIME_NAME);
-    }
 
     #[test]
     fn looks_a_name_up_on_a_path_as_go_does() {

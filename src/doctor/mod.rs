@@ -277,7 +277,7 @@ pub enum Error {
 }
 
 /// What `doctor` was asked to look at.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Options {
     /// Run the host's `nvidia-smi -L` (with a time bound).
     pub host_smi: bool,
@@ -317,9 +317,9 @@ pub struct Loaded<'a> {
 }
 
 impl<'a> Loaded<'a> {
-    /// Loads `path` (or the default file) as the hook would.
-    pub fn load(path: Option<&'a Path>) -> Loaded<'a> {
-        match Config::load(path) {
+    /// What loading `path` (or the default file) as the hook would gave.
+    pub fn new(loaded: config::Result<Config>, path: Option<&'a Path>) -> Loaded<'a> {
+        match loaded {
             Ok(config) => Loaded {
                 config,
                 error: None,

@@ -64,10 +64,10 @@ use harness::runtime::process::run_bounded;
 use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
 use harness::runtime::runtimes::{podman_run_args, Runtime};
 use harness::simhost::{require_root, Fixture, SimHost};
-use oci_nvidia_hook::cli::Cli;
-use oci_nvidia_hook::compat::cdi_hook::CdiHook;
-use oci_nvidia_hook::compat::ctk::Ctk;
 use oci_nvidia_hook::config::Config;
+use oci_nvidia_hook::front::cdi_hook::CdiHook;
+use oci_nvidia_hook::front::ctk::Ctk;
+use oci_nvidia_hook::front::ours::Cli;
 
 /// The packaged hooks.d file, which Podman reads when given no --hooks-dir.
 const HOOKS_D_FILE: &str = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json";

@@ -4,15 +4,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use clap::builder::BoolishValueParser;
-use clap::ValueEnum;
-
 use super::{Error, Result};
-use crate::compat::RUNTIME_NAME;
 use crate::engine_config::{self, containerd, crio, docker, Output, Runtime};
+use crate::program::RUNTIME_NAME;
 
 /// The engines `--runtime` names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {
     /// dockerd's daemon.json.
     Docker,
@@ -23,65 +20,58 @@ pub enum Engine {
 }
 
 impl Engine {
-    fn name(self) -> &'static str {
-        match self {
-            Engine::Docker => "docker",
-            Engine::Containerd => "containerd",
-            Engine::Crio => "crio",
-        }
+    /// Every engine, by its `--runtime` name.
+    pub const ALL: [(&'static str, Engine); 3] = [
+        ("docker", Engine::Docker),
+        ("containerd", Engine::Containerd),
+        ("crio", Engine::Crio),
+    ];
+
+    /// Its `--runtime` name.
+    pub fn name(self) -> &'static str {
+        Engine::ALL
+            .iter()
+            .find(|(_, engine)| *engine == self)
+            .map_or("", |(name, _)| name)
+    }
+
+    /// The engine `name` names.
+    pub fn named(name: &str) -> Option<Engine> {
+        Engine::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, engine)| *engine)
     }
 }
 
-/// `runtime configure`'s flags, NVIDIA's names and defaults.
-#[derive(Debug, PartialEq, Eq, clap::Args)]
+/// What `runtime configure` was asked, NVIDIA's defaults filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Configure {
     /// Print the file that would be written instead of writing anything.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          default_value = "false", value_parser = BoolishValueParser::new(), value_name = "BOOL")]
     pub dry_run: bool,
     /// The engine to configure.
-    #[arg(long, value_enum, default_value = "docker")]
     pub runtime: Engine,
-    /// The engine's config file [default: /etc/docker/daemon.json,
-    /// /etc/containerd/config.toml, /etc/crio/crio.conf].
-    #[arg(long, value_name = "FILE")]
+    /// The engine's config file; `None` for its default.
     pub config: Option<PathBuf>,
-    /// The NVIDIA file to write instead of changing the main config; "" for
-    /// none [default: /etc/containerd/conf.d/99-nvidia.toml,
-    /// /etc/crio/crio.conf.d/99-nvidia.conf; none for Docker].
-    #[arg(long, value_name = "FILE")]
+    /// The drop-in to write instead of changing the main config; "" for none.
     pub drop_in_config: Option<String>,
-    /// The engine's executable, for reading its config through it: ignored, the file is read.
-    #[arg(long, value_name = "PATH")]
+    /// The engine's executable, for reading its config through it.
     pub executable_path: Option<String>,
-    /// config-file (the default), or oci-hook to write a hooks.d file instead.
-    #[arg(long, value_name = "MODE")]
+    /// `config-file`, or `oci-hook` for a hooks.d file.
     pub config_mode: Option<String>,
-    /// Where the engine's current config comes from: only file is supported.
-    #[arg(long, default_value = "file", value_name = "SOURCE")]
+    /// Where the engine's current config comes from.
     pub config_source: String,
-    /// The hooks.d file --config-mode=oci-hook writes [default: stdout].
-    #[arg(long, value_name = "FILE")]
+    /// The hooks.d file `oci-hook` mode writes; `None` for stdout.
     pub oci_hook_path: Option<PathBuf>,
     /// The engine's name for the runtime.
-    #[arg(long, default_value = "nvidia", value_name = "NAME")]
     pub nvidia_runtime_name: String,
-    /// The runtime program [default: nvidia-container-runtime for Docker,
-    /// found on its PATH; beside this binary (or /usr/bin) for the others].
-    #[arg(long, alias = "runtime-path", value_name = "PATH")]
+    /// The runtime program; `None` for the default.
     pub nvidia_runtime_path: Option<String>,
     /// The prestart hook the hooks.d file runs.
-    #[arg(long, default_value = crio::DEFAULT_HOOK_PATH, value_name = "PATH")]
     pub nvidia_runtime_hook_path: PathBuf,
     /// Make the runtime the engine's default.
-    #[arg(long, alias = "set-as-default", num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false",
-          value_parser = BoolishValueParser::new(), value_name = "BOOL")]
     pub nvidia_set_as_default: bool,
-    /// Turn on the engine's own CDI support (Docker's features.cdi, containerd's enable_cdi).
-    #[arg(long = "cdi.enabled", aliases = ["cdi.enable", "enable-cdi"], num_args = 0..=1,
-          require_equals = true, default_missing_value = "true", default_value = "false",
-          value_parser = BoolishValueParser::new(), value_name = "BOOL")]
+    /// Turn on the engine's own CDI support.
     pub cdi_enabled: bool,
 }
 
@@ -255,16 +245,13 @@ fn oci_hook(args: &Configure, out: &mut impl Write) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Command, Ctk, RuntimeCommand};
     use super::*;
-    use clap::Parser;
+    use crate::app::{Invocation, Operation};
 
     fn parsed(args: &[&str]) -> Configure {
         let argv = ["nvidia-ctk", "runtime", "configure"].iter().chain(args);
-        match Ctk::try_parse_from(argv).unwrap().command {
-            Command::Runtime {
-                command: RuntimeCommand::Configure(c),
-            } => c,
+        match crate::front::ctk::try_parse(argv).unwrap() {
+            Invocation::Run(Operation::EngineConfigure(c), _) => c,
             other => panic!("parsed as {other:?}"),
         }
     }

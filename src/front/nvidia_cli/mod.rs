@@ -1,5 +1,5 @@
-//! `nvidia-container-cli`: NVIDIA's C CLI's command line, answered by the
-//! same inventory, planner and hook as ours.
+//! `nvidia-container-cli`: NVIDIA's C CLI's command line, read into our
+//! operations.
 //!
 //! containerd's `ctr run --gpus` and NVIDIA's own hook in legacy mode run
 //! `nvidia-container-cli … configure … --pid=PID ROOTFS` as a prestart
@@ -7,86 +7,59 @@
 //! command line alone, never from the environment or the container's
 //! `process.env`; the configuration is our default config file (NVIDIA's
 //! CLI has no option naming one), with `--root` as its driver root and
-//! `--debug=FILE` as a debug log. This module never loads a kernel module
-//! and never runs `ldconfig`, whatever the options say: they are accepted
-//! and logged.
+//! `--debug=FILE` as a debug log. Options that change nothing here (no
+//! kernel module is loaded, `ldconfig` never runs) are accepted and logged.
 
 pub mod args;
-mod configure;
 mod getopt;
-mod info;
-mod list;
-
-use std::io::{self, Write};
 
 pub use args::{parse, Invocation, Parsed, NAME};
 pub use getopt::Problem as OptionProblem;
 
-use super::Error;
+use crate::app::{self, Note, Operation, Overrides};
+use crate::config::{CompatMode, LogLevel};
 
-use crate::config::{self, CompatMode, Config, LogLevel};
-
-/// Result of a command.
-pub type Result<T> = std::result::Result<T, Error>;
-
-/// The configuration `invocation` runs with: the default config file, its
-/// driver root replaced by `--root`, its log by `--debug=FILE` at debug
-/// level, its CUDA compat mode by `configure --cuda-compat-mode`.
-pub fn config(invocation: &Invocation) -> config::Result<Config> {
-    Ok(with_options(invocation, Config::load(None)?))
-}
-
-/// `config` with what `invocation`'s options change in it.
-fn with_options(invocation: &Invocation, mut config: Config) -> Config {
+/// The operation `invocation` asks for, and what its options change in
+/// the configuration: `--root` the driver root, `--debug=FILE` the log
+/// (at debug level), `configure --cuda-compat-mode` the CUDA compat mode.
+pub fn operation(invocation: Invocation) -> app::Invocation {
     let globals = &invocation.globals;
-    if let Some(root) = &globals.root {
-        config.driver.root = root.clone();
-    }
+    let mut overrides = Overrides {
+        driver_root: globals.root.clone(),
+        notes: ignored(globals),
+        ..Overrides::default()
+    };
     if let Some(file) = &globals.debug {
-        config.log.level = LogLevel::Debug;
+        overrides.log_level = Some(LogLevel::Debug);
         // Every line goes to stderr anyway (NVIDIA's hook passes
         // `--debug=/dev/stderr` when run with -debug).
         if !STDERR.iter().any(|s| file.as_os_str() == *s) {
-            config.log.file = file.clone();
+            overrides.log_file = Some(file.clone());
         }
     }
-    if let args::Command::Configure(configure) = &invocation.command {
-        config.cuda_compat.mode = match configure.cuda_compat {
-            None => config.cuda_compat.mode,
-            Some(args::CudaCompat::Ldconfig | args::CudaCompat::Mount) => CompatMode::Ldconfig,
-            Some(args::CudaCompat::Disabled) => CompatMode::Disabled,
-        };
-    }
-    config
+    let operation = match invocation.command {
+        args::Command::Info { csv } => Operation::NvidiaCliInfo { csv },
+        args::Command::List(list) => Operation::NvidiaCliList(list),
+        args::Command::Configure(configure) => {
+            overrides.cuda_compat = configure.cuda_compat.map(|mode| match mode {
+                app::nvidia_cli::CudaCompat::Ldconfig | app::nvidia_cli::CudaCompat::Mount => {
+                    CompatMode::Ldconfig
+                }
+                app::nvidia_cli::CudaCompat::Disabled => CompatMode::Disabled,
+            });
+            Operation::NvidiaCliConfigure(configure)
+        }
+    };
+    app::Invocation::Run(operation, overrides)
 }
 
 /// Names of stderr a `--debug` may give.
 const STDERR: [&str; 3] = ["/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"];
 
-/// Runs `invocation`'s command, writing to stdout: with its configuration
-/// ([`config`]), the log set up from it.
-pub fn run(invocation: &Invocation) -> Result<()> {
-    let entry = matches!(invocation.command, args::Command::Configure(_))
-        .then_some("nvidia-container-cli configure");
-    let config =
-        &crate::deadline::bounded_load(entry, || self::config(invocation), Config::deadline)?;
-    crate::logging::init(&config.log)?;
-    log_ignored(&invocation.globals);
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::new(stdout.lock());
-    match &invocation.command {
-        args::Command::Info { csv } => info::run(config, *csv, &mut out)?,
-        args::Command::List(list) => list::run(config, list, &mut out)?,
-        args::Command::Configure(configure) => configure::run(config, configure)?,
-    }
-    out.flush()?;
-    Ok(())
-}
-
 /// What `--version` prints: NVIDIA's first two fields, so that scripts
 /// reading them find a version, then what answers.
 pub fn version_text() -> String {
-    let version = crate::cli::version();
+    let version = crate::program::VERSION;
     format!(
         "cli-version: {version}\nlib-version: {version}\nbuild platform: {}\n\
          implementation: oci-nvidia-hook {version}\n",
@@ -94,24 +67,29 @@ pub fn version_text() -> String {
     )
 }
 
-/// Logs the global options that change nothing here, once logging is set up.
-fn log_ignored(globals: &args::Globals) {
+/// The global options that change nothing here, as lines to log.
+fn ignored(globals: &args::Globals) -> Vec<Note> {
+    let mut notes = Vec::new();
     if globals.load_kmods {
-        log::debug!("{NAME}: --load-kmods ignored: kernel modules are never loaded");
+        notes.push(Note::debug(format!(
+            "{NAME}: --load-kmods ignored: kernel modules are never loaded"
+        )));
     }
     if let Some(user) = &globals.user {
-        log::debug!(
+        notes.push(Note::debug(format!(
             "{NAME}: --user{} ignored: no privilege separation is needed, no driver code runs here",
             user.as_deref().map(|u| format!("={u}")).unwrap_or_default()
-        );
+        )));
     }
     if globals.no_pivot {
-        log::debug!("{NAME}: --no-pivot ignored: nothing pivots");
+        notes.push(Note::debug(format!(
+            "{NAME}: --no-pivot ignored: nothing pivots"
+        )));
     }
     if globals.no_create_imex_channels {
-        log::debug!(
+        notes.push(Note::debug(format!(
             "{NAME}: --no-create-imex-channels ignored: no host IMEX channel node is ever created"
-        );
+        )));
     }
     if let Some(ldcache) = &globals.ldcache {
         let level = if ldcache.as_os_str() == "/etc/ld.so.cache" {
@@ -119,12 +97,15 @@ fn log_ignored(globals: &args::Globals) {
         } else {
             log::Level::Warn
         };
-        log::log!(
+        notes.push(Note {
             level,
-            "{NAME}: --ldcache={} ignored: the driver root's /etc/ld.so.cache is read",
-            ldcache.display()
-        );
+            text: format!(
+                "{NAME}: --ldcache={} ignored: the driver root's /etc/ld.so.cache is read",
+                ldcache.display()
+            ),
+        });
     }
+    notes
 }
 
 #[cfg(test)]
@@ -132,13 +113,17 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use super::*;
+    use crate::config::Config;
 
     fn configured(args: &[&str]) -> Config {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let Ok(Parsed::Run(invocation)) = parse(&args) else {
             panic!("{args:?} does not parse");
         };
-        with_options(&invocation, Config::default())
+        let app::Invocation::Run(_, overrides) = operation(*invocation) else {
+            panic!("{args:?} runs nothing");
+        };
+        overrides.apply(Config::default())
     }
 
     #[test]

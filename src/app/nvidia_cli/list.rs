@@ -8,8 +8,8 @@
 use std::io::Write;
 use std::path::Path;
 
-use super::args::{List, Sections};
-use super::{Error, Result};
+use super::{List, Sections};
+use crate::app::{Error, Result};
 use crate::config::Config;
 use crate::image::ImageLayout;
 use crate::plan::{MountKind, Plan};
@@ -30,7 +30,7 @@ pub fn run(config: &Config, list: &List, out: &mut impl Write) -> Result<()> {
     )?;
     let paths = listing(&planned.plan, list.sections);
     if paths.is_empty() {
-        return Err(Error::CliNothingListed);
+        return Err(Error::NothingListed);
     }
     for path in paths {
         writeln!(out, "{}", path.display())?;

@@ -11,7 +11,7 @@
 
 use std::io::Write;
 
-use super::Result;
+use crate::app::Result;
 use crate::config::Config;
 use crate::driver::Inventory;
 use crate::planner;

@@ -8,8 +8,8 @@
 
 use std::path::Path;
 
-use super::args::{Configure, CudaCompat, NAME};
-use super::Result;
+use super::{Configure, CudaCompat, NAME};
+use crate::app::Result;
 use crate::config::Config;
 use crate::hook::{self, Steps};
 

@@ -2,7 +2,7 @@
 //! the same planner as the hook.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::PathBuf;
 
 use super::Result;
 use crate::bundle;
@@ -11,25 +11,25 @@ use crate::image::ImageLayout;
 use crate::planner::{self, ImageSource, Inputs, Source};
 
 /// Where `list` takes its request from.
-#[derive(Debug, Clone, Copy)]
-pub enum Ask<'a> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ask {
     /// Flags: devices and capabilities, for an image of `layout`.
     Flags {
         /// As `NVIDIA_VISIBLE_DEVICES` takes them.
-        devices: &'a str,
+        devices: String,
         /// As `NVIDIA_DRIVER_CAPABILITIES` takes them.
-        capabilities: &'a str,
+        capabilities: String,
         /// Where the image keeps libraries.
         layout: ImageLayout,
         /// The devices beyond the GPU, as the container's variables would ask.
-        env: &'a [String],
+        env: Vec<String>,
     },
     /// A container's bundle, read as the hook reads it.
-    Bundle(&'a Path),
+    Bundle(PathBuf),
 }
 
 /// Plans the request and prints host paths, or the whole plan as JSON.
-pub fn run(config: &Config, ask: Ask<'_>, json: bool, out: &mut impl Write) -> Result<()> {
+pub fn run(config: &Config, ask: &Ask, json: bool, out: &mut impl Write) -> Result<()> {
     let container;
     let (source, image) = match ask {
         Ask::Flags {
@@ -43,7 +43,7 @@ pub fn run(config: &Config, ask: Ask<'_>, json: bool, out: &mut impl Write) -> R
                 capabilities,
                 env,
             },
-            ImageSource::Layout(layout),
+            ImageSource::Layout(*layout),
         ),
         Ask::Bundle(dir) => {
             container = bundle::load(dir)?;

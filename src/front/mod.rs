@@ -1,34 +1,37 @@
-//! The names other software calls NVIDIA's tools by, answered by this one
-//! binary: `nvidia-container-runtime-hook` (Docker's `--gpus`, hooks.d files
-//! written for NVIDIA's toolkit) and `nvidia-container-cli` (containerd's
-//! `ctr run --gpus`, NVIDIA's own hook in legacy mode, people's habits) and
+//! The fronts: each command line the binary answers, read into an
+//! [`Invocation`] for [`crate::app`] to run. Which front reads it is chosen
+//! by the name the binary was run as: ours (`oci-nvidia-hook`), and the
+//! names other software calls NVIDIA's tools by:
+//! `nvidia-container-runtime-hook` (Docker's `--gpus`, hooks.d files
+//! written for NVIDIA's toolkit), `nvidia-container-runtime` (hosts
+//! configured for NVIDIA's runc wrapper), `nvidia-container-cli`
+//! (containerd's `ctr run --gpus`, LXC, enroot, people's habits),
 //! `nvidia-ctk` (NVIDIA's current setup instructions) and `nvidia-cdi-hook`
 //! (the hooks of CDI specs NVIDIA's tools write).
-//! Each front parses NVIDIA's command line for that name and hands the
-//! request to the same planner and hook as ours; none decides policy.
+//!
+//! A front only parses: it never loads the configuration, sets up the log
+//! or does the work, and no front imports another ([`common`] and
+//! [`hooks`] hold what several read the same way).
 
 pub mod cdi_hook;
+pub mod common;
 pub mod ctk;
+pub mod hooks;
 pub mod nvidia_cli;
+pub mod ours;
 pub mod runtime_hook;
 
-/// The name hosts configured for NVIDIA's runtime wrapper call (`daemon.json`'s `runtimes`).
-pub const RUNTIME_NAME: &str = "nvidia-container-runtime";
-
 use std::ffi::{OsStr, OsString};
-use std::io;
 use std::path::Path;
 
-use clap::Parser;
 use thiserror::Error;
 
-use crate::cli::{self, Cli};
-use crate::{config, driver, engine_config, hook, logging, planner};
-use nvidia_cli::NAME as CLI;
-use runtime_hook::NAME as HOOK;
+use crate::app::{Invocation, Operation, Overrides};
+use crate::program::{
+    CDI_HOOK_NAME, CLI_NAME as CLI, CTK_NAME, RUNTIME_HOOK_NAME as HOOK, RUNTIME_NAME,
+};
 
-/// Why a command line under one of NVIDIA's names was refused, or why the
-/// command it asked for failed.
+/// Why a command line under one of NVIDIA's names was refused.
 #[derive(Debug, Error)]
 pub enum Error {
     // nvidia-container-runtime-hook's command line.
@@ -75,54 +78,9 @@ pub enum Error {
     NotAbsolute { option: &'static str, value: String },
     #[error("{CLI}: {option} is not valid UTF-8")]
     NotUtf8 { option: &'static str },
-    #[error("list: nothing on this host matches the options given (no driver file of those kinds and capabilities, no such device)")]
-    CliNothingListed,
     // nvidia-ctk's command line.
     #[error("{0}")]
     Usage(String),
-    // Running the command.
-    #[error(transparent)]
-    Config(#[from] config::Error),
-    #[error(transparent)]
-    Log(#[from] logging::Error),
-    #[error(transparent)]
-    Driver(#[from] driver::Error),
-    #[error(transparent)]
-    Planner(#[from] planner::Error),
-    #[error(transparent)]
-    Hook(#[from] hook::Error),
-    #[error(transparent)]
-    Engine(#[from] engine_config::Error),
-    #[error(transparent)]
-    Ours(Box<cli::Error>),
-    #[error(transparent)]
-    Inject(Box<crate::inject::Error>),
-    #[error(transparent)]
-    Image(#[from] crate::image::Error),
-    // nvidia-cdi-hook's arguments and work.
-    #[error("invalid --link {0:?}: expected TARGET::LINK")]
-    CdiHookLink(String),
-    #[error("invalid --mode {0:?}: expected octal permission bits, at most 7777")]
-    CdiHookMode(String),
-    #[error("cannot list the host's {path}: {source}")]
-    CdiHookHostProc {
-        path: std::path::PathBuf,
-        source: io::Error,
-    },
-    #[error("cannot write output: {0}")]
-    Output(#[from] io::Error),
-}
-
-impl From<crate::inject::Error> for Error {
-    fn from(e: crate::inject::Error) -> Self {
-        Error::Inject(Box::new(e))
-    }
-}
-
-impl From<cli::Error> for Error {
-    fn from(e: cli::Error) -> Self {
-        Error::Ours(Box::new(e))
-    }
 }
 
 /// The parsers' tests compare refusals whole: two errors are equal when
@@ -134,32 +92,17 @@ impl PartialEq for Error {
     }
 }
 
+/// Result of parsing a command line.
+pub type Result<T> = std::result::Result<T, Error>;
+
 /// ` COMMAND` for an error of a command's options, nothing for a global one.
 fn at(command: &Option<&'static str>) -> String {
     command.map(|c| format!(" {c}")).unwrap_or_default()
 }
 
-/// What a command line asks for, whichever name the binary was run as.
-#[derive(Debug)]
-pub enum Invocation {
-    /// A command of our own command line: ours, and what NVIDIA's hook
-    /// (`prestart`) and runtime (runc's arguments, whole) come to.
-    Ours(Cli),
-    /// A command of NVIDIA's CLI.
-    NvidiaCli(Box<nvidia_cli::Invocation>),
-    /// A command of NVIDIA's `nvidia-ctk`.
-    Ctk(Box<ctk::Ctk>),
-    /// A hook of NVIDIA's `nvidia-cdi-hook`.
-    CdiHook(Box<cdi_hook::CdiHook>),
-    /// Text to print, and nothing else to do (versions, help).
-    Print(String),
-    /// Nothing to do (`poststart`, `poststop`).
-    Nothing,
-}
-
 /// Reads `args` (`argv[0]` first) by the front its name picks. Our own
 /// command line's errors are clap's (it prints them and exits).
-pub fn dispatch(args: Vec<OsString>) -> Result<Invocation, Error> {
+pub fn parse(args: Vec<OsString>) -> Result<Invocation> {
     let front = Front::of(args.first().map(OsString::as_os_str).unwrap_or_default());
     // NVIDIA's command lines are ASCII; a stray byte is refused by name.
     let lossy = || -> Vec<String> {
@@ -169,31 +112,22 @@ pub fn dispatch(args: Vec<OsString>) -> Result<Invocation, Error> {
             .collect()
     };
     Ok(match front {
-        // The hook's own command lines skip clap's start-up (see `cli::fast`).
-        Front::Ours => {
-            Invocation::Ours(cli::fast::parse(&args).unwrap_or_else(|| Cli::parse_from(&args)))
-        }
-        Front::RuntimeHook => match runtime_hook::parse(&lossy())? {
-            runtime_hook::Parsed::Ours(cli) => Invocation::Ours(cli),
-            runtime_hook::Parsed::Nothing => Invocation::Nothing,
-            runtime_hook::Parsed::Version => {
-                Invocation::Print(format!("{} {}\n", runtime_hook::NAME, cli::version()))
-            }
-        },
+        Front::Ours => ours::parse(&args),
+        Front::RuntimeHook => runtime_hook::invocation(runtime_hook::parse(&lossy())?),
         // runc's command line, whole: nothing of it is ours to parse.
-        Front::Runtime => Invocation::Ours(Cli {
-            config: None,
-            command: cli::Command::Runtime {
+        Front::Runtime => Invocation::Run(
+            Operation::Runtime {
                 args: args.get(1..).unwrap_or_default().to_vec(),
             },
-        }),
+            Overrides::default(),
+        ),
         Front::Cli => match nvidia_cli::parse(&lossy())? {
-            nvidia_cli::Parsed::Run(invocation) => Invocation::NvidiaCli(invocation),
+            nvidia_cli::Parsed::Run(invocation) => nvidia_cli::operation(*invocation),
             nvidia_cli::Parsed::Version => Invocation::Print(nvidia_cli::version_text()),
             nvidia_cli::Parsed::Help(text) => Invocation::Print(text),
         },
-        Front::Ctk => Invocation::Ctk(Box::new(ctk::parse(&args))),
-        Front::CdiHook => Invocation::CdiHook(Box::new(cdi_hook::parse(&args))),
+        Front::Ctk => ctk::parse(&args)?,
+        Front::CdiHook => cdi_hook::parse(&args),
     })
 }
 
@@ -215,16 +149,22 @@ pub enum Front {
 }
 
 impl Front {
+    /// The names that pick a front other than ours.
+    const NAMES: [(&'static str, Front); 5] = [
+        (HOOK, Front::RuntimeHook),
+        (RUNTIME_NAME, Front::Runtime),
+        (CLI, Front::Cli),
+        (CTK_NAME, Front::Ctk),
+        (CDI_HOOK_NAME, Front::CdiHook),
+    ];
+
     /// The front for `argv0`, by its file name: a link's name, not its target's.
     pub fn of(argv0: &OsStr) -> Front {
-        match Path::new(argv0).file_name().and_then(OsStr::to_str) {
-            Some(runtime_hook::NAME) => Front::RuntimeHook,
-            Some(RUNTIME_NAME) => Front::Runtime,
-            Some(nvidia_cli::NAME) => Front::Cli,
-            Some(ctk::NAME) => Front::Ctk,
-            Some(cdi_hook::NAME) => Front::CdiHook,
-            _ => Front::Ours,
-        }
+        let name = Path::new(argv0).file_name().and_then(OsStr::to_str);
+        Front::NAMES
+            .iter()
+            .find(|(n, _)| Some(*n) == name)
+            .map_or(Front::Ours, |(_, front)| *front)
     }
 }
 

@@ -10,12 +10,13 @@
 use std::path::PathBuf;
 
 use super::getopt::{self, Item, Opt, Order, Value};
-use crate::compat::Error;
+use crate::app::nvidia_cli::{Configure, CudaCompat, List, Sections};
+use crate::front::Error;
 use crate::planner::Asked;
 use crate::request::Capability;
 
 /// The name other software calls NVIDIA's CLI by.
-pub const NAME: &str = "nvidia-container-cli";
+pub const NAME: &str = crate::program::CLI_NAME;
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,62 +69,6 @@ pub enum Command {
     List(List),
     /// `configure … ROOTFS`.
     Configure(Configure),
-}
-
-/// Which kinds of paths `list` prints.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Sections {
-    /// Device nodes and MIG capability files (`--device`).
-    pub devices: bool,
-    /// `--binaries`.
-    pub binaries: bool,
-    /// `--libraries`.
-    pub libraries: bool,
-    /// `--ipcs`.
-    pub ipcs: bool,
-    /// `--firmwares`.
-    pub firmwares: bool,
-}
-
-/// `list`: what to plan and which kinds of paths to print.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct List {
-    /// The request, NVIDIA's defaults filled in.
-    pub asked: Asked,
-    /// What to print.
-    pub sections: Sections,
-}
-
-/// `configure`: the container, the request and the steps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Configure {
-    /// `--pid`: the container's init, being created.
-    pub pid: u32,
-    /// The container's rootfs.
-    pub rootfs: PathBuf,
-    /// The request.
-    pub asked: Asked,
-    /// `--ldconfig=PATH`: never run; the loader cache is written, not built.
-    pub ldconfig: Option<String>,
-    /// `--no-cgroups`: leave the device cgroup to the runtime.
-    pub no_cgroups: bool,
-    /// `--no-devbind`: leave the device nodes to the runtime.
-    pub no_devbind: bool,
-    /// `--cuda-compat-mode`, which NVIDIA's hook passes since 1.17.
-    pub cuda_compat: Option<CudaCompat>,
-}
-
-/// How the image's CUDA forward-compatibility libraries are used
-/// (`--cuda-compat-mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CudaCompat {
-    /// Preferred through the loader cache: our `ldconfig` mode.
-    Ldconfig,
-    /// NVIDIA mounts them over the driver's; nothing of an image is ever
-    /// mounted here, so this is the `ldconfig` mode too.
-    Mount,
-    /// Ignored.
-    Disabled,
 }
 
 /// Every option of every command, by what it does.

@@ -78,7 +78,7 @@ pub enum Order {
 }
 
 /// What is wrong with an option; `option` is as the user wrote it. The
-/// caller's error ([`crate::compat::Error::CliOption`]) carries it with
+/// caller's error ([`crate::front::Error::CliOption`]) carries it with
 /// the command it was given to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Problem {

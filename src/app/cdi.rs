@@ -12,22 +12,74 @@ use crate::image::ImageLayout;
 use crate::oneline::escape_controls;
 
 /// How `cdi generate` was asked to make the spec.
-#[derive(Debug, Clone)]
-pub struct Generate<'a> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Generate {
     /// Where to write it; `-` for stdout.
-    pub output: &'a Path,
+    pub output: PathBuf,
     /// The encoding; `None` follows the output's extension.
     pub format: Option<Format>,
     /// `--device-name-strategy`, as given.
-    pub strategies: &'a str,
+    pub strategies: String,
     /// `--capabilities`, as given.
-    pub capabilities: Option<&'a str>,
+    pub capabilities: Option<String>,
     /// `--layout`.
     pub layout: ImageLayout,
     /// `--remove-without-driver`: no driver removes the spec instead of failing.
     pub remove_without_driver: bool,
     /// `--mode`.
     pub mode: cdi::Mode,
+    /// Roots the caller named (`nvidia-ctk`'s `--driver-root`, `--dev-root`),
+    /// each of which must be the config's: the spec's hook reads the config
+    /// at container start.
+    pub roots: Vec<NamedRoot>,
+}
+
+/// A root a caller named, which must be the configuration's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedRoot {
+    /// Which one it is.
+    pub which: RootKind,
+    /// The directory given.
+    pub given: PathBuf,
+}
+
+/// The roots a spec is made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootKind {
+    /// The driver's files (`--driver-root`).
+    Driver,
+    /// The device nodes (`--dev-root`).
+    Dev,
+}
+
+impl NamedRoot {
+    /// Refuses a root other than `config`'s, naming the flag and the fix.
+    fn check(&self, config: &Config) -> Result<()> {
+        let (flag, configured, how) = match self.which {
+            RootKind::Driver => (
+                "--driver-root",
+                &config.driver.root,
+                format!(
+                    "nvidia-ctk config --in-place --set nvidia-container-cli.root={}",
+                    self.given.display()
+                ),
+            ),
+            RootKind::Dev => (
+                "--dev-root",
+                &config.driver.dev_root,
+                "set [driver] dev-root in the config file".to_string(),
+            ),
+        };
+        if self.given == *configured {
+            return Ok(());
+        }
+        Err(Error::Usage(format!(
+            "{flag}={} differs from the config's {}, which the spec's hook reads at \
+             container start: {how}",
+            self.given.display(),
+            configured.display()
+        )))
+    }
 }
 
 /// The spec for this host, made as `generate` asks, its hook reading the
@@ -63,46 +115,50 @@ fn spec(
 pub fn generate(
     config: &Config,
     config_path: Option<&Path>,
-    ask: &Generate<'_>,
+    ask: &Generate,
     out: &mut impl Write,
 ) -> Result<()> {
-    let to_stdout = ask.output == Path::new("-");
+    for root in &ask.roots {
+        root.check(config)?;
+    }
+    let output = ask.output.as_path();
+    let to_stdout = output == Path::new("-");
     let spec = match spec(
         config,
         config_path,
-        ask.strategies,
-        ask.capabilities,
+        &ask.strategies,
+        ask.capabilities.as_deref(),
         ask.layout,
         ask.mode,
     ) {
         Ok(spec) => spec,
         Err(Error::Cdi(why)) if ask.remove_without_driver && !to_stdout && why.driver_gone() => {
-            return remove_stale(ask.output, &why);
+            return remove_stale(output, &why);
         }
         Err(e) => return Err(e),
     };
     let format = ask.format.unwrap_or(if to_stdout {
         Format::Yaml
     } else {
-        Format::of(ask.output)
+        Format::of(output)
     });
     let data = format.encode(&spec)?;
     if to_stdout {
         out.write_all(&data)?;
         return Ok(());
     }
-    if ask.output == Path::new(cdi::DEFAULT_OUTPUT) {
-        create_default_dir(ask.output)?;
+    if output == Path::new(cdi::DEFAULT_OUTPUT) {
+        create_default_dir(output)?;
     }
-    cdi::write_atomically(ask.output, &data)?;
+    cdi::write_atomically(output, &data)?;
     log::info!(
         "wrote {} ({} devices, cdiVersion {}, driver {})",
-        ask.output.display(),
+        output.display(),
         spec.devices.len(),
         spec.cdi_version,
         driver_of(&spec).unwrap_or("?")
     );
-    let imex_output = imex_path(ask.output);
+    let imex_output = imex_path(output);
     match cdi::generate_imex(config)? {
         Some(imex) => {
             cdi::write_atomically(&imex_output, &format.encode(&imex)?)?;

@@ -13,16 +13,21 @@
 use std::path::PathBuf;
 
 use super::Error;
-use crate::cli::{Cli, Command};
+use crate::app::{Invocation, Note, Operation, Overrides};
 
 /// The name Docker looks up on its PATH.
-pub const NAME: &str = "nvidia-container-runtime-hook";
+pub const NAME: &str = crate::program::RUNTIME_HOOK_NAME;
 
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Parsed {
-    /// Run our own command line's command: the prestart hook.
-    Ours(Cli),
+    /// Our prestart hook, with this config file instead of the default one.
+    Prestart {
+        /// `-config PATH`.
+        config: Option<PathBuf>,
+        /// `-debug` was given: ignored, the config file sets the log level.
+        debug: bool,
+    },
     /// Nothing to do: `poststart`, `poststop`.
     Nothing,
     /// Print the version.
@@ -32,6 +37,7 @@ pub enum Parsed {
 /// Parses the arguments after `argv[0]`.
 pub fn parse(args: &[String]) -> Result<Parsed, Error> {
     let mut config: Option<PathBuf> = None;
+    let mut debug = false;
     let mut args = args.iter();
     let command = loop {
         let Some(arg) = args.next() else {
@@ -56,7 +62,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, Error> {
                 config = Some(PathBuf::from(value));
             }
             // Our log level comes from the config file, never a flag.
-            "debug" => log::debug!("{NAME}: -debug ignored: the config file sets the log level"),
+            "debug" => debug = true,
             "version" => return Ok(Parsed::Version),
             _ => {
                 return Err(Error::HookUnknownFlag { flag: arg.clone() });
@@ -70,14 +76,34 @@ pub fn parse(args: &[String]) -> Result<Parsed, Error> {
         });
     }
     match command.as_str() {
-        "prestart" => Ok(Parsed::Ours(Cli {
-            config,
-            command: Command::Prestart,
-        })),
+        "prestart" => Ok(Parsed::Prestart { config, debug }),
         "poststart" | "poststop" => Ok(Parsed::Nothing),
         other => Err(Error::HookUnknownCommand {
             command: other.to_string(),
         }),
+    }
+}
+
+/// What `parsed` asks the application to do.
+pub fn invocation(parsed: Parsed) -> Invocation {
+    match parsed {
+        Parsed::Prestart { config, debug } => Invocation::Run(
+            Operation::Prestart { entry: "prestart" },
+            Overrides {
+                config,
+                notes: debug
+                    .then(|| {
+                        Note::debug(format!(
+                            "{NAME}: -debug ignored: the config file sets the log level"
+                        ))
+                    })
+                    .into_iter()
+                    .collect(),
+                ..Overrides::default()
+            },
+        ),
+        Parsed::Nothing => Invocation::Nothing,
+        Parsed::Version => Invocation::Print(format!("{NAME} {}\n", crate::program::VERSION)),
     }
 }
 
@@ -90,29 +116,29 @@ mod tests {
         parse(&args)
     }
 
-    fn prestart(config: Option<&str>) -> Parsed {
-        Parsed::Ours(Cli {
+    fn prestart(config: Option<&str>, debug: bool) -> Parsed {
+        Parsed::Prestart {
             config: config.map(PathBuf::from),
-            command: Command::Prestart,
-        })
+            debug,
+        }
     }
 
     #[test]
     fn dockers_call_is_our_prestart_hook_with_the_default_config() {
-        assert_eq!(parse_args(&["prestart"]), Ok(prestart(None)));
+        assert_eq!(parse_args(&["prestart"]), Ok(prestart(None, false)));
     }
 
     #[test]
     fn go_flags_take_one_or_two_dashes_and_an_inline_or_separate_value() {
-        for args in [
-            &["-config", "/etc/x.toml", "prestart"][..],
-            &["--config", "/etc/x.toml", "prestart"],
-            &["-config=/etc/x.toml", "-debug", "prestart"],
-            &["--debug", "--config=/etc/x.toml", "prestart"],
+        for (args, debug) in [
+            (&["-config", "/etc/x.toml", "prestart"][..], false),
+            (&["--config", "/etc/x.toml", "prestart"], false),
+            (&["-config=/etc/x.toml", "-debug", "prestart"], true),
+            (&["--debug", "--config=/etc/x.toml", "prestart"], true),
         ] {
             assert_eq!(
                 parse_args(args),
-                Ok(prestart(Some("/etc/x.toml"))),
+                Ok(prestart(Some("/etc/x.toml"), debug)),
                 "{args:?}"
             );
         }

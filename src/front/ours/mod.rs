@@ -1,23 +1,16 @@
-//! The command line: options, and the commands that print the inventory and
-//! the plan. Each command writes its whole output to stdout and returns an
-//! error for `main` to report on one line.
+//! Our own command line: its options, read by clap (or, for the hook's
+//! own command lines, by [`fast`]), into an [`Invocation`].
 
-mod cdi;
-mod doctor;
 pub mod fast;
-mod info;
-mod list;
 
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use thiserror::Error;
 
+use super::common::{SpecFormat, VERSION};
+use crate::app::{self, Ask, Generate, Invocation, Operation, Overrides};
 use crate::cdi::Format;
-use crate::config::Config;
 use crate::image::ImageLayout;
-use crate::{bundle, driver, hook, planner};
 
 /// What `--help` and the manual page's DESCRIPTION say of the whole command.
 const LONG_ABOUT: &str = "Gives OCI containers NVIDIA GPUs. A runtime runs it as a prestart or \
@@ -29,55 +22,9 @@ Container Device Interface spec for engines that read one; runtime wraps runc an
 the GPUs into the container's spec. Configuration comes only from the file, never from \
 the environment.";
 
-/// Why a command failed.
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error(transparent)]
-    Config(#[from] crate::config::Error),
-    #[error(transparent)]
-    Logging(#[from] crate::logging::Error),
-    #[error(transparent)]
-    Driver(#[from] driver::Error),
-    #[error(transparent)]
-    Planner(#[from] planner::Error),
-    #[error(transparent)]
-    Bundle(#[from] bundle::Error),
-    #[error("cannot write output: {0}")]
-    Output(#[from] io::Error),
-    #[error("cannot encode JSON: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error(transparent)]
-    Hook(#[from] hook::Error),
-    #[error("refusing to run as hook stage {stage:?}: oci-nvidia-hook runs only at prestart or createRuntime (in the runtime's namespaces, before pivot_root)")]
-    Stage { stage: String },
-    #[error("refusing to run the CDI hook at stage {stage:?}: it runs only at createRuntime (in the runtime's namespaces, before pivot_root)")]
-    CdiStage { stage: String },
-    #[error(transparent)]
-    Cdi(#[from] crate::cdi::Error),
-    #[error("cannot name this program or its config for the spec's hook: {source}")]
-    Exe { source: io::Error },
-    #[error(transparent)]
-    Runtime(crate::runtime::Error),
-    #[error("cannot read CDI spec {path}: {source}")]
-    ReadSpec { path: PathBuf, source: io::Error },
-    #[error("not removing {path}: {reason}; only a spec oci-nvidia-hook generated is removed")]
-    NotOurSpec { path: PathBuf, reason: String },
-    #[error("cannot remove {path}: {source}")]
-    RemoveSpec { path: PathBuf, source: io::Error },
-    #[error("{count} {} in {path}", if *.count == 1 { "problem" } else { "problems" })]
-    InvalidSpec { count: usize, path: PathBuf },
-    #[error("{0}")]
-    Usage(String),
-    #[error("doctor: checks failed")]
-    Unhealthy,
-}
-
-/// Result of a command.
-pub type Result<T> = std::result::Result<T, Error>;
-
 /// oci-nvidia-hook: gives OCI containers NVIDIA GPUs.
 #[derive(Debug, PartialEq, Eq, Parser)]
-#[command(name = "oci-nvidia-hook", version = VERSION, about, long_about = LONG_ABOUT)]
+#[command(name = crate::program::NAME, version = VERSION, about, long_about = LONG_ABOUT)]
 pub struct Cli {
     /// Configuration file [default: /etc/oci-nvidia-hook/config.toml, optional]
     #[arg(long, global = true, value_name = "PATH")]
@@ -171,21 +118,6 @@ pub enum Command {
     Other(Vec<String>),
 }
 
-impl Command {
-    /// The entry point's name when a runtime waits for this command, which
-    /// then runs under a deadline (see [`crate::deadline`]); `None` for the
-    /// commands people run.
-    pub fn waited_for(&self) -> Option<&'static str> {
-        match self {
-            Command::Prestart => Some("prestart"),
-            Command::CreateRuntime => Some("createRuntime"),
-            Command::CdiHook { .. } => Some("cdi-hook"),
-            Command::Runtime { .. } => Some("the runtime wrapper"),
-            _ => None,
-        }
-    }
-}
-
 /// `doctor`'s options.
 #[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct DoctorArgs {
@@ -233,7 +165,7 @@ pub enum CdiCommand {
         #[arg(long, value_enum)]
         format: Option<SpecFormat>,
         /// Device names to write: index (0, 0:1), uuid (GPU-…, MIG-…), or both.
-        #[arg(long, default_value = cdi::DEFAULT_STRATEGIES, value_name = "LIST")]
+        #[arg(long, default_value = app::DEFAULT_STRATEGIES, value_name = "LIST")]
         device_name_strategy: String,
         /// Capabilities whose files the spec mounts [default: all the config supports].
         #[arg(long, value_name = "LIST")]
@@ -254,7 +186,7 @@ pub enum CdiCommand {
     /// Print the device names a spec for this host offers (nvidia.com/gpu=…).
     List {
         /// Device names: index, uuid, or both.
-        #[arg(long, default_value = cdi::DEFAULT_STRATEGIES, value_name = "LIST")]
+        #[arg(long, default_value = app::DEFAULT_STRATEGIES, value_name = "LIST")]
         device_name_strategy: String,
     },
     /// Check a spec (YAML or JSON, ours or another vendor's) against the CDI
@@ -281,30 +213,12 @@ pub enum GatedName {
 
 impl GatedName {
     /// The variable that enables it.
-    fn variable(self) -> &'static str {
+    pub fn variable(self) -> &'static str {
         match self {
             GatedName::Gds => "NVIDIA_GDS",
             GatedName::Mofed => "NVIDIA_MOFED",
             GatedName::Nvswitch => "NVIDIA_NVSWITCH",
             GatedName::Gdrcopy => "NVIDIA_GDRCOPY",
-        }
-    }
-}
-
-/// Spec encodings selectable on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SpecFormat {
-    /// YAML.
-    Yaml,
-    /// JSON.
-    Json,
-}
-
-impl From<SpecFormat> for Format {
-    fn from(format: SpecFormat) -> Self {
-        match format {
-            SpecFormat::Yaml => Format::Yaml,
-            SpecFormat::Json => Format::Json,
         }
     }
 }
@@ -357,25 +271,26 @@ impl From<Layout> for ImageLayout {
     }
 }
 
-/// Runs `cli`'s command, writing to stdout. Each command but `doctor`
-/// loads the configuration (from `--config` when given) and sets up the
-/// log from it; `doctor` loads it itself: a broken one is a finding, and a
-/// failing check is its exit status, not an error line.
-pub fn run(cli: &Cli) -> Result<()> {
-    let config_path = cli.config.as_deref();
-    let loaded = || -> Result<Config> {
-        let config = crate::deadline::bounded_load(
-            cli.command.waited_for(),
-            || Config::load(config_path),
-            Config::deadline,
-        )?;
-        crate::logging::init(&config.log)?;
-        Ok(config)
+/// Reads `args` (`argv[0]` first); the hook's own command lines skip
+/// clap's start-up ([`fast`]); clap prints its own errors and exits.
+pub fn parse(args: &[std::ffi::OsString]) -> Invocation {
+    let cli = fast::parse(args).unwrap_or_else(|| Cli::parse_from(args));
+    invocation(cli)
+}
+
+/// The operation `cli` asks for, `--config` its one override.
+pub fn invocation(cli: Cli) -> Invocation {
+    let overrides = Overrides {
+        config: cli.config,
+        ..Overrides::default()
     };
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::new(stdout.lock());
-    match &cli.command {
-        Command::Info { json } => info::run(&loaded()?, *json, &mut out)?,
+    Invocation::Run(operation(cli.command), overrides)
+}
+
+/// The operation a command names.
+fn operation(command: Command) -> Operation {
+    match command {
+        Command::Info { json } => Operation::Info { json },
         Command::List {
             device,
             capabilities,
@@ -385,21 +300,20 @@ pub fn run(cli: &Cli) -> Result<()> {
             json,
             bundle,
         } => {
-            let env: Vec<String> = imex_channels
-                .iter()
-                .map(|c| format!("NVIDIA_IMEX_CHANNELS={c}"))
-                .chain(enable.iter().map(|g| format!("{}=enabled", g.variable())))
-                .collect();
             let ask = match bundle {
-                Some(dir) => list::Ask::Bundle(dir),
-                None => list::Ask::Flags {
+                Some(dir) => Ask::Bundle(dir),
+                None => Ask::Flags {
                     devices: device,
                     capabilities,
-                    layout: (*layout).into(),
-                    env: &env,
+                    layout: layout.into(),
+                    env: imex_channels
+                        .iter()
+                        .map(|c| format!("NVIDIA_IMEX_CHANNELS={c}"))
+                        .chain(enable.iter().map(|g| format!("{}=enabled", g.variable())))
+                        .collect(),
                 },
             };
-            list::run(&loaded()?, ask, *json, &mut out)?
+            Operation::List { ask, json }
         }
         Command::Cdi {
             command:
@@ -412,102 +326,67 @@ pub fn run(cli: &Cli) -> Result<()> {
                     remove_without_driver,
                     mode,
                 },
-        } => cdi::generate(
-            &loaded()?,
-            config_path,
-            &cdi::Generate {
-                output,
-                format: format.map(Format::from),
-                strategies: device_name_strategy,
-                capabilities: capabilities.as_deref(),
-                layout: (*layout).into(),
-                remove_without_driver: *remove_without_driver,
-                mode: (*mode).into(),
-            },
-            &mut out,
-        )?,
+        } => Operation::CdiGenerate(Generate {
+            output,
+            format: format.map(Format::from),
+            strategies: device_name_strategy,
+            capabilities,
+            layout: layout.into(),
+            remove_without_driver,
+            mode: mode.into(),
+            roots: Vec::new(),
+        }),
         Command::Cdi {
             command: CdiCommand::List {
                 device_name_strategy,
             },
-        } => cdi::list(&loaded()?, device_name_strategy, &mut out)?,
+        } => Operation::CdiNames {
+            strategies: device_name_strategy,
+        },
         Command::Cdi {
             command: CdiCommand::Validate { file },
-        } => cdi::validate(&loaded()?, file, &mut out)?,
+        } => Operation::CdiValidate { file },
         Command::CdiHook {
             stage,
             driver_version,
             capabilities,
             layout,
             mig_layout,
-        } => {
-            let config = loaded()?;
-            if stage != crate::callback::HOOK_STAGE {
-                return Err(Error::CdiStage {
-                    stage: stage.clone(),
-                });
-            }
-            hook::run_granted(
-                &config,
-                io::stdin(),
-                &planner::SpecMade {
-                    driver_version: driver_version.clone(),
-                    capabilities: capabilities.clone(),
-                    layout: (*layout).into(),
-                    mig_layout: mig_layout.clone(),
-                },
-            )?
-        }
-        Command::Runtime { args } => {
-            // The wrapper's caller reads errors from the runtime's log.
-            let error = match loaded() {
-                Ok(config) => Error::Runtime(crate::runtime::run(&config, config_path, args)),
-                Err(e) => e,
-            };
-            crate::deadline::disarm();
-            crate::runtime::log_failure(args, &one_line(&error));
-            return Err(error);
-        }
-        Command::Doctor(args) => {
-            out.flush()?;
-            if !doctor(args, config_path)? {
-                return Err(Error::Unhealthy);
-            }
-        }
-        Command::Prestart | Command::CreateRuntime => hook::run(&loaded()?, io::stdin())?,
-        Command::Other(args) => {
-            loaded()?;
-            return Err(Error::Stage {
-                stage: args.first().cloned().unwrap_or_default(),
-            });
+        } => Operation::CdiHook {
+            stage,
+            made: crate::callback::SpecMade {
+                driver_version,
+                capabilities,
+                layout: layout.into(),
+                mig_layout,
+            },
+        },
+        Command::Runtime { args } => Operation::Runtime { args },
+        Command::Doctor(args) => Operation::Doctor(args.into()),
+        Command::Prestart => Operation::Prestart { entry: "prestart" },
+        Command::CreateRuntime => Operation::Prestart {
+            entry: "createRuntime",
+        },
+        Command::Other(args) => Operation::RefusedStage {
+            stage: args.first().cloned().unwrap_or_default(),
+        },
+    }
+}
+
+impl From<DoctorArgs> for app::DoctorOptions {
+    fn from(args: DoctorArgs) -> Self {
+        app::DoctorOptions {
+            json: args.json,
+            inside: args.inside,
+            checks: crate::doctor::Options {
+                host_smi: args.host_smi,
+                image_rootfs: args.image_rootfs,
+                image_config: args.image_config,
+                env: args.env,
+                cuda: args.cuda,
+                run: args.run,
+                host_root: args.host_root,
+            },
         }
     }
-    out.flush()?;
-    Ok(())
-}
-
-/// Runs `doctor`, printing its report; whether every check passed. It
-/// loads the configuration itself: a file that does not parse is one of
-/// its findings, not a reason to stop.
-pub fn doctor(args: &DoctorArgs, config_path: Option<&Path>) -> Result<bool> {
-    doctor::run(args, config_path)
-}
-
-/// This build's version and the git commit it was built from (build.rs),
-/// so that a binary found on a host names the exact source it came from.
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("OCI_NVIDIA_HOOK_COMMIT"),
-    ")"
-);
-
-/// This build's version, as `--version` prints it.
-pub fn version() -> &'static str {
-    VERSION
-}
-
-/// An error and its sources on one line, as `main` reports it.
-pub fn one_line(error: &dyn std::error::Error) -> String {
-    crate::oneline::error(error)
 }

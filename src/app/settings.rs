@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use toml_edit::{Array, Value};
 
 use super::{Error, Result};
-use crate::config::{Config, DEFAULT_PATH};
+use crate::config::Config;
 use crate::engine_config::{self, parse_toml, set, table_at, Output};
 
 /// The config file every key is set to its default in, as packaged.
-const SHIPPED: &str = include_str!("../../../packaging/config.toml");
+const SHIPPED: &str = include_str!("../../packaging/config.toml");
 
 /// How a value given to `--set` is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,27 +106,23 @@ pub const KEYS: [Key; 12] = [
     },
 ];
 
-/// `config`'s flags, NVIDIA's names.
-#[derive(Debug, PartialEq, Eq, clap::Args)]
-pub struct ConfigArgs {
-    /// The config file to read (and with --in-place write).
-    #[arg(long, short = 'c', alias = "config", default_value = DEFAULT_PATH, value_name = "FILE")]
+/// What `config` was asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    /// The config file to read (and with `in_place` write).
     pub config_file: PathBuf,
-    /// KEY=VALUE with one of NVIDIA's keys (docs/nvidia-ctk.md lists them);
-    /// an empty VALUE puts the key back to its default (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
+    /// `KEY=VALUE` with one of NVIDIA's keys; an empty VALUE puts the key
+    /// back to its default.
     pub sets: Vec<String>,
     /// Write the file back instead of printing it.
-    #[arg(long, short = 'i')]
     pub in_place: bool,
     /// Write the result to this file instead of stdout.
-    #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "in_place")]
     pub output: Option<PathBuf>,
 }
 
 /// Runs `config`: applies every `--set` to the file and prints, writes or
 /// replaces it.
-pub fn run(args: &ConfigArgs, out: &mut impl Write) -> Result<()> {
+pub fn run(args: &Edit, out: &mut impl Write) -> Result<()> {
     let path = &args.config_file;
     let text = engine_config::read(path)?;
     let mut doc = parse_toml(path, Some(text.as_deref().unwrap_or(SHIPPED)))?;
@@ -211,7 +207,7 @@ mod tests {
         if let Some(text) = text {
             std::fs::write(&path, text).unwrap();
         }
-        let args = ConfigArgs {
+        let args = Edit {
             config_file: path,
             sets: sets.iter().map(|s| s.to_string()).collect(),
             in_place: false,
@@ -312,7 +308,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.toml");
         std::fs::write(&path, "disable-require = false # why\n").unwrap();
-        let args = ConfigArgs {
+        let args = Edit {
             config_file: path.clone(),
             sets: vec!["disable-require=true".into()],
             in_place: true,

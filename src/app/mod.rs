@@ -1,0 +1,382 @@
+//! The application layer: everything the binary can be asked, as one plain
+//! [`Operation`], and the one place that runs it.
+//!
+//! Each front ([`crate::front`]: ours, and each of NVIDIA's names) parses
+//! its command line into an [`Invocation`]: an operation and the
+//! [`Overrides`] its flags carry. [`run`] then does, once for every front:
+//! load the configuration (under the deadline when a runtime waits), apply
+//! the overrides, set up the log, log what the front noted, run the
+//! operation, and say how it ended ([`Outcome`]). The operations' own
+//! modules below do the work; none loads the configuration or sets up the
+//! log itself, and none knows which front asked.
+
+mod cdi;
+mod doctor;
+pub mod engine;
+mod info;
+mod list;
+pub mod nvidia_cli;
+pub mod nvidia_hooks;
+pub mod settings;
+mod specs;
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+pub use cdi::{driver_of, Generate, NamedRoot, RootKind, DEFAULT_STRATEGIES};
+pub use doctor::Options as DoctorOptions;
+pub use list::Ask;
+
+use crate::callback::SpecMade;
+use crate::config::{self, CompatMode, Config, LogLevel};
+use crate::{bundle, deadline, driver, hook, logging, planner};
+
+/// Why an operation failed.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] config::Error),
+    #[error(transparent)]
+    Logging(#[from] logging::Error),
+    #[error(transparent)]
+    Driver(#[from] driver::Error),
+    #[error(transparent)]
+    Planner(#[from] planner::Error),
+    #[error(transparent)]
+    Bundle(#[from] bundle::Error),
+    #[error("cannot write output: {0}")]
+    Output(#[from] io::Error),
+    #[error("cannot encode JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Hook(#[from] hook::Error),
+    #[error("refusing to run as hook stage {stage:?}: oci-nvidia-hook runs only at prestart or createRuntime (in the runtime's namespaces, before pivot_root)")]
+    Stage { stage: String },
+    #[error("refusing to run the CDI hook at stage {stage:?}: it runs only at createRuntime (in the runtime's namespaces, before pivot_root)")]
+    CdiStage { stage: String },
+    #[error(transparent)]
+    Cdi(#[from] crate::cdi::Error),
+    #[error("cannot name this program or its config for the spec's hook: {source}")]
+    Exe { source: io::Error },
+    #[error(transparent)]
+    Runtime(crate::runtime::Error),
+    #[error("cannot read CDI spec {path}: {source}")]
+    ReadSpec { path: PathBuf, source: io::Error },
+    #[error("not removing {path}: {reason}; only a spec oci-nvidia-hook generated is removed")]
+    NotOurSpec { path: PathBuf, reason: String },
+    #[error("cannot remove {path}: {source}")]
+    RemoveSpec { path: PathBuf, source: io::Error },
+    #[error("{count} {} in {path}", if *.count == 1 { "problem" } else { "problems" })]
+    InvalidSpec { count: usize, path: PathBuf },
+    #[error("{0}")]
+    Usage(String),
+    #[error("list: nothing on this host matches the options given (no driver file of those kinds and capabilities, no such device)")]
+    NothingListed,
+    #[error(transparent)]
+    Engine(#[from] crate::engine_config::Error),
+    #[error(transparent)]
+    Inject(Box<crate::inject::Error>),
+    #[error(transparent)]
+    Image(#[from] crate::image::Error),
+    #[error("invalid --link {0:?}: expected TARGET::LINK")]
+    HookLink(String),
+    #[error("invalid --mode {0:?}: expected octal permission bits, at most 7777")]
+    HookMode(String),
+    #[error("cannot list the host's {path}: {source}")]
+    HostProc { path: PathBuf, source: io::Error },
+}
+
+impl From<crate::inject::Error> for Error {
+    fn from(e: crate::inject::Error) -> Self {
+        Error::Inject(Box::new(e))
+    }
+}
+
+/// Result of an operation.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything the binary can be asked to do, whichever front asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operation {
+    /// The host driver's inventory (`info`).
+    Info {
+        /// JSON instead of text.
+        json: bool,
+    },
+    /// What a container with a request would receive (`list`).
+    List {
+        /// Where the request comes from.
+        ask: Ask,
+        /// The whole plan as JSON instead of host paths.
+        json: bool,
+    },
+    /// Write this host's CDI spec (`cdi generate`, `nvidia-ctk cdi generate`).
+    CdiGenerate(Generate),
+    /// The device names a spec for this host offers (`cdi list`).
+    CdiNames {
+        /// `--device-name-strategy`, as given.
+        strategies: String,
+    },
+    /// Check a spec against the schema and this host (`cdi validate`).
+    CdiValidate {
+        /// The spec file.
+        file: PathBuf,
+    },
+    /// Every device every spec in the spec directories defines (`nvidia-ctk cdi list`).
+    CdiSpecDevices {
+        /// The directories; none means the standard ones.
+        spec_dirs: Vec<PathBuf>,
+    },
+    /// The prestart (or createRuntime) hook: the container's request injected.
+    Prestart {
+        /// The entry point's name in the deadline's line.
+        entry: &'static str,
+    },
+    /// The createRuntime hook of a spec we generated.
+    CdiHook {
+        /// The stage it was run at; only createRuntime is accepted.
+        stage: String,
+        /// How the spec was made.
+        made: SpecMade,
+    },
+    /// A hook of NVIDIA's CDI specs (`nvidia-cdi-hook`, `nvidia-ctk hook`).
+    NvidiaHook {
+        /// The entry point's name in the deadline's line.
+        entry: &'static str,
+        /// The hook and its arguments.
+        hook: nvidia_hooks::Hook,
+    },
+    /// `nvidia-container-cli info`.
+    NvidiaCliInfo {
+        /// `--csv`.
+        csv: bool,
+    },
+    /// `nvidia-container-cli list`.
+    NvidiaCliList(nvidia_cli::List),
+    /// `nvidia-container-cli configure`, a prestart hook.
+    NvidiaCliConfigure(nvidia_cli::Configure),
+    /// Runtime mode: edit the spec, then exec the real runtime with `args`.
+    Runtime {
+        /// The runtime's command line, passed on unchanged.
+        args: Vec<OsString>,
+    },
+    /// The layered diagnosis; it loads the configuration itself.
+    Doctor(DoctorOptions),
+    /// Register our runtime with a container engine (`nvidia-ctk runtime configure`).
+    EngineConfigure(engine::Configure),
+    /// Print or change the config file under NVIDIA's key names (`nvidia-ctk config`).
+    ConfigEdit(settings::Edit),
+    /// A hook stage the hook refuses to run at.
+    RefusedStage {
+        /// The stage given.
+        stage: String,
+    },
+}
+
+impl Operation {
+    /// The entry point's name when a runtime waits for this operation,
+    /// which then runs under a deadline (see [`crate::deadline`]); `None`
+    /// for what people run.
+    pub fn waited_for(&self) -> Option<&'static str> {
+        match self {
+            Operation::Prestart { entry } | Operation::NvidiaHook { entry, .. } => Some(entry),
+            Operation::CdiHook { .. } => Some("cdi-hook"),
+            Operation::Runtime { .. } => Some("the runtime wrapper"),
+            Operation::NvidiaCliConfigure(_) => Some("nvidia-container-cli configure"),
+            Operation::Info { .. }
+            | Operation::List { .. }
+            | Operation::CdiGenerate(_)
+            | Operation::CdiNames { .. }
+            | Operation::CdiValidate { .. }
+            | Operation::CdiSpecDevices { .. }
+            | Operation::NvidiaCliInfo { .. }
+            | Operation::NvidiaCliList(_)
+            | Operation::Doctor(_)
+            | Operation::EngineConfigure(_)
+            | Operation::ConfigEdit(_)
+            | Operation::RefusedStage { .. } => None,
+        }
+    }
+}
+
+/// What a front's flags change in the configuration an operation runs with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// The config file to load instead of the default path.
+    pub config: Option<PathBuf>,
+    /// The log level, instead of the file's.
+    pub log_level: Option<LogLevel>,
+    /// The log file, instead of the file's.
+    pub log_file: Option<PathBuf>,
+    /// The driver root, instead of the file's.
+    pub driver_root: Option<PathBuf>,
+    /// The CUDA compat mode, instead of the file's.
+    pub cuda_compat: Option<CompatMode>,
+    /// What the front accepted and ignored, logged once the log is set up.
+    pub notes: Vec<Note>,
+}
+
+impl Overrides {
+    /// `config` with these overrides in it.
+    pub fn apply(&self, mut config: Config) -> Config {
+        if let Some(root) = &self.driver_root {
+            config.driver.root = root.clone();
+        }
+        if let Some(level) = self.log_level {
+            config.log.level = level;
+        }
+        if let Some(file) = &self.log_file {
+            config.log.file = file.clone();
+        }
+        if let Some(mode) = self.cuda_compat {
+            config.cuda_compat.mode = mode;
+        }
+        config
+    }
+}
+
+/// A line a front wants logged once the log exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Its level.
+    pub level: log::Level,
+    /// The line.
+    pub text: String,
+}
+
+impl Note {
+    /// A note at debug level.
+    pub fn debug(text: impl Into<String>) -> Note {
+        Note {
+            level: log::Level::Debug,
+            text: text.into(),
+        }
+    }
+}
+
+/// What a command line asks for, as a front reads it.
+// Made once per process and matched at once: boxing the large variant
+// would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invocation {
+    /// Run an operation with these overrides.
+    Run(Operation, Overrides),
+    /// Print text, and nothing else (versions, help).
+    Print(String),
+    /// Nothing to do (`poststart`, `poststop`).
+    Nothing,
+}
+
+/// How an operation that ran to its end came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done.
+    Done,
+    /// Doctor ran, and its report says which checks failed.
+    Unhealthy,
+}
+
+/// Runs `operation` with `overrides`: the configuration loaded once
+/// (bounded by the deadline when a runtime waits), the log set up once,
+/// then the operation, writing to stdout.
+pub fn run(operation: &Operation, overrides: &Overrides) -> Result<Outcome> {
+    let loaded = match operation {
+        // It may be mending the file: the defaults, for the log.
+        Operation::ConfigEdit(_) => Ok(overrides.apply(Config::default())),
+        _ => deadline::bounded_load(
+            operation.waited_for(),
+            || Config::load(overrides.config.as_deref()).map(|c| overrides.apply(c)),
+            Config::deadline,
+        ),
+    };
+    let config = match operation {
+        // A file that does not load is one of doctor's findings, and its
+        // report is its output: no log is set up.
+        Operation::Doctor(options) => {
+            return Ok(
+                match doctor::run(options, loaded, overrides.config.as_deref())? {
+                    true => Outcome::Done,
+                    false => Outcome::Unhealthy,
+                },
+            )
+        }
+        _ => set_up(operation, overrides, loaded)?,
+    };
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let config_path = overrides.config.as_deref();
+    match operation {
+        Operation::Info { json } => info::run(&config, *json, &mut out)?,
+        Operation::List { ask, json } => list::run(&config, ask, *json, &mut out)?,
+        Operation::CdiGenerate(generate) => {
+            cdi::generate(&config, config_path, generate, &mut out)?
+        }
+        Operation::CdiNames { strategies } => cdi::list(&config, strategies, &mut out)?,
+        Operation::CdiValidate { file } => cdi::validate(&config, file, &mut out)?,
+        Operation::CdiSpecDevices { spec_dirs } => specs::run(spec_dirs, &mut out)?,
+        Operation::Prestart { .. } => hook::run(&config, io::stdin())?,
+        Operation::CdiHook { stage, made } => {
+            if stage != crate::callback::HOOK_STAGE {
+                return Err(Error::CdiStage {
+                    stage: stage.clone(),
+                });
+            }
+            hook::run_granted(&config, io::stdin(), made)?
+        }
+        Operation::NvidiaHook { hook, .. } => nvidia_hooks::run(hook, &config)?,
+        Operation::NvidiaCliInfo { csv } => nvidia_cli::info(&config, *csv, &mut out)?,
+        Operation::NvidiaCliList(list) => nvidia_cli::list(&config, list, &mut out)?,
+        Operation::NvidiaCliConfigure(configure) => nvidia_cli::configure(&config, configure)?,
+        Operation::Runtime { args } => {
+            let error = Error::Runtime(crate::runtime::run(&config, config_path, args));
+            return Err(runtime_failed(args, error));
+        }
+        Operation::EngineConfigure(configure) => engine::configure(configure, &mut out)?,
+        Operation::ConfigEdit(edit) => settings::run(edit, &mut out)?,
+        Operation::RefusedStage { stage } => {
+            return Err(Error::Stage {
+                stage: stage.clone(),
+            })
+        }
+        // Returned above.
+        Operation::Doctor(_) => {}
+    }
+    out.flush()?;
+    Ok(Outcome::Done)
+}
+
+/// The loaded configuration made ready: the log set up from it, then the
+/// front's notes logged. A runtime wrapper's failure is also written
+/// where its caller reads the runtime's errors.
+fn set_up(
+    operation: &Operation,
+    overrides: &Overrides,
+    loaded: config::Result<Config>,
+) -> Result<Config> {
+    let ready = loaded.map_err(Error::from).and_then(|config| {
+        logging::init(&config.log)?;
+        Ok(config)
+    });
+    match (ready, operation) {
+        (Ok(config), _) => {
+            for note in &overrides.notes {
+                log::log!(note.level, "{}", note.text);
+            }
+            Ok(config)
+        }
+        (Err(e), Operation::Runtime { args }) => Err(runtime_failed(args, e)),
+        (Err(e), _) => Err(e),
+    }
+}
+
+/// The runtime wrapper's `error`, also written to the runtime's log, where
+/// the wrapper's caller reads errors.
+fn runtime_failed(args: &[OsString], error: Error) -> Error {
+    deadline::disarm();
+    crate::runtime::log_failure(args, &crate::oneline::error(&error));
+    error
+}
