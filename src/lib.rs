@@ -42,3 +42,4 @@ pub mod require;
 pub mod runtime;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod userns;

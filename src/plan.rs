@@ -178,6 +178,16 @@ pub struct WrittenFile {
     pub data: String,
 }
 
+/// Permission bits to set on an entry of the container, where it has one:
+/// a path it lacks is skipped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModeChange {
+    /// The entry, a directory, regular file or character device.
+    pub path: PathBuf,
+    /// The permission bits, at most `0o7777`.
+    pub mode: u32,
+}
+
 /// Where NVIDIA's `update-application-profile` (toolkit 1.20) writes the
 /// driver's application profile.
 pub const APPLICATION_PROFILE: &str =
@@ -342,6 +352,9 @@ pub struct Plan {
     pub proc_mask: Option<ProcMask>,
     /// Small files of ours: the driver's application profile for graphics.
     pub files: Vec<WrittenFile>,
+    /// Permission bits set on image entries (`nvidia-cdi-hook chmod`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub modes: Vec<ModeChange>,
 }
 
 impl Plan {

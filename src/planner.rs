@@ -51,7 +51,7 @@ pub enum Error {
     #[error("driver {version} shows no GPU in /proc/driver/nvidia/gpus: a CDI spec needs at least one device")]
     NoGpu { version: String },
     #[error(transparent)]
-    UserNamespace(Box<dyn std::error::Error + Send + Sync>),
+    UserNamespace(#[from] crate::userns::Error),
 }
 
 /// Result of planning.
@@ -169,6 +169,9 @@ pub struct Planned {
     pub plan: Plan,
     /// The library layout the plan's container paths follow.
     pub layout: ImageLayout,
+    /// The container's user namespace, where its process was looked at
+    /// ([`UserNamespace::Process`]) and has one.
+    pub user_namespace: Option<crate::userns::UserNamespace>,
 }
 
 /// The request `source` makes, as `config`'s policy lets it stand. Pure,
@@ -424,28 +427,21 @@ impl LeftToOthers {
     }
 }
 
-/// An error of the caller's, for the planner to pass on.
-pub type CallerError = Box<dyn std::error::Error + Send + Sync>;
-
 /// The container's user namespace, as far as the caller knows it.
-pub enum UserNamespace<'a> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserNamespace {
     /// As the request source says: its bundle's `user` namespace; none for flags.
     Declared,
-    /// Asked once the request is known to ask for a GPU (a container that
-    /// asks for none costs no look): whether its process is in a user
-    /// namespace, which its bundle may not say (rootless Podman's
+    /// The container's process, by pid: looked at in `/proc` once the
+    /// request is known to ask for a GPU (a container that asks for none
+    /// costs no look), since its bundle may not say (rootless Podman's
     /// `config.json` has none).
-    Detect(&'a mut dyn FnMut() -> std::result::Result<bool, CallerError>),
+    Process(u32),
 }
 
-impl std::fmt::Debug for UserNamespace<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            UserNamespace::Declared => "Declared",
-            UserNamespace::Detect(_) => "Detect",
-        })
-    }
-}
+/// The procfs a container's process is looked at in: always the real one
+/// (the config's `proc-root` only relocates the driver's files).
+const PROC: &str = "/proc";
 
 /// Everything a consumer knows, for [`plan`].
 #[derive(Debug)]
@@ -455,7 +451,7 @@ pub struct Inputs<'a> {
     /// The image the plan places files for.
     pub image: ImageSource<'a>,
     /// The container's user namespace.
-    pub user_namespace: UserNamespace<'a>,
+    pub user_namespace: UserNamespace,
     /// What the caller leaves to a runtime or a spec.
     pub left: LeftToOthers,
     /// How the driver root is inventoried.
@@ -506,14 +502,23 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
             effective,
             inventory: None,
             layout: ImageLayout::default(),
+            user_namespace: None,
         });
     }
-    if let UserNamespace::Detect(detect) = user_namespace {
-        // Its /dev cannot hold usable device nodes: the host's are bound.
-        if detect().map_err(Error::UserNamespace)? {
-            effective.node_mode = NodeMode::Bind;
-        }
+    let user_namespace = match user_namespace {
+        UserNamespace::Process(pid) => crate::userns::detect(Path::new(PROC), pid)?,
+        UserNamespace::Declared => None,
+    };
+    // Its /dev cannot hold usable device nodes: the host's are bound.
+    if user_namespace.is_some() {
+        effective.node_mode = NodeMode::Bind;
     }
+    // Rootless, the hook has no device cgroup to write, and the runtime
+    // made none for the container.
+    let left = LeftToOthers {
+        cgroup_rules: left.cgroup_rules || user_namespace.is_some_and(|ns| ns.rootless),
+        ..left
+    };
     let inventory = match taken {
         Some(taken) => {
             let mut inventory = taken.clone();
@@ -544,7 +549,9 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
         }
         effective.request.devices = granted_devices(&inventory, granted.nodes);
     }
-    planned(config, effective, inventory, image, left)
+    let mut planned = planned(config, effective, inventory, image, left)?;
+    planned.user_namespace = user_namespace;
+    Ok(planned)
 }
 
 /// Inventories the host for `effective`: only the files its capabilities
@@ -651,6 +658,7 @@ fn planned(
         inventory: Some(inventory),
         plan,
         layout: image.layout,
+        user_namespace: None,
     })
 }
 

@@ -32,6 +32,7 @@ pub use list::Ask;
 
 use crate::callback::SpecMade;
 use crate::config::{self, CompatMode, Config, LogLevel};
+use crate::inject::LinuxSys;
 use crate::{bundle, deadline, driver, hook, logging, planner};
 
 /// Why an operation failed.
@@ -306,6 +307,8 @@ pub fn run(operation: &Operation, overrides: &Overrides) -> Result<Outcome> {
         }
         _ => set_up(operation, overrides, loaded)?,
     };
+    // The one seam of every privileged call the operations make.
+    let sys = LinuxSys::default();
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let config_path = overrides.config.as_deref();
@@ -318,19 +321,21 @@ pub fn run(operation: &Operation, overrides: &Overrides) -> Result<Outcome> {
         Operation::CdiNames { strategies } => cdi::list(&config, strategies, &mut out)?,
         Operation::CdiValidate { file } => cdi::validate(&config, file, &mut out)?,
         Operation::CdiSpecDevices { spec_dirs } => specs::run(spec_dirs, &mut out)?,
-        Operation::Prestart { .. } => hook::run(&config, io::stdin())?,
+        Operation::Prestart { .. } => hook::run(&config, io::stdin(), &sys)?,
         Operation::CdiHook { stage, made } => {
             if stage != crate::callback::HOOK_STAGE {
                 return Err(Error::CdiStage {
                     stage: stage.clone(),
                 });
             }
-            hook::run_granted(&config, io::stdin(), made)?
+            hook::run_granted(&config, io::stdin(), made, &sys)?
         }
-        Operation::NvidiaHook { hook, .. } => nvidia_hooks::run(hook, &config)?,
+        Operation::NvidiaHook { hook, .. } => nvidia_hooks::run(hook, &config, &sys)?,
         Operation::NvidiaCliInfo { csv } => nvidia_cli::info(&config, *csv, &mut out)?,
         Operation::NvidiaCliList(list) => nvidia_cli::list(&config, list, &mut out)?,
-        Operation::NvidiaCliConfigure(configure) => nvidia_cli::configure(&config, configure)?,
+        Operation::NvidiaCliConfigure(configure) => {
+            nvidia_cli::configure(&config, configure, &sys)?
+        }
         Operation::Runtime { args } => {
             let error = Error::Runtime(crate::runtime::run(&config, config_path, args));
             return Err(runtime_failed(args, error));

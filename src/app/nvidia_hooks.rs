@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 
 use super::{Error, Result};
 use crate::config::{CompatMode, Config};
-use crate::hook::{self, Located};
-use crate::inject::{self, edits, LinuxSys, Sources};
-use crate::plan::{self, Plan, Symlink};
+use crate::hook::{self, Seam, Target};
+use crate::inject::{self, edits};
+use crate::plan::{self, ModeChange, Plan, Symlink, WrittenFile};
 
 /// Our `ld.so.conf.d` entry for the image's CUDA compat libraries; it
 /// sorts before NVIDIA's `00-nvcr-*`, as NVIDIA's `00-compat-*` does.
@@ -71,128 +71,138 @@ pub enum HookKind {
     UpdateApplicationProfile,
 }
 
-/// Runs one hook (`nvidia-cdi-hook`'s, or `nvidia-ctk hook`'s).
-pub fn run(asked: &Hook, config: &Config) -> Result<()> {
-    let sys = LinuxSys::default();
-    let locate = || hook::locate(io::stdin(), asked.state.as_deref());
-    match &asked.kind {
-        HookKind::UpdateLdcache { folders } => {
-            let located = locate()?;
-            located.enter(&sys)?;
-            let rootfs = &located.container.rootfs;
-            // The compat libraries `enable-cuda-compat` chose come first.
-            let mut dirs = compat_dirs(rootfs)?;
-            dirs.extend(folders.iter().cloned());
-            let libraries = edits::libraries(rootfs, &dirs)?;
-            let plan = Plan {
-                symlinks: libraries.symlinks,
-                loader_entries: libraries.entries,
-                loader_dirs: folders.clone(),
-                ..Plan::default()
-            };
-            apply(&sys, &located, &plan, "update-ldcache")
+impl HookKind {
+    /// NVIDIA's name for it, in log lines.
+    fn name(&self) -> &'static str {
+        match self {
+            HookKind::UpdateLdcache { .. } => "update-ldcache",
+            HookKind::CreateSonameSymlinks { .. } => "create-soname-symlinks",
+            HookKind::CreateSymlinks { .. } => "create-symlinks",
+            HookKind::EnableCudaCompat { .. } => "enable-cuda-compat",
+            HookKind::DisableDeviceNodeModification => "disable-device-node-modification",
+            HookKind::Chmod { .. } => "chmod",
+            HookKind::UpdateApplicationProfile => "update-application-profile",
         }
-        HookKind::CreateSonameSymlinks { folders } => {
-            let located = locate()?;
-            located.enter(&sys)?;
-            let libraries = edits::libraries(&located.container.rootfs, folders)?;
-            let plan = Plan {
-                symlinks: libraries.symlinks,
-                ..Plan::default()
-            };
-            apply(&sys, &located, &plan, "create-soname-symlinks")
-        }
-        HookKind::CreateSymlinks { links } => {
-            let plan = Plan {
-                symlinks: symlinks(links)?,
-                ..Plan::default()
-            };
-            let located = locate()?;
-            located.enter(&sys)?;
-            apply(&sys, &located, &plan, "create-symlinks")
-        }
-        HookKind::EnableCudaCompat {
-            host_driver_version,
-        } => {
-            let located = locate()?;
-            located.enter(&sys)?;
-            let rootfs = &located.container.rootfs;
-            let image =
-                crate::image::Image::inspect(rootfs, host_driver_version, CompatMode::Ldconfig)?;
-            let Some(compat) = image.compat else {
-                log::debug!(
-                    "container {}: no CUDA compat libraries newer than driver {host_driver_version}",
-                    located.id
-                );
-                return Ok(());
-            };
-            let mut conf = compat.dir.as_os_str().as_bytes().to_vec();
-            conf.push(b'\n');
-            edits::write_file(rootfs, Path::new(COMPAT_CONF), &conf)?;
-            log::info!(
-                "container {}: CUDA compat libraries of driver {} in {} preferred",
-                located.id,
-                compat.driver_version,
-                compat.dir.display()
-            );
-            Ok(())
-        }
+    }
+}
+
+/// Runs one hook (`nvidia-cdi-hook`'s, or `nvidia-ctk hook`'s), its
+/// privileged calls through `sys`: each ends in the container's one apply.
+pub fn run(asked: &Hook, config: &Config, sys: &impl Seam) -> Result<()> {
+    let target = hook::locate(io::stdin(), asked.state.as_deref())?;
+    let summary = run_on(&target, &asked.kind, config, sys)?;
+    log::info!(
+        "container {}: {}: {} links, {} loader entries, {} files, {} modes",
+        target.id,
+        asked.kind.name(),
+        summary.symlinks,
+        summary.loader_entries,
+        summary.files,
+        summary.modes
+    );
+    Ok(())
+}
+
+/// The hook `kind` on the located `target`: planned, then applied in the
+/// container's one sequence.
+fn run_on(
+    target: &Target,
+    kind: &HookKind,
+    config: &Config,
+    sys: &impl Seam,
+) -> Result<inject::Summary> {
+    Ok(match kind {
         HookKind::DisableDeviceNodeModification => {
             let proc_dir = config.driver.proc_root.join("driver/nvidia");
             if !proc_dir.join("params").exists() {
                 log::debug!("{}: no driver loaded, nothing to mask", proc_dir.display());
-                return Ok(());
+                return Ok(inject::Summary::default());
             }
             let plan = Plan {
                 proc_mask: Some(plan::whole_driver(&proc_dir, gpu_buses(&proc_dir)?)),
                 ..Plan::default()
             };
-            let located = locate()?;
             // The host's files are opened before the container's namespace is entered.
-            let mut sources = Sources::open(&sys, &plan)?;
-            located.enter(&sys)?;
-            inject::apply(&sys, &plan, &mut sources, &located.container.rootfs)?;
-            Ok(())
+            target.apply(sys, &plan, None)?.summary
+        }
+        kind => target.apply_made_inside(sys, |rootfs| made_inside(kind, rootfs))?,
+    })
+}
+
+/// The plan of a hook that edits the container from what it shows inside
+/// its mount namespace (`rootfs` as seen there).
+fn made_inside(kind: &HookKind, rootfs: &Path) -> Result<Plan> {
+    Ok(match kind {
+        HookKind::UpdateLdcache { folders } => {
+            // The compat libraries `enable-cuda-compat` chose come first.
+            let mut dirs = compat_dirs(rootfs)?;
+            dirs.extend(folders.iter().cloned());
+            let libraries = edits::libraries(rootfs, &dirs)?;
+            Plan {
+                symlinks: libraries.symlinks,
+                loader_entries: libraries.entries,
+                loader_dirs: folders.clone(),
+                ..Plan::default()
+            }
+        }
+        HookKind::CreateSonameSymlinks { folders } => Plan {
+            symlinks: edits::libraries(rootfs, folders)?.symlinks,
+            ..Plan::default()
+        },
+        HookKind::CreateSymlinks { links } => Plan {
+            symlinks: symlinks(links)?,
+            ..Plan::default()
+        },
+        HookKind::EnableCudaCompat {
+            host_driver_version,
+        } => {
+            let image =
+                crate::image::Image::inspect(rootfs, host_driver_version, CompatMode::Ldconfig)?;
+            let Some(compat) = image.compat else {
+                log::debug!("no CUDA compat libraries newer than driver {host_driver_version}");
+                return Ok(Plan::default());
+            };
+            log::info!(
+                "CUDA compat libraries of driver {} in {} preferred",
+                compat.driver_version,
+                compat.dir.display()
+            );
+            let mut conf = compat.dir.as_os_str().to_string_lossy().into_owned();
+            conf.push('\n');
+            Plan {
+                files: vec![WrittenFile {
+                    path: COMPAT_CONF.into(),
+                    data: conf,
+                }],
+                ..Plan::default()
+            }
         }
         HookKind::Chmod { mode, paths } => {
             let mode = parse_mode(mode)?;
-            let located = locate()?;
-            located.enter(&sys)?;
-            let changed = edits::chmod(&located.container.rootfs, paths, mode)?;
-            log::debug!(
-                "container {}: chmod {mode:o}: {changed} changed",
-                located.id
-            );
-            Ok(())
+            Plan {
+                modes: paths
+                    .iter()
+                    .map(|path| ModeChange {
+                        path: path.clone(),
+                        mode,
+                    })
+                    .collect(),
+                ..Plan::default()
+            }
         }
-        HookKind::UpdateApplicationProfile => {
-            let located = locate()?;
-            located.enter(&sys)?;
-            let rootfs = &located.container.rootfs;
-            let Some(profile) = plan::application_profile(edits::gpu_minors(rootfs)?) else {
-                return Ok(());
-            };
-            edits::write_file(
-                rootfs,
-                Path::new(plan::APPLICATION_PROFILE),
-                profile.as_bytes(),
-            )?;
-            Ok(())
-        }
-    }
-}
-
-/// Applies a plan of links and loader entries to the located container.
-fn apply(sys: &LinuxSys, located: &Located, plan: &Plan, what: &str) -> Result<()> {
-    let mut sources = Sources::open(sys, plan)?;
-    let summary = inject::apply(sys, plan, &mut sources, &located.container.rootfs)?;
-    log::info!(
-        "container {}: {what}: {} links, {} loader entries",
-        located.id,
-        summary.symlinks,
-        summary.loader_entries
-    );
-    Ok(())
+        HookKind::UpdateApplicationProfile => Plan {
+            files: plan::application_profile(edits::gpu_minors(rootfs)?)
+                .map(|data| WrittenFile {
+                    path: plan::APPLICATION_PROFILE.into(),
+                    data,
+                })
+                .into_iter()
+                .collect(),
+            ..Plan::default()
+        },
+        // Planned from the host, before entering.
+        HookKind::DisableDeviceNodeModification => Plan::default(),
+    })
 }
 
 /// The directories our `enable-cuda-compat` entry names, if the image has it.
@@ -289,5 +299,92 @@ mod tests {
         for bad in ["", "9", "17777", "rwx"] {
             assert!(parse_mode(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Every hook against the fake seam: entered before anything is read
+    /// of the container; a refused step stops it with the rootfs unchanged.
+    #[test]
+    fn each_hook_runs_the_one_sequence_and_a_refused_step_changes_nothing() {
+        use crate::hook::fake::FakeSeam;
+        use std::fs;
+
+        let host = tempfile::tempdir().unwrap();
+        let proc_dir = host.path().join("proc/driver/nvidia");
+        fs::create_dir_all(proc_dir.join("gpus/0000:3b:00.0")).unwrap();
+        fs::write(proc_dir.join("params"), "ModifyDeviceFiles: 1\n").unwrap();
+        fs::write(proc_dir.join("version"), "NVRM version: 535\n").unwrap();
+        let mut config = Config::default();
+        config.driver.proc_root = host.path().join("proc");
+        let kinds = [
+            HookKind::UpdateLdcache {
+                folders: vec!["/lib".into()],
+            },
+            HookKind::CreateSonameSymlinks {
+                folders: vec!["/lib".into()],
+            },
+            HookKind::CreateSymlinks {
+                links: vec!["libcuda.so.1::/lib/libcuda.so".into()],
+            },
+            HookKind::EnableCudaCompat {
+                host_driver_version: "535.261.03".into(),
+            },
+            HookKind::DisableDeviceNodeModification,
+            HookKind::Chmod {
+                mode: "700".into(),
+                paths: vec!["/lib".into()],
+            },
+            HookKind::UpdateApplicationProfile,
+        ];
+        let tree = |root: &Path| {
+            let mut out: Vec<String> = walk(root)
+                .into_iter()
+                .map(|(p, m)| format!("{} {m:o}", p.display()))
+                .collect();
+            out.sort();
+            out
+        };
+        for kind in &kinds {
+            for refused in ["still_held", "enter"] {
+                let rootfs = tempfile::tempdir().unwrap();
+                fs::create_dir(rootfs.path().join("lib")).unwrap();
+                let before = tree(rootfs.path());
+                let target = Target::of_rootfs(rootfs.path().into(), true);
+                let sys = FakeSeam::refusing(refused);
+                let err = run_on(&target, kind, &config, &sys).unwrap_err();
+                assert_eq!(sys.calls.borrow().last(), Some(&refused), "{kind:?}: {err}");
+                assert_eq!(tree(rootfs.path()), before, "{kind:?}: {err}");
+            }
+            let rootfs = tempfile::tempdir().unwrap();
+            fs::create_dir(rootfs.path().join("lib")).unwrap();
+            // A container that shows the driver, whose procfs is masked.
+            fs::create_dir_all(rootfs.path().join("proc/driver/nvidia")).unwrap();
+            let target = Target::of_rootfs(rootfs.path().into(), true);
+            let sys = FakeSeam::default();
+            let summary = run_on(&target, kind, &config, &sys).unwrap();
+            assert_eq!(sys.calls.borrow()[..2], ["still_held", "enter"], "{kind:?}");
+            match kind {
+                HookKind::CreateSymlinks { .. } => assert_eq!(summary.symlinks, 1),
+                HookKind::Chmod { .. } => assert_eq!(summary.modes, 1),
+                HookKind::DisableDeviceNodeModification => {
+                    assert_eq!(sys.inner.tmpfs.borrow().len(), 1, "{kind:?}")
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Every path below `root` with its mode.
+    fn walk(root: &Path) -> Vec<(PathBuf, u32)> {
+        use std::os::unix::fs::PermissionsExt;
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(root).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            out.push((path.clone(), meta.permissions().mode()));
+            if meta.is_dir() {
+                out.extend(walk(&path));
+            }
+        }
+        out
     }
 }

@@ -12,8 +12,11 @@
 //! with its pid and rootfs from the command line and its request from its
 //! options; only where the request comes from differs.
 
+#[cfg(test)]
+pub(crate) mod fake;
 mod pid;
 mod state;
+mod target;
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
@@ -25,17 +28,18 @@ use nix::sys::stat::{umask, Mode};
 use thiserror::Error;
 
 pub use state::{parse as parse_state, ContainerState, MAX_STATE, STATE_TIMEOUT};
+pub use target::{Applied, Seam, Target};
 
 use crate::bundle;
 use crate::config::Config;
-use crate::inject::userns::UserNamespace as UserNs;
-use crate::inject::{self, LinuxSys, Sources, Sys};
-use crate::plan::{NodeMode, Plan};
+use crate::inject;
+use crate::plan::NodeMode;
 use crate::planner::{
     self, Asked, Discovery, Granted, ImageSource, Inputs, LeftToOthers, Source, SpecMade,
     UserNamespace,
 };
 use crate::{cgroup, request};
+use target::Held;
 
 /// Why the hook refused or failed; `main` prints it on one line.
 #[derive(Debug, Error)]
@@ -70,6 +74,8 @@ pub enum Error {
     Cgroup(#[from] cgroup::Error),
     #[error(transparent)]
     Inject(#[from] inject::Error),
+    #[error("container {id}: a plan made inside the container must take nothing from the host")]
+    HostSourcesInside { id: String },
 }
 
 /// Result of a hook run.
@@ -79,26 +85,19 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// config's `proc-root` only relocates the driver's files).
 const PROC: &str = "/proc";
 
-/// A container being created, checked: how logs name it, its pid, the
-/// process held, its bundle.
-struct Creating {
-    id: String,
-    pid: u32,
-    pidfd: Option<OwnedFd>,
-    container: bundle::Container,
-}
-
 /// Reads the state from `stdin` and checks that its pid is a container
 /// being created, seen from outside it; then reads its bundle.
-fn creating(stdin: impl Read + AsFd) -> Result<Creating> {
+fn creating(stdin: impl Read + AsFd) -> Result<Target> {
     let state = state::parse(&state::read(stdin)?)?;
     let pidfd = hold_creating(state.pid)?;
     let container = bundle::load(&state.bundle)?;
-    Ok(Creating {
+    Ok(Target {
         id: state.id,
-        pid: state.pid,
-        pidfd,
         container,
+        held: Some(Held {
+            pid: state.pid,
+            pidfd,
+        }),
     })
 }
 
@@ -150,9 +149,9 @@ impl Steps {
     };
 }
 
-/// Runs the hook with the state read from `stdin`.
-pub fn run(config: &Config, stdin: impl Read + AsFd) -> Result<()> {
-    inject(config, creating(stdin)?, Ask::Environment, Steps::ALL)
+/// Runs the hook with the state read from `stdin`, its privileged calls through `sys`.
+pub fn run(config: &Config, stdin: impl Read + AsFd, sys: &impl Seam) -> Result<()> {
+    inject(config, sys, &creating(stdin)?, Ask::Environment, Steps::ALL)
 }
 
 /// What `nvidia-container-cli configure` names: the container's pid and
@@ -176,16 +175,24 @@ pub struct Configure<'a> {
 /// Configures a container as `nvidia-container-cli configure` asks: the
 /// request from the command line, never from the container's environment,
 /// with the same pid checks, planner and injection as the hook.
-pub fn configure(config: &Config, target: &Configure<'_>) -> Result<()> {
+pub fn configure(config: &Config, target: &Configure<'_>, sys: &impl Seam) -> Result<()> {
     let pidfd = hold_creating(target.pid)?;
     let container = configured_container(target.bundle, target.rootfs)?;
-    let creating = Creating {
+    let creating = Target {
         id: format!("pid {}", target.pid),
-        pid: target.pid,
-        pidfd,
         container,
+        held: Some(Held {
+            pid: target.pid,
+            pidfd,
+        }),
     };
-    inject(config, creating, Ask::Argv(target.asked), target.steps)
+    inject(
+        config,
+        sys,
+        &creating,
+        Ask::Argv(target.asked),
+        target.steps,
+    )
 }
 
 /// The container `configure` names, as its bundle describes it when the
@@ -233,11 +240,16 @@ fn configured_container(bundle: &Path, rootfs: &Path) -> Result<bundle::Containe
     Ok(container)
 }
 
-/// Injects into `creating` what `ask` asks for, taking `steps`: the one
+/// Injects into `target` what `ask` asks for, taking `steps`: the one
 /// sequence after the container is known, for the hook and `configure`.
-fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Result<()> {
-    let proc = Path::new(PROC);
-    let id = &creating.id;
+fn inject(
+    config: &Config,
+    sys: &impl Seam,
+    target: &Target,
+    ask: Ask<'_>,
+    steps: Steps,
+) -> Result<()> {
+    let id = &target.id;
     let name_container = |source: planner::Error| match source {
         planner::Error::Request(source) => Error::Request {
             id: id.clone(),
@@ -245,21 +257,17 @@ fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Re
         },
         other => Error::Planner(other),
     };
-    // A `user` namespace in config.json, or the one the runtime itself runs
-    // in (rootless Podman's config.json has none). Its /dev cannot hold
-    // usable device nodes, so the host's are bound; the device cgroup is
-    // still granted unless the hook runs unprivileged too (rootless), where
-    // it cannot be written and the runtime made none.
-    let mut userns = Namespace::of(creating.pid);
     let started = Instant::now();
     let planned = planner::plan(
         config,
         Inputs {
-            source: ask.source(&creating.container),
-            image: ImageSource::Rootfs(&creating.container.rootfs),
-            user_namespace: UserNamespace::Detect(&mut || {
-                Ok(userns.detect().map_err(Box::new)?.is_some())
-            }),
+            source: ask.source(&target.container),
+            image: ImageSource::Rootfs(&target.container.rootfs),
+            // A `user` namespace in config.json, or the one the runtime
+            // itself runs in (rootless Podman's config.json has none).
+            user_namespace: target
+                .pid()
+                .map_or(UserNamespace::Declared, UserNamespace::Process),
             // The caller's runtime makes the nodes or grants the cgroup
             // (NVIDIA's `--no-devbind`, `--no-cgroups`).
             left: LeftToOthers {
@@ -276,10 +284,6 @@ fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Re
         return Ok(());
     }
     let plan = &planned.plan;
-    if !steps.nodes {
-        // They are still granted in the device cgroup.
-        log::debug!("container {id}: device nodes left to the runtime");
-    }
     let planned_at = Instant::now();
     if log::log_enabled!(log::Level::Debug) {
         log::debug!(
@@ -287,33 +291,30 @@ fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Re
             serde_json::to_string(plan).unwrap_or_default()
         );
     }
-
-    if userns.detect()?.is_some_and(|ns| ns.rootless) {
-        log::info!(
-            "container {id}: user namespace: skipping the device cgroup, bind-mounting device nodes"
-        );
-    } else {
-        if plan.node_mode == NodeMode::Bind && steps.nodes {
-            log::info!("container {id}: user namespace: bind-mounting device nodes");
-        }
-        if steps.cgroup {
-            let held = || pid::still_held(proc, creating.pid, creating.pidfd.as_ref()).is_ok();
-            for outcome in cgroup::allow_held(proc, creating.pid, &plan.cgroup_rules, &held)? {
-                log::debug!("container {id}: device cgroup: {outcome:?}");
-            }
-        } else {
-            log::debug!("container {id}: device cgroup left to the runtime");
-        }
+    if !steps.nodes {
+        // They are still granted in the device cgroup.
+        log::debug!("container {id}: device nodes left to the runtime");
     }
-    let granted = Instant::now();
-    let applied = apply(&creating, &mut userns, plan)?;
+    if !steps.cgroup {
+        log::debug!("container {id}: device cgroup left to the runtime");
+    }
+    match planned.user_namespace {
+        Some(ns) if ns.rootless => log::info!(
+            "container {id}: user namespace: skipping the device cgroup, bind-mounting device nodes"
+        ),
+        Some(_) if plan.node_mode == NodeMode::Bind && steps.nodes => {
+            log::info!("container {id}: user namespace: bind-mounting device nodes")
+        }
+        _ => {}
+    }
+    let applied = target.apply(sys, plan, planned.user_namespace)?;
     let summary = applied.summary;
     log::debug!(
         "container {id}: took {} µs: plan {}, cgroup {}, sources {}, inject {}",
         started.elapsed().as_micros(),
         (planned_at - started).as_micros(),
-        (granted - planned_at).as_micros(),
-        (applied.opened - granted).as_micros(),
+        (applied.granted - planned_at).as_micros(),
+        (applied.opened - applied.granted).as_micros(),
         applied.opened.elapsed().as_micros()
     );
     log::info!(
@@ -327,81 +328,26 @@ fn inject(config: &Config, creating: Creating, ask: Ask<'_>, steps: Steps) -> Re
     Ok(())
 }
 
-/// The container's user namespace, looked at once: when the planner asks,
-/// or else when the plan is applied.
-struct Namespace {
-    pid: u32,
-    detected: Option<Option<UserNs>>,
-}
-
-impl Namespace {
-    /// Container process `pid`'s, not looked at yet.
-    fn of(pid: u32) -> Namespace {
-        Namespace {
-            pid,
-            detected: None,
-        }
-    }
-
-    /// Its user namespace; `None` when it runs in the initial one.
-    fn detect(&mut self) -> Result<Option<UserNs>> {
-        if let Some(detected) = self.detected {
-            return Ok(detected);
-        }
-        let detected = inject::userns::detect(Path::new(PROC), self.pid)?;
-        self.detected = Some(detected);
-        Ok(detected)
-    }
-}
-
-/// What applying a plan did, and when the host sources were open.
-struct Applied {
-    summary: inject::Summary,
-    opened: Instant,
-}
-
-/// The one way a plan reaches a container, for the hook, `configure` and
-/// the `cdi-hook`: its user namespace known, the process held checked
-/// again (the namespace was read from `/proc/<pid>` by number, so it was
-/// about the process checked only if that is still the one held), the
-/// host sources opened, files made as the container's root, its mount
-/// namespace entered, the plan applied.
-fn apply(creating: &Creating, userns: &mut Namespace, plan: &Plan) -> Result<Applied> {
-    let proc = Path::new(PROC);
-    let Creating { id, pid, pidfd, .. } = creating;
-    let userns = userns.detect()?;
-    pid::still_held(proc, *pid, pidfd.as_ref())?;
-    let sys = LinuxSys::default();
-    let mut sources = Sources::open(&sys, plan)?;
-    let opened = Instant::now();
-    // Files made in the container belong to its root, not to host root
-    // (which its user namespace cannot represent: see `inject::userns`).
-    if let Some((uid, gid)) = userns.and_then(|ns| ns.root) {
-        log::debug!(
-            "container {id}: creating files as its root: uid {uid}, gid {gid} of the hook's user namespace"
-        );
-        inject::userns::act_as(uid, gid)?;
-    }
-    sys.enter_mount_namespace(proc, *pid, pidfd.as_ref().map(AsFd::as_fd))?;
-    let summary = inject::apply(&sys, plan, &mut sources, &creating.container.rootfs)?;
-    Ok(Applied { summary, opened })
-}
-
 /// The `createRuntime` hook of a spec we generated. The runtime created
 /// the nodes, granted the device cgroup and made the mounts; what is left
 /// is what a runtime cannot do: the SONAME and development links, the
 /// loader cache and its `ld.so.conf.d` entry, and the masked
 /// `/proc/driver/nvidia` showing the granted GPUs only. Outside the
 /// container, as the prestart hook; it touches no cgroup and execs nothing.
-pub fn run_granted(config: &Config, stdin: impl Read + AsFd, made: &SpecMade) -> Result<()> {
-    let creating = creating(stdin)?;
-    let id = &creating.id;
+pub fn run_granted(
+    config: &Config,
+    stdin: impl Read + AsFd,
+    made: &SpecMade,
+    sys: &impl Seam,
+) -> Result<()> {
+    let target = creating(stdin)?;
+    let id = &target.id;
     let started = Instant::now();
     let planned = planner::plan(
         config,
         Inputs {
             source: Source::Granted(Granted {
-                nodes: &creating.container.devices,
+                nodes: &target.container.devices,
                 made,
             }),
             image: ImageSource::Layout(made.layout),
@@ -417,7 +363,7 @@ pub fn run_granted(config: &Config, stdin: impl Read + AsFd, made: &SpecMade) ->
             serde_json::to_string(&planned.plan).unwrap_or_default()
         );
     }
-    let summary = apply(&creating, &mut Namespace::of(creating.pid), &planned.plan)?.summary;
+    let summary = target.apply(sys, &planned.plan, None)?.summary;
     log::info!(
         "container {id}: CDI: {} links, {} loader entries in {} µs",
         summary.symlinks,
@@ -427,24 +373,10 @@ pub fn run_granted(config: &Config, stdin: impl Read + AsFd, made: &SpecMade) ->
     Ok(())
 }
 
-/// A container that a hook of NVIDIA's `nvidia-cdi-hook` edits: where its
-/// state said it is, and whether this process already runs in its mount
-/// namespace (the `createContainer` stage, where NVIDIA's specs put those
-/// hooks) or must enter it (`createRuntime`, `prestart`).
-pub struct Located {
-    /// How logs name it.
-    pub id: String,
-    /// What its bundle says of it.
-    pub container: bundle::Container,
-    /// Its init, checked and held, when this process is outside its mount
-    /// namespace; `None` inside it.
-    outside: Option<(u32, Option<OwnedFd>)>,
-}
-
 /// Reads the state (from `state_file`, else `stdin`) and the bundle, and
 /// finds whether this process is in the container's mount namespace; if
 /// not, its pid is checked as the prestart hook checks it.
-pub fn locate(stdin: impl Read + AsFd, state_file: Option<&Path>) -> Result<Located> {
+pub fn locate(stdin: impl Read + AsFd, state_file: Option<&Path>) -> Result<Target> {
     let data = match state_file {
         Some(path) => crate::hostfile::read(path, MAX_STATE).map_err(|source| Error::Inspect {
             path: path.to_path_buf(),
@@ -475,28 +407,19 @@ pub fn locate(stdin: impl Read + AsFd, state_file: Option<&Path>) -> Result<Loca
         state::parse(&data)?
     };
     let container = bundle::load(&state.bundle)?;
-    let outside = if in_child_pid_ns || ns("self")? == ns(&state.pid.to_string())? {
+    let held = if in_child_pid_ns || ns("self")? == ns(&state.pid.to_string())? {
         None
     } else {
-        Some((state.pid, hold_creating(state.pid)?))
+        Some(Held {
+            pid: state.pid,
+            pidfd: hold_creating(state.pid)?,
+        })
     };
-    Ok(Located {
+    Ok(Target {
         id: state.id,
         container,
-        outside,
+        held,
     })
-}
-
-impl Located {
-    /// Makes the container's mount namespace this process's (a no-op
-    /// inside it), through `sys`.
-    pub fn enter(&self, sys: &LinuxSys) -> Result<()> {
-        if let Some((pid, pidfd)) = &self.outside {
-            pid::still_held(Path::new(PROC), *pid, pidfd.as_ref())?;
-            sys.enter_mount_namespace(Path::new(PROC), *pid, pidfd.as_ref().map(AsFd::as_fd))?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! checked one died.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -38,18 +38,18 @@ use crate::sys::process::pidfd_is_alive;
 pub(super) fn refuse_inside_container(proc: &Path, pid: u32) -> Result<Option<OwnedFd>> {
     let pidfd = hold(proc, pid)?;
     check(proc, pid)?;
-    still_held(proc, pid, pidfd.as_ref())?;
+    still_held(proc, pid, pidfd.as_ref().map(AsFd::as_fd))?;
     Ok(pidfd)
 }
 
 /// Fails unless the process `pidfd` holds is still alive, so that what was
 /// read of `/proc/<pid>` since it was taken was about that process and not
 /// one that recycled its pid. A no-op without a pidfd (Linux < 5.3).
-pub(super) fn still_held(proc: &Path, pid: u32, pidfd: Option<&OwnedFd>) -> Result<()> {
+pub(super) fn still_held(proc: &Path, pid: u32, pidfd: Option<BorrowedFd<'_>>) -> Result<()> {
     let Some(fd) = pidfd else {
         return Ok(());
     };
-    let alive = pidfd_is_alive(fd.as_fd()).map_err(|source| Error::Inspect {
+    let alive = pidfd_is_alive(fd).map_err(|source| Error::Inspect {
         path: proc.join(pid.to_string()),
         source,
     })?;

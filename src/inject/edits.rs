@@ -1,12 +1,13 @@
-//! The edits of NVIDIA's `nvidia-cdi-hook` that are not a plan's: finding
-//! the libraries in a spec's `--folder`s (what `ldconfig` would scan),
-//! `chmod` of paths, and small files of ours (an application profile, the
-//! CUDA compat `ld.so.conf.d` entry). Links and the loader cache go through
-//! [`super::apply`], like every other plan.
+//! What NVIDIA's `nvidia-cdi-hook` reads of a container to plan its
+//! edits: the libraries in a spec's `--folder`s (what `ldconfig` would
+//! scan), a file of the image (our CUDA compat `ld.so.conf.d` entry), the
+//! GPU nodes in its `/dev`; and the one edit step of theirs that is not
+//! ours too, setting permission bits, which [`super::apply`] makes and
+//! undoes like every other change of a plan.
 //!
 //! Every path is resolved inside the rootfs; an image entry is opened only
 //! once its `O_PATH` descriptor showed it is a regular file or directory;
-//! nothing is executed or mapped. A failure undoes what was done.
+//! nothing is executed or mapped.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -18,8 +19,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, Mode};
 use pathrs::Root;
 
-use super::journal::Journal;
-use super::place::{replace_with_file, Dirs};
+use super::journal::Change;
 use super::{kind_error, Error, Result};
 use crate::elf;
 use crate::ldcache::{self, libcmp};
@@ -132,87 +132,43 @@ pub fn libraries(rootfs: &Path, folders: &[PathBuf]) -> Result<Libraries> {
     Ok(found)
 }
 
-/// Sets the mode of each of `paths` that the rootfs has (a path it lacks is
-/// skipped, as NVIDIA's hook does) to `mode`; only directories, regular
-/// files and character devices are changed, anything else is refused. A
-/// failure puts back the modes already changed. Returns how many changed.
-pub fn chmod(rootfs: &Path, paths: &[PathBuf], mode: u32) -> Result<usize> {
-    // All the modes changed, or none: the deadline waits, or stops it first.
-    let _held = crate::deadline::hold();
-    crate::deadline::check()?;
-    let root = open_root(rootfs)?;
-    let reopener = Reopener::open().map_err(Error::Reopen)?;
-    let mut changed = Vec::new();
-    let result = paths.iter().try_for_each(|path| {
-        let Some(handle) = resolve(&root, path)? else {
-            log::debug!("{}: not in the container, skipped", path.display());
-            return Ok(());
-        };
-        let stat = fstat(handle.as_fd()).map_err(|errno| Error::Stat {
-            path: path.clone(),
-            source: errno.into(),
-        })?;
-        let found = kind_name(stat.st_mode);
-        if !matches!(found, "directory" | "regular file" | "character device") {
-            return Err(Error::Exists {
-                path: path.clone(),
-                found,
-                expected: "directory, regular file or character device",
-            });
-        }
-        let old = stat.st_mode & 0o7777;
-        if old == mode {
-            return Ok(());
-        }
-        reopener
-            .chmod(handle.as_fd(), path, mode)
-            .map_err(Error::Reopen)?;
-        changed.push((handle, path, old));
-        Ok(())
-    });
-    if let Err(e) = result {
-        for (handle, path, old) in changed.iter().rev() {
-            if let Err(undo) = reopener.chmod(handle.as_fd(), path, *old) {
-                log::warn!("cannot put back the mode of {}: {undo}", path.display());
-            }
-        }
-        return Err(e);
+/// Sets the permission bits of the directory, regular file or character
+/// device at `path` of `root` to `mode`; the change made, to undo, or
+/// `None` where there is no such entry or its bits are already `mode`.
+pub(super) fn set_mode(
+    root: &Root,
+    reopener: &Reopener,
+    path: &Path,
+    mode: u32,
+) -> Result<Option<Change>> {
+    let Some(handle) = resolve(root, path)? else {
+        log::debug!("{}: not in the container, skipped", path.display());
+        return Ok(None);
+    };
+    let stat = fstat(handle.as_fd()).map_err(|errno| Error::Stat {
+        path: path.to_path_buf(),
+        source: errno.into(),
+    })?;
+    let found = kind_name(stat.st_mode);
+    if !matches!(found, "directory" | "regular file" | "character device") {
+        return Err(Error::Exists {
+            path: path.to_path_buf(),
+            found,
+            expected: "directory, regular file or character device",
+        });
     }
-    Ok(changed.len())
-}
-
-/// Writes `data` at `path` of the rootfs (its directories made as needed),
-/// in place of a regular file or link there; a file already holding it is
-/// left alone. Returns whether it wrote.
-pub fn write_file(rootfs: &Path, path: &Path, data: &[u8]) -> Result<bool> {
-    // Written whole or not at all: the deadline waits, or stops it first.
-    let _held = crate::deadline::hold();
-    crate::deadline::check()?;
-    let root = open_root(rootfs)?;
-    let old = read_in(&root, &Reopener::open().map_err(Error::Reopen)?, path)?;
-    let mut journal = Journal::default();
-    let mut dirs = Dirs::new(&root);
-    let result = (|| {
-        let slot = dirs.slot(path, &mut journal)?;
-        replace_with_file(slot, data, old.as_deref() == Some(data), &mut journal)
-    })();
-    match result {
-        Ok(wrote) => {
-            journal.finish();
-            Ok(wrote)
-        }
-        Err(cause) => {
-            let failed = journal.undo(&super::LinuxSys::default(), &root);
-            match failed.into_iter().next() {
-                None => Err(cause),
-                Some(first) => Err(Error::Undo {
-                    cause: Box::new(cause),
-                    count: 1,
-                    first: Box::new(first),
-                }),
-            }
-        }
+    let old = stat.st_mode & 0o7777;
+    if old == mode {
+        return Ok(None);
     }
+    reopener
+        .chmod(handle.as_fd(), path, mode)
+        .map_err(Error::Reopen)?;
+    Ok(Some(Change::Mode {
+        handle,
+        path: path.to_path_buf(),
+        old,
+    }))
 }
 
 /// The regular file at `path` of the rootfs (at most 1 MiB of it), if
@@ -296,7 +252,7 @@ fn resolve(root: &Root, path: &Path) -> Result<Option<pathrs::Handle>> {
 #[cfg(test)]
 mod tests {
     use std::fs;
-    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::os::unix::fs::symlink;
 
     use super::*;
 
@@ -351,54 +307,5 @@ mod tests {
         fs::copy(&lib, folder.join(&soname)).unwrap();
         let found = libraries(root.path(), &[PathBuf::from("/usr/lib/x")]).unwrap();
         assert!(found.symlinks.is_empty(), "{found:?}");
-    }
-
-    #[test]
-    fn chmod_skips_what_is_absent_refuses_fifos_and_puts_back_on_failure() {
-        let root = tempfile::tempdir().unwrap();
-        fs::create_dir(root.path().join("d")).unwrap();
-        fs::set_permissions(root.path().join("d"), fs::Permissions::from_mode(0o700)).unwrap();
-        nix::unistd::mkfifo(&root.path().join("f"), Mode::from_bits_truncate(0o600)).unwrap();
-        assert_eq!(
-            chmod(root.path(), &["/d".into(), "/gone".into()], 0o755).unwrap(),
-            1
-        );
-        let mode = |p: &str| {
-            fs::metadata(root.path().join(p))
-                .unwrap()
-                .permissions()
-                .mode()
-                & 0o7777
-        };
-        assert_eq!(mode("d"), 0o755);
-        let err = chmod(root.path(), &["/d".into(), "/f".into()], 0o711).unwrap_err();
-        assert!(
-            err.to_string().contains("/f") && err.to_string().contains("fifo"),
-            "{err}"
-        );
-        assert_eq!(mode("d"), 0o755);
-        assert_eq!(mode("f"), 0o600);
-    }
-
-    #[test]
-    fn files_are_written_inside_the_root_never_through_a_link_pointing_out() {
-        let root = tempfile::tempdir().unwrap();
-        let outside = tempfile::tempdir().unwrap();
-        symlink(outside.path(), root.path().join("etc")).unwrap();
-        // The link resolves inside the root, to nothing: never created through.
-        let err = write_file(root.path(), Path::new("/etc/x/y.conf"), b"a\n").unwrap_err();
-        assert!(err.to_string().contains("/etc"), "{err}");
-        assert!(fs::read_dir(outside.path()).unwrap().next().is_none());
-        fs::remove_file(root.path().join("etc")).unwrap();
-        assert!(write_file(root.path(), Path::new("/etc/x/y.conf"), b"a\n").unwrap());
-        assert_eq!(
-            read_file(root.path(), Path::new("/etc/x/y.conf"))
-                .unwrap()
-                .unwrap(),
-            b"a\n"
-        );
-        assert!(!write_file(root.path(), Path::new("/etc/x/y.conf"), b"a\n").unwrap());
-        fs::create_dir(root.path().join("dir")).unwrap();
-        assert!(write_file(root.path(), Path::new("/dir"), b"a\n").is_err());
     }
 }

@@ -46,6 +46,12 @@ pub(super) enum Change {
     },
     /// A mount we attached.
     Mounted(Mountpoint),
+    /// An image entry whose permission bits we changed from `old`.
+    Mode {
+        handle: pathrs::Handle,
+        path: PathBuf,
+        old: u32,
+    },
     /// An image file ours replaced outright, as an injection's last change
     /// ([`super::staged::Staged::install_last`]): nothing was kept to put
     /// back, so undoing it fails, by name.
@@ -137,6 +143,9 @@ fn undo(change: Change, sys: &impl Sys, root: &Root) -> Result<()> {
             sys.unmount(mounted.as_fd(), &path)
         }
         Change::Overwritten(slot) => Err(Error::Overwritten { path: slot.path }),
+        Change::Mode { handle, path, old } => crate::reopen::Reopener::open()
+            .and_then(|reopener| reopener.chmod(handle.as_fd(), &path, old))
+            .map_err(Error::Reopen),
         Change::Created(slot) => remove(&slot, UnlinkatFlags::NoRemoveDir),
         Change::CreatedDir(slot) => remove(&slot, UnlinkatFlags::RemoveDir),
         Change::Replaced {

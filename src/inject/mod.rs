@@ -192,6 +192,10 @@ pub struct Summary {
     pub symlinks: usize,
     /// Entries added to the loader cache.
     pub loader_entries: usize,
+    /// Small files of ours written.
+    pub files: usize,
+    /// Entries whose permission bits changed.
+    pub modes: usize,
 }
 
 /// Injects `plan` into the rootfs at `rootfs`, as seen from the current
@@ -329,6 +333,16 @@ impl<S: Sys> Injection<'_, S> {
             deadline::check()?;
             let slot = self.dirs.slot(&file.path, journal)?;
             replace_with_file(slot, file.data.as_bytes(), false, journal)?;
+            summary.files += 1;
+        }
+
+        for change in &plan.modes {
+            deadline::check()?;
+            if let Some(done) = edits::set_mode(root, &sources.reopener, &change.path, change.mode)?
+            {
+                journal.record(done);
+                summary.modes += 1;
+            }
         }
 
         deadline::check()?;
@@ -368,5 +382,7 @@ fn missing_source(path: &Path) -> Error {
     }
 }
 
+#[cfg(test)]
+pub(crate) mod fake;
 #[cfg(test)]
 mod tests;

@@ -2,250 +2,18 @@
 //! syscalls recorded by a fake: runs without root. What a failed injection
 //! leaves behind is checked in `rollback`.
 
-use std::cell::{Cell, RefCell};
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
+use super::fake::{FakeSys, World};
 use super::*;
-use crate::ldcache::{Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
-use crate::plan::{
-    DeviceNode, LoaderEntry, Mount, MountOptions, NodeMode, ProcCopy, ProcFile, ProcMask, Symlink,
-    WrittenFile,
-};
-
-const X86: i32 = FLAG_ELF_LIBC6 | FLAG_X8664_LIB64;
-
-/// Records each privileged call by kind, with its arguments. Its `mknod`
-/// leaves an empty file where the node goes, so that a node left behind
-/// shows in the rootfs; with no tmpfs, what is written in one lands in the
-/// directory it would cover, and its unmount takes that away, as the real
-/// one would.
-#[derive(Default)]
-struct FakeSys {
-    mknods: RefCell<Vec<(PathBuf, u32, u32, u32)>>,
-    binds: RefCell<Vec<(PathBuf, MountOptions)>>,
-    tmpfs: RefCell<Vec<PathBuf>>,
-    read_only: RefCell<Vec<PathBuf>>,
-    /// Every bind and tmpfs mount, in order.
-    mounted: RefCell<Vec<PathBuf>>,
-    /// Every unmount, in order.
-    unmounts: RefCell<Vec<PathBuf>>,
-    /// Calls of `clone_in_host`.
-    host_clones: Cell<usize>,
-    /// Refuse every unmount, as a mount made busy would.
-    unmount_fails: bool,
-}
-
-impl Sys for FakeSys {
-    fn enter_mount_namespace(
-        &self,
-        _proc: &Path,
-        _pid: u32,
-        _pidfd: Option<BorrowedFd<'_>>,
-    ) -> Result<()> {
-        Ok(())
-    }
-    fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<NodeMade> {
-        self.mknods
-            .borrow_mut()
-            .push((place.path.to_path_buf(), mode, major, minor));
-        match openat(
-            place.dir,
-            place.name,
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(mode),
-        ) {
-            Ok(_) => Ok(NodeMade::Created),
-            Err(Errno::EEXIST) => Ok(NodeMade::Existed),
-            Err(errno) => Err(Error::Mknod {
-                path: place.path.to_path_buf(),
-                major,
-                minor,
-                source: errno.into(),
-            }),
-        }
-    }
-    fn clone_mount(
-        &self,
-        _path: &Path,
-        source: BorrowedFd<'_>,
-        _options: MountOptions,
-    ) -> Result<Option<OwnedFd>> {
-        Ok(Some(source.try_clone_to_owned().unwrap()))
-    }
-    fn clone_in_host(&self, sources: &mut [(String, Source)], options: MountOptions) -> Result<()> {
-        for (_, source) in sources {
-            source.tree = self.clone_mount(&source.path, source.file.as_fd(), options)?;
-        }
-        self.host_clones.set(self.host_clones.get() + 1);
-        Ok(())
-    }
-    fn bind_mount(
-        &self,
-        _source: &Source,
-        _target: BorrowedFd<'_>,
-        place: Place<'_>,
-        options: MountOptions,
-    ) -> Result<()> {
-        self.binds
-            .borrow_mut()
-            .push((place.path.to_path_buf(), options));
-        self.mounted.borrow_mut().push(place.path.to_path_buf());
-        Ok(())
-    }
-    fn mount_tmpfs(&self, _dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
-        self.tmpfs.borrow_mut().push(path.to_path_buf());
-        self.mounted.borrow_mut().push(path.to_path_buf());
-        Ok(())
-    }
-    fn remount_read_only(&self, _dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
-        self.read_only.borrow_mut().push(path.to_path_buf());
-        Ok(())
-    }
-    fn unmount(&self, mounted: BorrowedFd<'_>, path: &Path) -> Result<()> {
-        if self.unmount_fails {
-            return Err(Error::Mount {
-                target: path.to_path_buf(),
-                what: "detach",
-                source: Errno::EBUSY.into(),
-            });
-        }
-        self.unmounts.borrow_mut().push(path.to_path_buf());
-        if self.tmpfs.borrow().iter().any(|t| t == path) {
-            let dir = PathBuf::from(format!("/proc/self/fd/{}", mounted.as_raw_fd()));
-            for entry in fs::read_dir(&dir).unwrap() {
-                let entry = entry.unwrap().path();
-                match entry.is_dir() {
-                    true => fs::remove_dir_all(entry).unwrap(),
-                    false => fs::remove_file(entry).unwrap(),
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A host directory with driver files, a Debian-like rootfs beside it, and a
-/// plan joining them.
-struct World {
-    dir: tempfile::TempDir,
-    plan: Plan,
-}
-
-impl World {
-    fn new() -> World {
-        let dir = tempfile::tempdir().unwrap();
-        let host = dir.path().join("host");
-        let rootfs = dir.path().join("rootfs");
-        fs::create_dir_all(host.join("proc/gpus/0000:3b:00.0")).unwrap();
-        fs::write(host.join("libcuda.so.535.261.03"), b"\x7fELF").unwrap();
-        fs::write(host.join("nvidia-smi"), b"\x7fELF").unwrap();
-        fs::write(
-            host.join("proc/params"),
-            b"ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n",
-        )
-        .unwrap();
-        fs::write(
-            host.join("proc/version"),
-            b"NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03\n",
-        )
-        .unwrap();
-        fs::create_dir_all(rootfs.join("etc")).unwrap();
-        fs::create_dir_all(rootfs.join("dev")).unwrap();
-        fs::write(rootfs.join("etc/debian_version"), b"12.11\n").unwrap();
-        let image_cache = LdCache {
-            format: Format::New,
-            entries: vec![LdCacheEntry {
-                flags: X86,
-                soname: "libc.so.6".into(),
-                path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
-                hwcap: 0,
-            }],
-        };
-        fs::write(rootfs.join("etc/ld.so.cache"), image_cache.to_bytes()).unwrap();
-        let lib_dir = PathBuf::from("/usr/lib/x86_64-linux-gnu");
-        let plan = Plan {
-            selected: Vec::new(),
-            node_mode: NodeMode::Mknod,
-            devices: vec![DeviceNode {
-                host_path: "/dev/null".into(),
-                path: "/dev/nvidia0".into(),
-                major: 195,
-                minor: 0,
-                mode: 0o666,
-            }],
-            mounts: vec![
-                Mount {
-                    kind: MountKind::Binary,
-                    source: host.join("nvidia-smi"),
-                    destination: "/usr/bin/nvidia-smi".into(),
-                    options: MountKind::Binary.options(),
-                },
-                Mount {
-                    kind: MountKind::Library,
-                    source: host.join("libcuda.so.535.261.03"),
-                    destination: lib_dir.join("libcuda.so.535.261.03"),
-                    options: MountKind::Library.options(),
-                },
-            ],
-            symlinks: vec![
-                Symlink {
-                    path: lib_dir.join("libcuda.so.1"),
-                    target: "libcuda.so.535.261.03".into(),
-                },
-                Symlink {
-                    path: lib_dir.join("libcuda.so"),
-                    target: "libcuda.so.1".into(),
-                },
-            ],
-            cgroup_rules: Vec::new(),
-            loader_entries: vec![LoaderEntry {
-                soname: "libcuda.so.1".into(),
-                path: lib_dir.join("libcuda.so.1"),
-                arch: "x86_64",
-                flags: X86,
-            }],
-            loader_dirs: vec![lib_dir],
-            proc_mask: Some(ProcMask {
-                path: "/proc/driver/nvidia".into(),
-                files: [
-                    ("params", ProcCopy::ModifyDeviceFilesOff),
-                    ("version", ProcCopy::Verbatim),
-                    ("registry", ProcCopy::IfPresent),
-                ]
-                .into_iter()
-                .map(|(n, copy)| ProcFile {
-                    path: PathBuf::from(n),
-                    source: host.join("proc").join(n),
-                    copy,
-                })
-                .collect(),
-                gpus: vec![("0000:3b:00.0".into(), host.join("proc/gpus/0000:3b:00.0"))],
-            }),
-            files: vec![WrittenFile {
-                path: crate::plan::APPLICATION_PROFILE.into(),
-                data: crate::plan::application_profile([0]).unwrap(),
-            }],
-        };
-        World { dir, plan }
-    }
-
-    fn rootfs(&self) -> PathBuf {
-        self.dir.path().join("rootfs")
-    }
-
-    fn apply(&self, sys: &impl Sys) -> Result<Summary> {
-        let mut sources = Sources::open(sys, &self.plan)?;
-        apply(sys, &self.plan, &mut sources, &self.rootfs())
-    }
-}
+use crate::ldcache::LdCache;
+use crate::plan::{ModeChange, NodeMode, WrittenFile};
 
 #[test]
 #[cfg_attr(
@@ -276,7 +44,9 @@ fn injects_nodes_mounts_links_and_loader_cache() {
             devices: 1,
             mounts: 2,
             symlinks: 2,
-            loader_entries: 1
+            loader_entries: 1,
+            files: 1,
+            modes: 0,
         }
     );
     assert_eq!(
@@ -695,6 +465,92 @@ fn a_source_without_a_clone_is_bound_by_path_only_while_it_is_the_same_inode() {
         "bound read-only"
     );
     assert_eq!(fs::read_dir(&target).unwrap().count(), 0, "not on the host");
+}
+
+/// Applies a plan of only `modes` and `files` to `rootfs`, as
+/// `nvidia-cdi-hook chmod` and `enable-cuda-compat` do.
+fn apply_edits(rootfs: &Path, modes: Vec<ModeChange>, files: Vec<WrittenFile>) -> Result<Summary> {
+    let plan = Plan {
+        modes,
+        files,
+        ..Plan::default()
+    };
+    let sys = FakeSys::default();
+    let mut sources = Sources::open(&sys, &plan)?;
+    apply(&sys, &plan, &mut sources, rootfs)
+}
+
+#[test]
+fn modes_skip_what_is_absent_refuse_fifos_and_are_put_back_on_failure() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let root = tempfile::tempdir().unwrap();
+    fs::create_dir(root.path().join("d")).unwrap();
+    fs::set_permissions(root.path().join("d"), fs::Permissions::from_mode(0o700)).unwrap();
+    nix::unistd::mkfifo(&root.path().join("f"), Mode::from_bits_truncate(0o600)).unwrap();
+    let modes = |paths: &[&str], mode: u32| {
+        paths
+            .iter()
+            .map(|p| ModeChange {
+                path: p.into(),
+                mode,
+            })
+            .collect::<Vec<_>>()
+    };
+    let summary = apply_edits(root.path(), modes(&["/d", "/gone"], 0o755), vec![]).unwrap();
+    assert_eq!(summary.modes, 1);
+    let mode = |p: &str| {
+        fs::metadata(root.path().join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode("d"), 0o755);
+    let err = apply_edits(root.path(), modes(&["/d", "/f"], 0o711), vec![]).unwrap_err();
+    assert!(
+        err.to_string().contains("/f") && err.to_string().contains("fifo"),
+        "{err}"
+    );
+    assert_eq!(mode("d"), 0o755);
+    assert_eq!(mode("f"), 0o600);
+}
+
+#[test]
+fn files_are_written_inside_the_root_never_through_a_link_pointing_out() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    symlink(outside.path(), root.path().join("etc")).unwrap();
+    let file = |path: &str| {
+        vec![WrittenFile {
+            path: path.into(),
+            data: "a\n".into(),
+        }]
+    };
+    // The link resolves inside the root, to nothing: never created through.
+    let err = apply_edits(root.path(), vec![], file("/etc/x/y.conf")).unwrap_err();
+    assert!(err.to_string().contains("/etc"), "{err}");
+    assert!(fs::read_dir(outside.path()).unwrap().next().is_none());
+    fs::remove_file(root.path().join("etc")).unwrap();
+    assert_eq!(
+        apply_edits(root.path(), vec![], file("/etc/x/y.conf"))
+            .unwrap()
+            .files,
+        1
+    );
+    assert_eq!(
+        edits::read_file(root.path(), Path::new("/etc/x/y.conf"))
+            .unwrap()
+            .unwrap(),
+        b"a\n"
+    );
+    apply_edits(root.path(), vec![], file("/etc/x/y.conf")).unwrap();
+    assert_eq!(
+        fs::read_to_string(root.path().join("etc/x/y.conf")).unwrap(),
+        "a\n"
+    );
+    fs::create_dir(root.path().join("dir")).unwrap();
+    assert!(apply_edits(root.path(), vec![], file("/dir")).is_err());
 }
 
 mod rollback;

@@ -11,10 +11,10 @@ use std::path::Path;
 use super::{Configure, CudaCompat, NAME};
 use crate::app::Result;
 use crate::config::Config;
-use crate::hook::{self, Steps};
+use crate::hook::{self, Seam, Steps};
 
 /// Configures the container `configure` names.
-pub fn run(config: &Config, configure: &Configure) -> Result<()> {
+pub fn run(config: &Config, configure: &Configure, sys: &impl Seam) -> Result<()> {
     if configure.cuda_compat == Some(CudaCompat::Mount) {
         log::debug!(
             "{NAME}: --cuda-compat-mode=mount taken as ldconfig: the image's compat libraries are \
@@ -40,6 +40,7 @@ pub fn run(config: &Config, configure: &Configure) -> Result<()> {
                 nodes: !configure.no_devbind,
             },
         },
+        sys,
     )?;
     Ok(())
 }
