@@ -16,6 +16,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub mod cdi_name;
 mod devices;
 mod extras;
 

@@ -329,7 +329,7 @@ fn only_the_planner_calls_discovery() {
 
 #[test]
 fn the_planner_offers_its_entry_points_only() {
-    let text = fs::read_to_string(src().join("planner.rs")).expect("read planner.rs");
+    let text = fs::read_to_string(src().join("planner/mod.rs")).expect("read planner/mod.rs");
     let code = without_comments(non_test_code(&text));
     let public: Vec<&str> = code
         .lines()
@@ -690,6 +690,72 @@ fn only_the_application_layer_loads_the_config_and_sets_up_the_log() {
     assert!(
         found.is_empty(),
         "the configuration is loaded and the log set up once, by app::run:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The request policy settings of the configuration, which only the
+/// planner reads (and `config`, which defines them).
+const POLICY: [&str; 3] = [
+    ".accept_volume_mounts",
+    ".accept_env_when_unprivileged",
+    ".disable_require",
+];
+
+#[test]
+fn only_the_planner_reads_request_policy() {
+    let mut found = Vec::new();
+    let mut in_planner = 0;
+    for (module, file, code) in code_by_module(&src()) {
+        let top = module.first().map(String::as_str).unwrap_or_default();
+        for setting in POLICY {
+            let reads = code.matches(setting).count();
+            match top {
+                "planner" => in_planner += reads,
+                "config" => {}
+                _ if reads > 0 => found.push(format!("{}: {setting}", file.display())),
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        in_planner >= 3,
+        "the reader found {in_planner} reads in the planner"
+    );
+    assert!(
+        found.is_empty(),
+        "request policy read outside the planner (ask planner::plan):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The calls that change a container, which only the one apply sequence
+/// (`hook::Target`) makes, besides `inject` itself.
+const APPLY_STEPS: [&str; 3] = ["inject::apply(", "enter_mount_namespace(", "Sources::open("];
+
+#[test]
+fn one_apply_sequence_changes_containers() {
+    let mut found = Vec::new();
+    let mut in_target = 0;
+    for (module, file, code) in code_by_module(&src()) {
+        let at: Vec<&str> = module.iter().map(String::as_str).collect();
+        for step in APPLY_STEPS {
+            let calls = code.matches(step).count();
+            match at.as_slice() {
+                ["hook", "target"] => in_target += calls,
+                ["inject", ..] | ["hook", "fake"] => {}
+                _ if calls > 0 => found.push(format!("{}: {step}", file.display())),
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        in_target >= 4,
+        "the reader found {in_target} steps in hook::target"
+    );
+    assert!(
+        found.is_empty(),
+        "a container changed outside hook::Target::apply:\n{}",
         found.join("\n")
     );
 }

@@ -14,7 +14,7 @@ pub mod apply;
 pub mod dirs;
 pub mod edits;
 pub mod generate;
-pub mod name;
+pub use crate::request::cdi_name as name;
 pub mod output;
 pub mod registry;
 pub mod spec;

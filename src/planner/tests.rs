@@ -1,7 +1,9 @@
+use super::policy::effective;
 use super::*;
 use crate::driver::{CapFile, MigDevice};
 use crate::plan::tests::inventory;
 use crate::plan::MountKind;
+use crate::request::ImexChannels;
 
 fn container(env: &[&str], privileged: bool, device_mounts: &[&str]) -> Container {
     Container {

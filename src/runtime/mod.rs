@@ -61,15 +61,6 @@ pub enum Error {
     Planner(#[from] planner::Error),
     #[error(transparent)]
     Edit(#[from] Box<crate::cdi::Error>),
-    #[error("bad CDI device {item:?} in {from}: {reason}")]
-    CdiName {
-        /// The item as given.
-        item: String,
-        /// Where it was: the variable, a mount or an annotation, by name.
-        from: String,
-        /// Why it names no CDI device.
-        reason: String,
-    },
     #[error(transparent)]
     Deadline(#[from] Box<crate::deadline::Expired>),
     #[error("cannot execute {path}: {source}")]
@@ -226,16 +217,19 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
     let annotated = config.runtime.mode != crate::config::RuntimeMode::Legacy
         && cdi::may_annotate(&data, &config.runtime.cdi.annotation_prefixes);
     let whole = annotated.then(|| decode(&path, &data)).transpose()?;
-    if let Some(names) = cdi::requested(config, &container, whole.as_ref())? {
-        return edit_for_cdi(config, &path, &data, whole, &names);
-    }
     let planned = planner::plan(
         config,
         Inputs::new(
-            Source::Container(&container),
+            Source::Runtime {
+                container: &container,
+                spec: whole.as_ref(),
+            },
             ImageSource::Rootfs(&container.rootfs),
         ),
     )?;
+    if let Some(names) = &planned.cdi_devices {
+        return edit_for_cdi(config, &path, &data, whole, names);
+    }
     if planned.effective.is_void() {
         return Ok(());
     }

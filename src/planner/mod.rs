@@ -13,6 +13,9 @@
 //! the image's layout and compat libraries, and the requirement checks all
 //! live here, not on a consumer's side. It never touches a container.
 
+mod policy;
+mod runtime_cdi;
+
 use std::path::Path;
 
 use thiserror::Error;
@@ -24,10 +27,9 @@ use crate::driver::{self, CudaVersion, Inventory, NodeRole};
 use crate::image::{self, Image, ImageLayout};
 use crate::nvml;
 use crate::plan::{self, NodeMode, Plan, SelectedDevice};
-use crate::request::{
-    self, Capabilities, Capability, DeviceId, DeviceSelection, Gated, ImexChannels, Request,
-};
+use crate::request::{self, Capabilities, Capability, DeviceId, DeviceSelection, Request};
 use crate::require::{self, DeviceFacts, Facts, Requirements};
+use policy::effective;
 
 /// Why a request cannot be planned on this host.
 #[derive(Debug, Error)]
@@ -52,6 +54,15 @@ pub enum Error {
     NoGpu { version: String },
     #[error(transparent)]
     UserNamespace(#[from] crate::userns::Error),
+    #[error("bad CDI device {item:?} in {from}: {reason}")]
+    CdiName {
+        /// The item as given.
+        item: String,
+        /// Where it was: the variable, a mount or an annotation, by name.
+        from: String,
+        /// Why it names no CDI device.
+        reason: String,
+    },
 }
 
 /// Result of planning.
@@ -86,6 +97,16 @@ pub enum Source<'a> {
     /// What a runtime granted a container from a spec we generated: the
     /// `cdi-hook` plans from this, never from the environment.
     Granted(Granted<'a>),
+    /// A container the runtime wrapper reads: in CDI mode (as the config's
+    /// runtime mode says) the CDI devices it names, else as
+    /// [`Source::Container`].
+    Runtime {
+        /// The container, as its bundle describes it.
+        container: &'a Container,
+        /// Its whole `config.json`, for its annotations; `None` when it
+        /// holds none under the configured prefixes.
+        spec: Option<&'a serde_json::Value>,
+    },
 }
 
 /// A request as NVIDIA's CLI command line makes it (`nvidia-container-cli
@@ -172,203 +193,9 @@ pub struct Planned {
     /// The container's user namespace, where its process was looked at
     /// ([`UserNamespace::Process`]) and has one.
     pub user_namespace: Option<crate::userns::UserNamespace>,
-}
-
-/// The request `source` makes, as `config`'s policy lets it stand. Pure,
-/// and first: a container that asks for nothing costs no discovery.
-fn effective(config: &Config, source: Source<'_>) -> Result<Effective> {
-    match source {
-        Source::Flags {
-            devices,
-            capabilities,
-            env,
-        } => {
-            // The flags read as the variables do, so `list` shows what a
-            // container with the same values would get.
-            let request = match DeviceSelection::parse(Some(devices))? {
-                DeviceSelection::Void => Request::void(),
-                devices => {
-                    let mut request = Request::new(
-                        devices,
-                        restrict(
-                            Capabilities::from_variable(Some(capabilities), false)?,
-                            config,
-                        ),
-                    );
-                    request.imex = ImexChannels::from_env(env)?;
-                    request.gated = Gated::from_env(env);
-                    request
-                }
-            };
-            Ok(Effective {
-                request,
-                requirements: Requirements::default(),
-                node_mode: NodeMode::Mknod,
-            })
-        }
-        Source::Container(container) => container_request(config, container),
-        Source::Argv { asked, container } => argv_request(config, asked, container),
-        // The GPUs are those whose nodes the runtime created, known once
-        // the host is inventoried (see [`plan`]).
-        Source::Granted(granted) => Ok(Effective {
-            request: Request::new(
-                DeviceSelection::None,
-                restrict(
-                    Capabilities::from_variable(Some(&granted.made.capabilities), false)?,
-                    config,
-                ),
-            ),
-            requirements: Requirements::default(),
-            node_mode: NodeMode::Mknod,
-        }),
-    }
-}
-
-/// A command line's request. The caller chose the devices, capabilities
-/// and requirements; policy still applies: the capabilities the host does
-/// not offer are dropped, `disable-require` skips the rules, a container's
-/// user namespace decides how nodes reach it, and MIG management goes to
-/// privileged containers only, as NVIDIA's hook grants it (its CLI trusts
-/// whoever runs it; a container without a readable bundle counts as
-/// unprivileged).
-fn argv_request(
-    config: &Config,
-    asked: &Asked,
-    container: Option<&Container>,
-) -> Result<Effective> {
-    let node_mode = if container.is_some_and(|c| c.user_namespace) {
-        NodeMode::Bind
-    } else {
-        NodeMode::Mknod
-    };
-    let capabilities = restrict(asked.capabilities.iter().copied().collect(), config);
-    let mut request = Request::new(DeviceSelection::from_cli(&asked.devices)?, capabilities);
-    request.mig_config = request::mig_from_cli("--mig-config", &asked.mig_config)?;
-    request.mig_monitor = request::mig_from_cli("--mig-monitor", &asked.mig_monitor)?;
-    request.imex = ImexChannels::parse("--imex-channel", &asked.imex_channels.join(","))?;
-    if let Some(container) = container {
-        refuse_mig_unless_privileged(&request, container, ["--mig-config", "--mig-monitor"])?;
-    }
-    let requirements = if config.disable_require {
-        Requirements::default()
-    } else {
-        Requirements::from_rules(&asked.requirements)?
-    };
-    Ok(Effective {
-        request,
-        requirements,
-        node_mode,
-    })
-}
-
-/// A container's request, in NVIDIA's order: first whether it asks for
-/// GPUs at all (device mounts win over the variable when accepted, and an
-/// unprivileged container's variable is ignored when the config says so);
-/// only then, for a GPU container, the MIG capabilities (privileged only),
-/// the capabilities (those the host does not offer dropped) and the
-/// requirements. A container that asks for no GPU is left alone whatever
-/// its other variables say, as NVIDIA's hook returns before reading them
-/// (CC:180-184).
-fn container_request(config: &Config, container: &Container) -> Result<Effective> {
-    let node_mode = if container.user_namespace {
-        NodeMode::Bind
-    } else {
-        NodeMode::Mknod
-    };
-    let devices = container_devices(config, container)?;
-    if devices == DeviceSelection::Void {
-        return Ok(Effective {
-            request: Request::void(),
-            requirements: Requirements::default(),
-            node_mode,
-        });
-    }
-    let mut request = Request::for_devices(&container.env, devices)?;
-    refuse_mig_unless_privileged(
-        &request,
-        container,
-        ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"],
-    )?;
-    request.capabilities = restrict(request.capabilities, config);
-    request.imex = container_imex(config, container)?;
-    let requirements = if config.disable_require {
-        Requirements::default()
-    } else {
-        Requirements::from_env(&container.env)?
-    };
-    Ok(Effective {
-        request,
-        requirements,
-        node_mode,
-    })
-}
-
-/// Refuses MIG management and monitoring to an unprivileged container,
-/// naming what asked for it (`names`: for configuration, then monitoring).
-/// CC:186-200 refuses any MIG value in an unprivileged container; we refuse
-/// only the ones that would do something.
-fn refuse_mig_unless_privileged(
-    request: &Request,
-    container: &Container,
-    [config, monitor]: [&'static str; 2],
-) -> Result<()> {
-    for (wanted, what) in [(request.mig_config, config), (request.mig_monitor, monitor)] {
-        if wanted && !container.privileged {
-            return Err(Error::Unprivileged { what });
-        }
-    }
-    Ok(())
-}
-
-/// The devices a container asks for, as NVIDIA's hook decides where to
-/// look (IMG:258-292): accepted device mounts win and the variable is not
-/// read; an unprivileged container's variable counts only when the config
-/// accepts it.
-fn container_devices(config: &Config, container: &Container) -> Result<DeviceSelection> {
-    if config.accept_volume_mounts && !container.device_mounts.is_empty() {
-        return Ok(DeviceSelection::from_mounts(&container.device_mounts)?);
-    }
-    if !config.accept_env_when_unprivileged && !container.privileged {
-        if Request::env_asks_for_devices(&container.env) {
-            log::info!(
-                "ignoring NVIDIA_VISIBLE_DEVICES of an unprivileged container (accept-env-when-unprivileged = false)"
-            );
-        }
-        return Ok(DeviceSelection::Void);
-    }
-    Ok(Request::devices_from_env(&container.env)?)
-}
-
-/// The IMEX channels a GPU container asks for, as NVIDIA's toolkit
-/// decides where to look (`ImexChannelRequests`): accepted channel mounts
-/// win; the variable counts for a privileged container, or for any when
-/// the config accepts an unprivileged container's variables.
-fn container_imex(config: &Config, container: &Container) -> Result<ImexChannels> {
-    if config.accept_volume_mounts && !container.imex_mounts.is_empty() {
-        return Ok(ImexChannels::from_mounts(&container.imex_mounts)?);
-    }
-    if !config.accept_env_when_unprivileged && !container.privileged {
-        if request::env_var(&container.env, "NVIDIA_IMEX_CHANNELS").is_some() {
-            log::info!(
-                "ignoring NVIDIA_IMEX_CHANNELS of an unprivileged container (accept-env-when-unprivileged = false)"
-            );
-        }
-        return Ok(ImexChannels::None);
-    }
-    Ok(ImexChannels::from_env(&container.env)?)
-}
-
-/// `capabilities` less those the host does not offer, which are logged.
-fn restrict(capabilities: Capabilities, config: &Config) -> Capabilities {
-    let (kept, dropped) = capabilities.restrict(config.supported());
-    if !dropped.is_empty() {
-        let names: Vec<&str> = dropped.iter().map(|c| c.name()).collect();
-        log::warn!(
-            "capabilities not offered on this host (supported-capabilities): {}",
-            names.join(",")
-        );
-    }
-    kept
+    /// The CDI devices a container the runtime wrapper reads in CDI mode
+    /// names ([`Source::Runtime`]); its plan is then empty.
+    pub cdi_devices: Option<Vec<crate::request::cdi_name::Qualified>>,
 }
 
 /// How the host's driver root is inventoried.
@@ -492,18 +319,21 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
         left,
         discovery,
     } = inputs;
+    // The runtime wrapper's CDI mode answers with names, not a plan.
+    if let Source::Runtime { container, spec } = source {
+        if let Some(names) = runtime_cdi::requested(config, container, spec)? {
+            let mut planned = Planned::void(Effective {
+                request: Request::void(),
+                requirements: Requirements::default(),
+                node_mode: NodeMode::Mknod,
+            });
+            planned.cdi_devices = Some(names);
+            return Ok(planned);
+        }
+    }
     let mut effective = effective(config, source)?;
     if effective.is_void() {
-        return Ok(Planned {
-            plan: Plan {
-                node_mode: effective.node_mode,
-                ..Plan::default()
-            },
-            effective,
-            inventory: None,
-            layout: ImageLayout::default(),
-            user_namespace: None,
-        });
+        return Ok(Planned::void(effective));
     }
     let user_namespace = match user_namespace {
         UserNamespace::Process(pid) => crate::userns::detect(Path::new(PROC), pid)?,
@@ -659,6 +489,7 @@ fn planned(
         plan,
         layout: image.layout,
         user_namespace: None,
+        cdi_devices: None,
     })
 }
 
@@ -674,6 +505,21 @@ pub struct Granted<'a> {
 }
 
 impl Planned {
+    /// The answer for a container that asks for no GPU: an empty plan.
+    fn void(effective: Effective) -> Planned {
+        Planned {
+            plan: Plan {
+                node_mode: effective.node_mode,
+                ..Plan::default()
+            },
+            effective,
+            inventory: None,
+            layout: ImageLayout::default(),
+            user_namespace: None,
+            cdi_devices: None,
+        }
+    }
+
     /// How a spec of this plan's edits is made: its driver, capabilities
     /// and layout; `None` for a void request, which makes no spec.
     pub fn spec_made(&self) -> Option<SpecMade> {
