@@ -18,6 +18,7 @@ pub mod cli;
 pub mod compat;
 pub mod config;
 pub mod deadline;
+pub mod device_class;
 pub mod doctor;
 pub mod driver;
 pub mod elf;

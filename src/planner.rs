@@ -25,7 +25,7 @@ use crate::image::{self, Image, ImageLayout};
 use crate::nvml;
 use crate::plan::{self, NodeMode, Plan, SelectedDevice};
 use crate::request::{
-    self, Capabilities, Capability, DeviceId, DeviceSelection, Gated, ImexChannels, Request,
+    self, Capabilities, Capability, DeviceId, DeviceSelection, ImexChannels, Request,
 };
 use crate::require::{self, DeviceFacts, Facts, Requirements};
 
@@ -193,7 +193,7 @@ fn effective(config: &Config, source: Source<'_>) -> Result<Effective> {
                         ),
                     );
                     request.imex = ImexChannels::from_env(env)?;
-                    request.gated = Gated::from_env(env);
+                    request.gated = request::gated_from_env(env);
                     request
                 }
             };
