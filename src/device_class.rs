@@ -191,8 +191,8 @@ pub struct Set(u32);
 const _: () = assert!(CLASSES.len() <= 32);
 
 impl Set {
-    /// The classes `env` (`NAME=value` entries, the last of a name
-    /// counting) sets to `enabled`, exactly.
+    /// The classes whose variable `lookup` gives as `enabled`, exactly
+    /// (`lookup` reads a container's environment).
     pub fn enabled_by<'a>(lookup: impl Fn(&str) -> Option<&'a str>) -> Set {
         let mut set = Set::default();
         for class in Class::all() {
