@@ -17,6 +17,7 @@ pub mod cgroup;
 pub mod child;
 pub mod config;
 pub mod deadline;
+pub mod device_class;
 pub mod doctor;
 pub mod driver;
 pub mod elf;

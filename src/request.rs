@@ -21,7 +21,7 @@ mod devices;
 mod extras;
 
 pub use devices::{parse_bus_id, DeviceId, DeviceSelection, CDI_KIND};
-pub use extras::{Gated, ImexChannels, MAX_IMEX_CHANNEL};
+pub use extras::{gated_from_env, Gated, ImexChannels, MAX_IMEX_CHANNEL};
 
 /// Longest request value we accept; anything longer is refused, not parsed.
 const MAX_VALUE_LEN: usize = 4096;
@@ -401,7 +401,7 @@ impl Request {
             mig_monitor: mig_capability(env, "NVIDIA_MIG_MONITOR_DEVICES")?,
             // Which source of channels counts is policy: the planner's.
             imex: ImexChannels::None,
-            gated: Gated::from_env(env),
+            gated: gated_from_env(env),
         })
     }
 

@@ -759,3 +759,75 @@ fn one_apply_sequence_changes_containers() {
         found.join("\n")
     );
 }
+
+/// The `match` blocks of `code` over `NodeRole` (an arm's pattern line
+/// starts with `NodeRole::` or `| NodeRole::`) that have a wildcard arm
+/// (`_ =>`, `_ if …`) of their own: each by the line it starts on.
+fn wildcard_role_matches(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("match ") {
+        let start = from + at;
+        from = start + "match ".len();
+        let word = code[..start]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+        let Some(open) = code[from..].find('{').map(|o| from + o) else {
+            break;
+        };
+        if !word {
+            continue;
+        }
+        // The block's own text: its arms, without what nested blocks hold.
+        let mut depth = 0;
+        let mut own = String::new();
+        for c in code[open..].chars() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 1 => break,
+                '}' => depth -= 1,
+                _ if depth == 1 => own.push(c),
+                _ => {}
+            }
+        }
+        let lines = || own.lines().map(str::trim_start);
+        let over_roles =
+            lines().any(|l| l.starts_with("NodeRole::") || l.starts_with("| NodeRole::"));
+        let wildcard = lines().any(|l| l.starts_with("_ =>") || l.starts_with("_ if "));
+        if over_roles && wildcard {
+            let line = code[start..].lines().next().unwrap_or_default().trim();
+            found.push(line.to_string());
+        }
+    }
+    found
+}
+
+#[test]
+fn no_match_over_node_roles_has_a_wildcard_arm() {
+    // A new role (or device class) must fail to compile until every map
+    // of roles says what it gets: a `_ =>` arm would give it nothing.
+    let mut found = Vec::new();
+    let mut seen = 0;
+    for (_, file, code) in code_by_module(&src()) {
+        seen += code.matches("NodeRole::").count();
+        for line in wildcard_role_matches(&code) {
+            found.push(format!("{}: {line}", file.display()));
+        }
+    }
+    assert!(seen >= 20, "the reader found {seen} NodeRole paths");
+    assert!(
+        found.is_empty(),
+        "a match over NodeRole with a wildcard arm (list the roles instead):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_role_match_reader_finds_wildcards_at_its_own_level_only() {
+    let code = "fn a(r: NodeRole) -> bool {\n    match r {\n        NodeRole::Gpu => true,\n        _ => false,\n    }\n}\n\
+                fn b(r: NodeRole) -> u8 {\n    let f = |x| match x {\n        NodeRole::Gpu\n        | NodeRole::Dxg => 1,\n        NodeRole::Uvm => match y {\n            _ => 2,\n        },\n    };\n    0\n}\n\
+                fn c(s: Stat) -> bool {\n    match s {\n        Stat::Missing => true,\n        _ => false,\n    }\n}\n\
+                fn d(n: u8) {\n    let rematch = 1;\n}\n";
+    assert_eq!(wildcard_role_matches(code), ["match r {"]);
+}

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::procs::Table;
 use super::{Check, Error, HostFacts, Layer};
 use crate::config::Config;
-use crate::driver::{proc, DriverRoot, Inventory, NodeRole, NodeState};
+use crate::driver::{proc, DriverRoot, Inventory, NodeProblem, NodeRole, NodeState};
 use crate::elf::Arch;
 use crate::ldcache::LdCache;
 use crate::planner::{self, Inputs};
@@ -221,27 +221,21 @@ pub(super) fn nodes(inventory: &Inventory, out: &mut Vec<Check>) {
                 format!("{} is missing", node.host_path.display()),
                 format!("create it: `{create}`"),
             )),
-            NodeState::Wrong(problem)
-                if problem.contains("/proc/devices") && node.role == NodeRole::ImexChannel =>
-            {
-                out.push(Check::fail(
-                    L,
-                    name,
-                    "the nvidia module offers no IMEX channels (no nvidia-caps-imex-channels \
+            NodeState::Wrong(NodeProblem::NoImexMajor) => out.push(Check::fail(
+                L,
+                name,
+                "the nvidia module offers no IMEX channels (no nvidia-caps-imex-channels \
                      in /proc/devices), but the host has channel nodes: containers asking \
                      for one (NVIDIA_IMEX_CHANNELS) fail",
-                    "load a driver of 550 or later, with IMEX channels (NVreg_ImexChannelCount)",
-                ))
-            }
-            NodeState::Wrong(problem) if problem.contains("/proc/devices") => {
-                out.push(Check::fail(
-                    L,
-                    name,
-                    "the nvidia-uvm module is not loaded (no nvidia-uvm in /proc/devices): \
-                     CUDA cannot start in any container",
-                    "`modprobe nvidia-uvm`, then `nvidia-modprobe -u -c=0` for its nodes",
-                ))
-            }
+                "load a driver of 550 or later, with IMEX channels (NVreg_ImexChannelCount)",
+            )),
+            NodeState::Wrong(NodeProblem::NoMajor) => out.push(Check::fail(
+                L,
+                name,
+                "the nvidia-uvm module is not loaded (no nvidia-uvm in /proc/devices): \
+                 CUDA cannot start in any container",
+                "`modprobe nvidia-uvm`, then `nvidia-modprobe -u -c=0` for its nodes",
+            )),
             NodeState::Wrong(problem) => out.push(Check::fail(
                 L,
                 name,
@@ -279,9 +273,7 @@ fn create_command(role: NodeRole, minor: u32) -> String {
         NodeRole::DrmCard | NodeRole::DrmRender => {
             "modprobe nvidia-drm, then udevadm trigger --subsystem-match=drm".into()
         }
-        NodeRole::NvSwitch | NodeRole::Gds | NodeRole::Mofed | NodeRole::Gdrcopy => {
-            "reload the device's driver module so that udev makes its node".into()
-        }
+        NodeRole::Gated(class) => class.row().remedy.into(),
         NodeRole::Dxg => "`wsl --update` on Windows, then `wsl --shutdown`: WSL2's own \
                           kernel (its dxgkrnl) makes /dev/dxg"
             .into(),

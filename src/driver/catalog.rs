@@ -1,7 +1,6 @@
 //! Which driver files each capability brings, matching NVIDIA's lists so that
 //! images built for NVIDIA's hook find the same files here.
 
-use super::nodes::NodeRole;
 use crate::request::Capability;
 
 /// A library the driver may ship, matched by SONAME prefix.
@@ -219,31 +218,6 @@ pub const IPCS: &[(Capability, &str, IpcKind)] = &[
     (Utility, "run/nvidia-persistenced/socket", IpcKind::Socket),
     (Utility, "run/nvidia-fabricmanager/socket", IpcKind::Socket),
     (Compute, "tmp/nvidia-mps", IpcKind::Directory),
-];
-
-/// What a feature-gated device's file is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum GatedKind {
-    /// A directory, bound read-only.
-    Directory,
-    /// A regular file.
-    File,
-    /// A daemon's unix socket.
-    Socket,
-}
-
-/// The files a feature-gated device brings beside its nodes, relative to
-/// the driver root: GDS's udev database and `cufile.json` (NVIDIA's
-/// internal/discover/gds.go), NVSwitch's fabric manager socket.
-pub const GATED_FILES: &[(NodeRole, &str, GatedKind)] = &[
-    (NodeRole::Gds, "run/udev", GatedKind::Directory),
-    (NodeRole::Gds, "etc/cufile.json", GatedKind::File),
-    (
-        NodeRole::NvSwitch,
-        "run/nvidia-fabricmanager/socket",
-        GatedKind::Socket,
-    ),
 ];
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::nodes::{self, Node, NodeRole, NodeState};
+use super::nodes::{self, Node, NodeProblem, NodeRole, NodeState};
 use super::proc::Gpu;
 
 /// The DRM major when `/proc/devices` does not list `drm` (it is fixed at 226).
@@ -32,7 +32,15 @@ impl GpuDrm {
         let kind = match node.role {
             NodeRole::DrmCard => "card",
             NodeRole::DrmRender => "render",
-            _ => return None,
+            NodeRole::Control
+            | NodeRole::Modeset
+            | NodeRole::Uvm
+            | NodeRole::UvmTools
+            | NodeRole::Gpu
+            | NodeRole::Capability
+            | NodeRole::ImexChannel
+            | NodeRole::Dxg
+            | NodeRole::Gated(_) => return None,
         };
         let name = node.path.file_name()?;
         Some((
@@ -115,14 +123,12 @@ fn node(dir: &Path, dev_root: &Path, role: NodeRole, name: &str, major: u32) -> 
         Some((found, minor)) => (
             found,
             minor,
-            NodeState::Wrong(format!(
-                "sysfs gives it major {found}, not the drm major {major}"
-            )),
+            NodeState::Wrong(NodeProblem::SysfsMajor { found, major }),
         ),
         None => (
             major,
             0,
-            NodeState::Wrong(format!("{} gives no MAJOR:MINOR", dev_file.display())),
+            NodeState::Wrong(NodeProblem::NoSysfsNumbers { dev_file }),
         ),
     };
     Node {
@@ -214,7 +220,7 @@ mod tests {
         majors.insert("drm".to_string(), 226);
         let found = inspect(sys.path(), sys.path(), &[gpu(0, "0000:01:00.0")], &majors);
         assert!(
-            matches!(&found[0].nodes[0].state, NodeState::Wrong(s) if s.contains("major 10")),
+            matches!(&found[0].nodes[0].state, NodeState::Wrong(s) if s.to_string().contains("major 10")),
             "{found:?}"
         );
         assert_eq!(parse_dev("226:0"), Some((226, 0)));

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::catalog::{self, GatedKind, IpcKind};
-use super::nodes::NodeRole;
+use super::catalog::{self, IpcKind};
 use super::root::{DriverRoot, Resolved};
 use super::Error;
+use crate::device_class::{Class, FileKind};
 use crate::elf::{self, Arch};
 use crate::request::{Capabilities, Capability};
 
@@ -45,26 +45,27 @@ pub struct Ipc {
 /// A file of a feature-gated device, found in the driver root.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GatedFile {
-    /// The device whose variable brings it.
-    pub gate: NodeRole,
+    /// The device class whose variable brings it.
+    pub gate: Class,
     /// Directory, file or socket.
-    pub kind: GatedKind,
+    pub kind: FileKind,
     /// The path on the host.
     pub path: PathBuf,
     /// The same path inside the container.
     pub destination: PathBuf,
 }
 
-/// The [`catalog::GATED_FILES`] that exist, each of its kind: looked for
-/// every time, as the daemons' sockets are.
+/// The files of the [`crate::device_class`] table's classes that exist,
+/// each of its kind: looked for every time, as the daemons' sockets are.
+/// Directories come first, then files, then sockets.
 pub fn gated_files(root: &DriverRoot) -> Vec<GatedFile> {
-    catalog::GATED_FILES
-        .iter()
-        .filter_map(|&(gate, inner, kind)| {
+    let mut files: Vec<GatedFile> = Class::all()
+        .flat_map(|gate| gate.row().files.iter().map(move |file| (gate, file)))
+        .filter_map(|(gate, &(inner, kind))| {
             let (inner, resolved) = typed(root, inner, kind, |ft| match kind {
-                GatedKind::Directory => ft.is_dir(),
-                GatedKind::File => ft.is_file(),
-                GatedKind::Socket => ft.is_socket(),
+                FileKind::Directory => ft.is_dir(),
+                FileKind::File => ft.is_file(),
+                FileKind::Socket => ft.is_socket(),
             })?;
             Some(GatedFile {
                 gate,
@@ -73,7 +74,9 @@ pub fn gated_files(root: &DriverRoot) -> Vec<GatedFile> {
                 destination: inner,
             })
         })
-        .collect()
+        .collect();
+    files.sort_by_key(|file| file.kind);
+    files
 }
 
 /// Finds the catalogue's programs; returns those found and the names missing.

@@ -36,7 +36,7 @@ pub use drm::GpuDrm;
 pub use files::{GatedFile, HostFile, Ipc};
 pub use libraries::{Library, MissingLibrary};
 pub use mig::{layout as mig_layout, CapFile, ComputeInstance, GpuInstance, MigDevice};
-pub use nodes::{Node, NodeRole, NodeState};
+pub use nodes::{Node, NodeProblem, NodeRole, NodeState};
 pub use proc::Gpu;
 pub use root::DriverRoot;
 pub use snapshot::RootFiles;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::proc::Gpu;
+use crate::device_class::Class;
 
 /// Major of `nvidiactl`, `nvidia-modeset` and `nvidiaN`, fixed by the driver.
 pub const NVIDIA_MAJOR: u32 = 195;
@@ -38,37 +39,34 @@ pub enum NodeRole {
     Capability,
     /// `nvidia-caps-imex-channels/channelN`: an IMEX channel, asked for by number.
     ImexChannel,
-    /// `nvidia-nvswitchctl` and `nvidia-nvswitchN`: `NVIDIA_NVSWITCH=enabled`.
-    NvSwitch,
-    /// `nvidia-fs*`: GPUDirect Storage, `NVIDIA_GDS=enabled`.
-    Gds,
-    /// `infiniband/{uverbs*,rdma_cm,umad*}`: `NVIDIA_MOFED=enabled`.
-    Mofed,
-    /// `gdrdrv`: `NVIDIA_GDRCOPY=enabled`.
-    Gdrcopy,
     /// `dri/cardN` of one GPU: graphics and display.
     DrmCard,
     /// `dri/renderDN` of one GPU: graphics and display.
     DrmRender,
     /// `dxg`: a WSL2 host's one node, through which Windows' driver serves every GPU.
     Dxg,
+    /// A node of a feature-gated device class (`NVIDIA_GDS=enabled`, …),
+    /// named as its row of [`crate::device_class::CLASSES`] names it.
+    #[serde(untagged)]
+    Gated(Class),
 }
 
 impl NodeRole {
-    /// Whether a container gets this node only when it asks for it by a
-    /// variable of its own (the gated devices, IMEX channels, DRM nodes):
-    /// its absence on the host is no fault of the driver's GPU nodes.
-    pub fn is_extra(self) -> bool {
-        !matches!(
-            self,
+    /// The device class whose variable brings this node, if any.
+    pub fn class(self) -> Option<Class> {
+        match self {
+            NodeRole::Gated(class) => Some(class),
             NodeRole::Control
-                | NodeRole::Modeset
-                | NodeRole::Uvm
-                | NodeRole::UvmTools
-                | NodeRole::Gpu
-                | NodeRole::Capability
-                | NodeRole::Dxg
-        )
+            | NodeRole::Modeset
+            | NodeRole::Uvm
+            | NodeRole::UvmTools
+            | NodeRole::Gpu
+            | NodeRole::Capability
+            | NodeRole::ImexChannel
+            | NodeRole::DrmCard
+            | NodeRole::DrmRender
+            | NodeRole::Dxg => None,
+        }
     }
 }
 
@@ -86,7 +84,88 @@ pub enum NodeState {
     /// Nothing at the path.
     Missing,
     /// Something else: says what.
-    Wrong(String),
+    Wrong(NodeProblem),
+}
+
+/// What is wrong with a node that is there, or why it cannot be judged;
+/// its `Display` is what `info`, `list` and `doctor` print after the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeProblem {
+    /// Something that is not a character device: names its kind.
+    NotCharDevice(&'static str),
+    /// A character device of other numbers.
+    Numbers {
+        /// Its major.
+        found_major: u32,
+        /// Its minor.
+        found_minor: u32,
+        /// The major it must have.
+        major: u32,
+        /// The minor it must have.
+        minor: u32,
+    },
+    /// stat failed: its error, as text (an `io::Error` is neither `Clone` nor `Eq`).
+    Stat(String),
+    /// The node's driver module (`nvidia-uvm`) has no major in `/proc/devices`.
+    NoMajor,
+    /// The driver has no IMEX channels' major in `/proc/devices`.
+    NoImexMajor,
+    /// sysfs gives a DRM node a major that is not the `drm` one.
+    SysfsMajor {
+        /// The major sysfs gives.
+        found: u32,
+        /// The `drm` major.
+        major: u32,
+    },
+    /// sysfs's `dev` file of a DRM node holds no `MAJOR:MINOR`.
+    NoSysfsNumbers {
+        /// The `dev` file.
+        dev_file: PathBuf,
+    },
+}
+
+impl std::fmt::Display for NodeProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeProblem::NotCharDevice(kind) => {
+                write!(f, "is a {kind}, not a character device")
+            }
+            NodeProblem::Numbers {
+                found_major,
+                found_minor,
+                major,
+                minor,
+            } => write!(
+                f,
+                "is character device {found_major}:{found_minor}, expected {major}:{minor}"
+            ),
+            NodeProblem::Stat(error) => write!(f, "cannot stat: {error}"),
+            NodeProblem::NoMajor => f.write_str("its driver module has no major in /proc/devices"),
+            NodeProblem::NoImexMajor => {
+                write!(f, "the driver has no {IMEX_MAJOR_NAME} in /proc/devices")
+            }
+            NodeProblem::SysfsMajor { found, major } => {
+                write!(f, "sysfs gives it major {found}, not the drm major {major}")
+            }
+            NodeProblem::NoSysfsNumbers { dev_file } => {
+                write!(f, "{} gives no MAJOR:MINOR", dev_file.display())
+            }
+        }
+    }
+}
+
+impl Serialize for NodeProblem {
+    /// As its message, as `info --json` has always given it.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl NodeProblem {
+    /// stat's error at a node's path.
+    pub fn stat(error: &io::Error) -> NodeProblem {
+        NodeProblem::Stat(error.to_string())
+    }
 }
 
 /// One device node the container may receive.
@@ -121,7 +200,7 @@ pub enum Stat {
 pub fn judge(stat: Stat, major: u32, minor: u32) -> NodeState {
     match stat {
         Stat::Missing => NodeState::Missing,
-        Stat::Other(kind) => NodeState::Wrong(format!("is a {kind}, not a character device")),
+        Stat::Other(kind) => NodeState::Wrong(NodeProblem::NotCharDevice(kind)),
         Stat::Char {
             major: found_major,
             minor: found_minor,
@@ -131,9 +210,12 @@ pub fn judge(stat: Stat, major: u32, minor: u32) -> NodeState {
             major: found_major,
             minor: found_minor,
             ..
-        } => NodeState::Wrong(format!(
-            "is character device {found_major}:{found_minor}, expected {major}:{minor}"
-        )),
+        } => NodeState::Wrong(NodeProblem::Numbers {
+            found_major,
+            found_minor,
+            major,
+            minor,
+        }),
     }
 }
 
@@ -177,14 +259,11 @@ pub fn inspect(dev_root: &Path, gpus: &[Gpu], majors: &BTreeMap<String, u32>) ->
             Some(major) => {
                 let state = match stat(&host_path) {
                     Ok(s) => judge(s, major, minor),
-                    Err(e) => NodeState::Wrong(format!("cannot stat: {e}")),
+                    Err(e) => NodeState::Wrong(NodeProblem::stat(&e)),
                 };
                 (major, state)
             }
-            None => (
-                0,
-                NodeState::Wrong("its driver module has no major in /proc/devices".into()),
-            ),
+            None => (0, NodeState::Wrong(NodeProblem::NoMajor)),
         };
         nodes.push(Node {
             role,
@@ -281,12 +360,7 @@ pub fn imex_channel(dev_root: &Path, major: Option<u32>, channel: u32) -> Node {
     let host_path = dev_root.join("dev").join(&name);
     let (major, state) = match major {
         Some(major) => (major, checked(&host_path, major, channel)),
-        None => (
-            0,
-            NodeState::Wrong(format!(
-                "the driver has no {IMEX_MAJOR_NAME} in /proc/devices"
-            )),
-        ),
+        None => (0, NodeState::Wrong(NodeProblem::NoImexMajor)),
     };
     Node {
         role: NodeRole::ImexChannel,
@@ -302,23 +376,12 @@ pub fn imex_channel(dev_root: &Path, major: Option<u32>, channel: u32) -> Node {
 pub fn checked(host_path: &Path, major: u32, minor: u32) -> NodeState {
     match stat(host_path) {
         Ok(s) => judge(s, major, minor),
-        Err(e) => NodeState::Wrong(format!("cannot stat: {e}")),
+        Err(e) => NodeState::Wrong(NodeProblem::stat(&e)),
     }
 }
 
-/// Which names below `/dev` each feature-gated device has, as NVIDIA's
-/// discoverers look for them (`internal/discover/{nvswitch,gds,mofed,gdrcopy}.go`):
-/// (role, directory below `/dev`, name prefix, whether the name is exact).
-const GATED: &[(NodeRole, &str, &str, bool)] = &[
-    (NodeRole::NvSwitch, "", "nvidia-nvswitch", false),
-    (NodeRole::Gds, "", "nvidia-fs", false),
-    (NodeRole::Mofed, "infiniband", "uverbs", false),
-    (NodeRole::Mofed, "infiniband", "rdma_cm", true),
-    (NodeRole::Mofed, "infiniband", "umad", false),
-    (NodeRole::Gdrcopy, "", "gdrdrv", true),
-];
-
-/// The feature-gated devices' nodes under `<dev_root>/dev`. Their drivers
+/// The feature-gated devices' nodes under `<dev_root>/dev`, each class's
+/// names as its row of [`crate::device_class::CLASSES`] gives them. Their drivers
 /// are not NVIDIA's GPU driver and their majors are dynamic, so a node
 /// counts as its driver's when it is a character device of that name (as
 /// NVIDIA's char device locator takes it); anything else at the name is
@@ -327,38 +390,33 @@ pub fn gated(dev_root: &Path) -> Vec<Node> {
     let dev = dev_root.join("dev");
     let mut nodes = Vec::new();
     let mut listed: Vec<(&str, Vec<String>)> = Vec::new();
-    for &(role, dir, prefix, exact) in GATED {
-        if !listed.iter().any(|(d, _)| *d == dir) {
-            listed.push((dir, names(&dev.join(dir))));
-        }
-        let Some((_, entries)) = listed.iter().find(|(d, _)| *d == dir) else {
-            continue;
-        };
-        for name in entries {
-            let matches = if exact {
-                name == prefix
-            } else {
-                name.starts_with(prefix)
-            };
-            if !matches {
-                continue;
+    for class in Class::all() {
+        for pattern in class.row().nodes {
+            let dir = pattern.dir;
+            if !listed.iter().any(|(d, _)| *d == dir) {
+                listed.push((dir, names(&dev.join(dir))));
             }
-            let inner = Path::new(dir).join(name);
-            let host_path = dev.join(&inner);
-            let (major, minor, state) = match stat(&host_path) {
-                Ok(Stat::Char { major, minor, mode }) => (major, minor, NodeState::Ok { mode }),
-                Ok(Stat::Missing) => continue,
-                Ok(other) => (0, 0, judge(other, 0, 0)),
-                Err(e) => (0, 0, NodeState::Wrong(format!("cannot stat: {e}"))),
+            let Some((_, entries)) = listed.iter().find(|(d, _)| *d == dir) else {
+                continue;
             };
-            nodes.push(Node {
-                role,
-                path: Path::new("/dev").join(&inner),
-                host_path,
-                major,
-                minor,
-                state,
-            });
+            for name in entries.iter().filter(|name| pattern.matches(name)) {
+                let inner = Path::new(dir).join(name);
+                let host_path = dev.join(&inner);
+                let (major, minor, state) = match stat(&host_path) {
+                    Ok(Stat::Char { major, minor, mode }) => (major, minor, NodeState::Ok { mode }),
+                    Ok(Stat::Missing) => continue,
+                    Ok(other) => (0, 0, judge(other, 0, 0)),
+                    Err(e) => (0, 0, NodeState::Wrong(NodeProblem::stat(&e))),
+                };
+                nodes.push(Node {
+                    role: NodeRole::Gated(class),
+                    path: Path::new("/dev").join(&inner),
+                    host_path,
+                    major,
+                    minor,
+                    state,
+                });
+            }
         }
     }
     nodes
@@ -395,7 +453,19 @@ mod tests {
         );
         assert_eq!(
             state,
-            NodeState::Wrong("is character device 1:3, expected 195:0".into())
+            NodeState::Wrong(NodeProblem::Numbers {
+                found_major: 1,
+                found_minor: 3,
+                major: 195,
+                minor: 0
+            })
+        );
+        let NodeState::Wrong(problem) = state else {
+            unreachable!()
+        };
+        assert_eq!(
+            problem.to_string(),
+            "is character device 1:3, expected 195:0"
         );
     }
 
@@ -403,7 +473,7 @@ mod tests {
     fn reports_missing_and_non_devices() {
         assert_eq!(judge(Stat::Missing, 195, 0), NodeState::Missing);
         assert!(
-            matches!(judge(Stat::Other("regular file"), 195, 0), NodeState::Wrong(s) if s.contains("regular file"))
+            matches!(judge(Stat::Other("regular file"), 195, 0), NodeState::Wrong(s) if s.to_string().contains("regular file"))
         );
     }
 
@@ -461,19 +531,20 @@ mod tests {
             .iter()
             .map(|n| (n.role, n.path.to_str().unwrap()))
             .collect();
+        let role = |name| NodeRole::Gated(Class::named(name).unwrap());
         assert_eq!(
             paths,
             [
-                (NodeRole::NvSwitch, "/dev/nvidia-nvswitch0"),
-                (NodeRole::NvSwitch, "/dev/nvidia-nvswitchctl"),
-                (NodeRole::Gds, "/dev/nvidia-fs0"),
-                (NodeRole::Mofed, "/dev/infiniband/rdma_cm"),
-                (NodeRole::Gdrcopy, "/dev/gdrdrv"),
+                (role("nvswitch"), "/dev/nvidia-nvswitch0"),
+                (role("nvswitch"), "/dev/nvidia-nvswitchctl"),
+                (role("gds"), "/dev/nvidia-fs0"),
+                (role("mofed"), "/dev/infiniband/rdma_cm"),
+                (role("gdrcopy"), "/dev/gdrdrv"),
             ]
         );
-        assert!(nodes
-            .iter()
-            .all(|n| matches!(&n.state, NodeState::Wrong(s) if s.contains("regular file"))));
+        assert!(nodes.iter().all(
+            |n| matches!(&n.state, NodeState::Wrong(s) if s.to_string().contains("regular file"))
+        ));
     }
 
     #[test]
@@ -495,7 +566,10 @@ mod tests {
         let absent = imex_channel(dir.path(), Some(234), 9);
         assert_eq!(absent.state, NodeState::Missing);
         let unloaded = imex_channel(dir.path(), None, 9);
-        assert!(matches!(&unloaded.state, NodeState::Wrong(s) if s.contains("/proc/devices")));
+        assert!(
+            matches!(&unloaded.state, NodeState::Wrong(s) if s.to_string().contains("/proc/devices"))
+        );
+        assert_eq!(unloaded.state, NodeState::Wrong(NodeProblem::NoImexMajor));
     }
 
     #[test]
@@ -503,7 +577,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let nodes = inspect(dir.path(), &[], &BTreeMap::new());
         let uvm = nodes.iter().find(|n| n.role == NodeRole::Uvm).unwrap();
-        assert!(matches!(&uvm.state, NodeState::Wrong(s) if s.contains("/proc/devices")));
+        assert!(
+            matches!(&uvm.state, NodeState::Wrong(s) if s.to_string().contains("/proc/devices"))
+        );
+        assert_eq!(uvm.state, NodeState::Wrong(NodeProblem::NoMajor));
         let ctl = nodes.iter().find(|n| n.role == NodeRole::Control).unwrap();
         assert_eq!(ctl.state, NodeState::Missing);
         assert_eq!(ctl.path, Path::new("/dev/nvidiactl"));

@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use super::files::lookup;
 use super::libraries::{Library, MissingLibrary};
-use super::nodes::{self, Node, NodeRole, NodeState};
+use super::nodes::{self, Node, NodeProblem, NodeRole, NodeState};
 use super::root::DriverRoot;
 use super::{Error, Result};
 use crate::config::DriverConfig;
@@ -229,7 +229,7 @@ pub fn node(config: &DriverConfig) -> Node {
     let state = match (&stat, minor) {
         (Ok(s), Some(minor)) => nodes::judge(*s, MISC_MAJOR, minor),
         (Ok(s), None) => nodes::judge(*s, MISC_MAJOR, 0),
-        (Err(e), _) => NodeState::Wrong(format!("cannot stat: {e}")),
+        (Err(e), _) => NodeState::Wrong(NodeProblem::stat(e)),
     };
     Node {
         role: NodeRole::Dxg,
@@ -419,7 +419,7 @@ mod tests {
         assert_eq!((node.major, node.minor), (10, 61));
         assert_eq!(node.path, Path::new("/dev/dxg"));
         assert!(
-            matches!(&node.state, NodeState::Wrong(w) if w.contains("regular file")),
+            matches!(&node.state, NodeState::Wrong(w) if w.to_string().contains("regular file")),
             "{:?}",
             node.state
         );

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{LoaderEntry, Mount, MountKind, Plan, Symlink};
-use crate::driver::NodeRole;
+use crate::device_class::{Class, FileKind};
 use crate::driver::{catalog, Inventory, Library};
 use crate::elf::Arch;
 use crate::image::{Compat, Image};
@@ -102,19 +102,16 @@ pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, request: &Request, im
 /// only where the host has a GDS node (gds.go); the fabric manager's socket
 /// with NVSwitch.
 fn gated(plan: &mut Plan, inventory: &Inventory, request: &Request) {
-    let g = request.gated;
-    let has_node = |role| {
+    let has_node = |class| {
         plan.devices.iter().any(|d| {
             inventory
                 .nodes
                 .iter()
-                .any(|n| n.role == role && n.path == d.path)
+                .any(|n| n.role.class() == Some(class) && n.path == d.path)
         })
     };
-    let enabled = |role| match role {
-        NodeRole::Gds => g.gds && has_node(NodeRole::Gds),
-        NodeRole::NvSwitch => g.nvswitch,
-        _ => false,
+    let enabled = |class: Class| {
+        request.gated.contains(class) && (!class.row().files_need_node || has_node(class))
     };
     let files: Vec<_> = inventory
         .gated_files
@@ -123,9 +120,9 @@ fn gated(plan: &mut Plan, inventory: &Inventory, request: &Request) {
         .collect();
     for file in files {
         let kind = match file.kind {
-            catalog::GatedKind::Directory => MountKind::State,
-            catalog::GatedKind::File => MountKind::Config,
-            catalog::GatedKind::Socket => MountKind::Socket,
+            FileKind::Directory => MountKind::State,
+            FileKind::File => MountKind::Config,
+            FileKind::Socket => MountKind::Socket,
         };
         if !plan
             .mounts

@@ -176,14 +176,7 @@ fn imex(
 /// discoverers find them: those the host has; one that is not a character
 /// device is left out, and said.
 fn gated(inventory: &Inventory, request: &Request) -> Vec<(Node, u32)> {
-    let g = request.gated;
-    let enabled = |role| match role {
-        NodeRole::NvSwitch => g.nvswitch,
-        NodeRole::Gds => g.gds,
-        NodeRole::Mofed => g.mofed,
-        NodeRole::Gdrcopy => g.gdrcopy,
-        _ => false,
-    };
+    let enabled = |role: NodeRole| role.class().is_some_and(|c| request.gated.contains(c));
     usable(inventory.nodes.iter().filter(|n| enabled(n.role)))
 }
 
@@ -255,7 +248,7 @@ pub(super) fn required<'a>(node: Option<&'a Node>, path: &str) -> Result<(&'a No
         }),
         NodeState::Wrong(problem) => Err(Error::NodeUnusable {
             path: node.host_path.clone(),
-            problem: problem.clone(),
+            problem: problem.to_string(),
         }),
     }
 }

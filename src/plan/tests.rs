@@ -1,10 +1,21 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::device_class::{Class, FileKind};
 use crate::driver::catalog::IpcKind;
-use crate::driver::{Gpu, HostFile, Ipc, Library, Node, NodeRole, NodeState};
+use crate::driver::{Gpu, HostFile, Ipc, Library, Node, NodeProblem, NodeRole, NodeState};
 use crate::image::{Image, ImageLayout};
 use crate::request::{Capabilities, ImexChannels};
+
+/// The device class `list --enable` names `name`.
+fn class(name: &str) -> Class {
+    Class::named(name).expect("a device class")
+}
+
+/// The role of a node of the device class `name`.
+fn gated(name: &str) -> NodeRole {
+    NodeRole::Gated(class(name))
+}
 
 fn node(role: NodeRole, name: &str, major: u32, minor: u32, state: NodeState) -> Node {
     Node {
@@ -246,7 +257,12 @@ fn missing_node_is_an_error_naming_it() {
 #[test]
 fn wrong_gpu_node_is_an_error() {
     let mut inv = inventory();
-    inv.nodes[4].state = NodeState::Wrong("is character device 1:3, expected 195:2".into());
+    inv.nodes[4].state = NodeState::Wrong(NodeProblem::Numbers {
+        found_major: 1,
+        found_minor: 3,
+        major: 195,
+        minor: 2,
+    });
     let err = Plan::build(
         &inv,
         &request("0", "utility"),
@@ -848,12 +864,12 @@ fn extras_host() -> Inventory {
         ));
     }
     for (role, name, major, minor) in [
-        (NodeRole::NvSwitch, "nvidia-nvswitchctl", 236, 255),
-        (NodeRole::NvSwitch, "nvidia-nvswitch0", 236, 0),
-        (NodeRole::Gds, "nvidia-fs0", 237, 0),
-        (NodeRole::Mofed, "infiniband/uverbs0", 231, 192),
-        (NodeRole::Mofed, "infiniband/rdma_cm", 10, 58),
-        (NodeRole::Gdrcopy, "gdrdrv", 238, 0),
+        (gated("nvswitch"), "nvidia-nvswitchctl", 236, 255),
+        (gated("nvswitch"), "nvidia-nvswitch0", 236, 0),
+        (gated("gds"), "nvidia-fs0", 237, 0),
+        (gated("mofed"), "infiniband/uverbs0", 231, 192),
+        (gated("mofed"), "infiniband/rdma_cm", 10, 58),
+        (gated("gdrcopy"), "gdrdrv", 238, 0),
     ] {
         inv.nodes.push(node(role, name, major, minor, ok()));
     }
@@ -936,15 +952,15 @@ fn gated_devices_come_only_when_enabled() {
     let table: &[(Enable, &[&str])] = &[
         (|_| {}, &[]),
         (
-            |g| g.nvswitch = true,
+            |g| g.insert(class("nvswitch")),
             &["/dev/nvidia-nvswitchctl", "/dev/nvidia-nvswitch0"],
         ),
-        (|g| g.gds = true, &["/dev/nvidia-fs0"]),
+        (|g| g.insert(class("gds")), &["/dev/nvidia-fs0"]),
         (
-            |g| g.mofed = true,
+            |g| g.insert(class("mofed")),
             &["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"],
         ),
-        (|g| g.gdrcopy = true, &["/dev/gdrdrv"]),
+        (|g| g.insert(class("gdrcopy")), &["/dev/gdrdrv"]),
     ];
     let base = device_paths(&plan_extras(&request("none", "utility"), NodeMode::Mknod).unwrap());
     for (enable, want) in table {
@@ -1047,13 +1063,12 @@ fn files_host() -> Inventory {
         path: PathBuf::from("/sim/driver").join(&destination[1..]),
         destination: destination.into(),
     };
-    use crate::driver::catalog::GatedKind;
     inv.gated_files = vec![
-        gated(NodeRole::Gds, GatedKind::Directory, "/run/udev"),
-        gated(NodeRole::Gds, GatedKind::File, "/etc/cufile.json"),
+        gated(class("gds"), FileKind::Directory, "/run/udev"),
+        gated(class("gds"), FileKind::File, "/etc/cufile.json"),
         gated(
-            NodeRole::NvSwitch,
-            GatedKind::Socket,
+            class("nvswitch"),
+            FileKind::Socket,
             "/run/nvidia-fabricmanager/socket",
         ),
     ];
@@ -1172,19 +1187,19 @@ fn gated_devices_bring_their_files() {
     let table: &[(Enable, bool, &[&str], &[&str])] = &[
         (|_| {}, true, &[], &[]),
         (
-            |g| g.gds = true,
+            |g| g.insert(class("gds")),
             true,
             &["/run/udev"],
             &["/etc/cufile.json"],
         ),
-        (|g| g.gds = true, false, &[], &[]),
-        (|g| g.mofed = true, true, &[], &[]),
-        (|g| g.nvswitch = true, true, &[], &[]),
+        (|g| g.insert(class("gds")), false, &[], &[]),
+        (|g| g.insert(class("mofed")), true, &[], &[]),
+        (|g| g.insert(class("nvswitch")), true, &[], &[]),
     ];
     for (i, (enable, gds_node, state, configs)) in table.iter().enumerate() {
         let mut inv = files_host();
         if !gds_node {
-            inv.nodes.retain(|n| n.role != NodeRole::Gds);
+            inv.nodes.retain(|n| n.role.class() != Some(class("gds")));
         }
         let mut req = request("0", "utility");
         enable(&mut req.gated);
@@ -1193,7 +1208,7 @@ fn gated_devices_bring_their_files() {
         assert_eq!(mounted(&plan, MountKind::Config), *configs, "case {i}");
         let fm = mounted(&plan, MountKind::Socket)
             .contains(&"/run/nvidia-fabricmanager/socket".to_string());
-        assert_eq!(fm, req.gated.nvswitch, "case {i}");
+        assert_eq!(fm, req.gated.contains(class("nvswitch")), "case {i}");
         // Utility brings the socket too: it is mounted once.
         let mut with_utility = files_host();
         with_utility.ipcs.push(Ipc {

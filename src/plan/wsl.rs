@@ -107,7 +107,7 @@ mod tests {
 
     use super::*;
     use crate::driver::wsl::WslFile;
-    use crate::driver::{Node, NodeState};
+    use crate::driver::{Node, NodeProblem, NodeState};
     use crate::image::ImageLayout;
     use crate::plan::tests::{inventory, request};
     use crate::plan::NodeMode;
@@ -270,9 +270,7 @@ mod tests {
             ),
             "{err}"
         );
-        let bad = wsl_inventory(NodeState::Wrong(
-            "is a regular file, not a character device".into(),
-        ));
+        let bad = wsl_inventory(NodeState::Wrong(NodeProblem::NotCharDevice("regular file")));
         let err = build(&bad, "all", "compute").unwrap_err();
         assert!(
             matches!(&err, Error::NodeUnusable { path, .. } if path == Path::new("/sim/dev/dxg")),

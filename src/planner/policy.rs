@@ -10,7 +10,7 @@ use crate::bundle::Container;
 use crate::config::Config;
 use crate::plan::NodeMode;
 use crate::planner::Asked;
-use crate::request::{self, Capabilities, DeviceSelection, Gated, ImexChannels, Request};
+use crate::request::{self, Capabilities, DeviceSelection, ImexChannels, Request};
 use crate::require::Requirements;
 
 /// The request `source` makes, as `config`'s policy lets it stand. Pure,
@@ -35,7 +35,7 @@ pub(super) fn effective(config: &Config, source: Source<'_>) -> Result<Effective
                         ),
                     );
                     request.imex = ImexChannels::from_env(env)?;
-                    request.gated = Gated::from_env(env);
+                    request.gated = request::gated_from_env(env);
                     request
                 }
             };

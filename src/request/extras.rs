@@ -86,49 +86,20 @@ impl ImexChannels {
     }
 }
 
-/// The feature-gated devices, each asked for with its variable set to
-/// `enabled` (exactly, as NVIDIA compares it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Gated {
-    /// `NVIDIA_GDS=enabled`: GPUDirect Storage, `/dev/nvidia-fs*`.
-    pub gds: bool,
-    /// `NVIDIA_MOFED=enabled`: RDMA, `/dev/infiniband/{uverbs*,rdma_cm,umad*}`.
-    pub mofed: bool,
-    /// `NVIDIA_NVSWITCH=enabled`: `/dev/nvidia-nvswitchctl` and `/dev/nvidia-nvswitch*`.
-    pub nvswitch: bool,
-    /// `NVIDIA_GDRCOPY=enabled`: `/dev/gdrdrv`.
-    pub gdrcopy: bool,
-}
+/// The feature-gated devices a container enables, a set of the
+/// [`crate::device_class`] table's classes.
+pub use crate::device_class::Set as Gated;
 
-impl Gated {
-    /// The variables, and the field each sets.
-    pub const VARIABLES: [&'static str; 4] = [
-        "NVIDIA_GDS",
-        "NVIDIA_MOFED",
-        "NVIDIA_NVSWITCH",
-        "NVIDIA_GDRCOPY",
-    ];
-
-    /// What a container's environment enables.
-    pub fn from_env(env: &[String]) -> Gated {
-        let on = |name| env_var(env, name) == Some("enabled");
-        Gated {
-            gds: on("NVIDIA_GDS"),
-            mofed: on("NVIDIA_MOFED"),
-            nvswitch: on("NVIDIA_NVSWITCH"),
-            gdrcopy: on("NVIDIA_GDRCOPY"),
-        }
-    }
-
-    /// Whether any is enabled.
-    pub fn any(&self) -> bool {
-        self.gds || self.mofed || self.nvswitch || self.gdrcopy
-    }
+/// The classes a container's environment enables, each by its variable
+/// set to `enabled` (exactly, as NVIDIA compares it).
+pub fn gated_from_env(env: &[String]) -> Gated {
+    Gated::enabled_by(|name| env_var(env, name))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device_class::Class;
 
     fn env(vars: &[&str]) -> Vec<String> {
         vars.iter().map(|v| v.to_string()).collect()
@@ -202,22 +173,19 @@ mod tests {
             "NVIDIA_NVSWITCH=enabled",
             "NVIDIA_GDRCOPY=enabled",
         ]);
-        assert_eq!(
-            Gated::from_env(&all),
-            Gated {
-                gds: true,
-                mofed: true,
-                nvswitch: true,
-                gdrcopy: true
-            }
-        );
+        let gated = gated_from_env(&all);
+        for name in ["gds", "mofed", "nvswitch", "gdrcopy"] {
+            let class = Class::named(name).unwrap();
+            assert!(gated.contains(class), "{name}");
+        }
         for value in ["true", "Enabled", "ENABLED", "1", "", " enabled"] {
-            for name in Gated::VARIABLES {
-                let gated = Gated::from_env(&env(&[&format!("{name}={value}")]));
+            for class in Class::all() {
+                let name = class.row().variable;
+                let gated = gated_from_env(&env(&[&format!("{name}={value}")]));
                 assert!(!gated.any(), "{name}={value:?}");
             }
         }
-        let last_wins = Gated::from_env(&env(&["NVIDIA_GDS=enabled", "NVIDIA_GDS=disabled"]));
-        assert!(!last_wins.gds);
+        let last_wins = gated_from_env(&env(&["NVIDIA_GDS=enabled", "NVIDIA_GDS=disabled"]));
+        assert!(!last_wins.any());
     }
 }

@@ -198,7 +198,9 @@ pub enum CdiCommand {
     },
 }
 
-/// The feature-gated devices `list --enable` names.
+/// The feature-gated devices `list --enable` names, in the order its
+/// help lists them: each value is the name of a class of the
+/// [`crate::device_class`] table, which says what it enables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GatedName {
     /// NVIDIA_GDS: GPUDirect Storage.
@@ -212,14 +214,12 @@ pub enum GatedName {
 }
 
 impl GatedName {
-    /// The variable that enables it.
-    pub fn variable(self) -> &'static str {
-        match self {
-            GatedName::Gds => "NVIDIA_GDS",
-            GatedName::Mofed => "NVIDIA_MOFED",
-            GatedName::Nvswitch => "NVIDIA_NVSWITCH",
-            GatedName::Gdrcopy => "NVIDIA_GDRCOPY",
-        }
+    /// The variable that enables it: its class's, found by its name
+    /// (a test holds every value to a class, and every class to a value).
+    pub fn variable(self) -> Option<&'static str> {
+        let value = self.to_possible_value()?;
+        let class = crate::device_class::Class::named(value.get_name())?;
+        Some(class.row().variable)
     }
 }
 
@@ -309,7 +309,12 @@ fn operation(command: Command) -> Operation {
                     env: imex_channels
                         .iter()
                         .map(|c| format!("NVIDIA_IMEX_CHANNELS={c}"))
-                        .chain(enable.iter().map(|g| format!("{}=enabled", g.variable())))
+                        .chain(
+                            enable
+                                .iter()
+                                .filter_map(|g| g.variable())
+                                .map(|v| format!("{v}=enabled")),
+                        )
                         .collect(),
                 },
             };
@@ -388,5 +393,30 @@ impl From<DoctorArgs> for app::DoctorOptions {
                 host_root: args.host_root,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device_class::Class;
+
+    /// `list --enable` offers every device class, by its name, and no other.
+    #[test]
+    fn each_device_class_is_a_gated_name() {
+        let names: Vec<String> = GatedName::value_variants()
+            .iter()
+            .filter_map(|g| Some(g.to_possible_value()?.get_name().to_string()))
+            .collect();
+        let mut offered = names.clone();
+        let mut classes: Vec<String> = Class::all().map(|c| c.row().name.into()).collect();
+        offered.sort();
+        classes.sort();
+        assert_eq!(offered, classes);
+        assert_eq!(names, ["gds", "mofed", "nvswitch", "gdrcopy"]);
+        assert_eq!(GatedName::Nvswitch.variable(), Some("NVIDIA_NVSWITCH"));
+        assert!(GatedName::value_variants()
+            .iter()
+            .all(|g| g.variable().is_some()));
     }
 }
