@@ -23,6 +23,7 @@ pub mod driver;
 pub mod elf;
 pub mod engine_config;
 pub mod entry;
+pub mod glob;
 pub mod hook;
 pub mod hostfile;
 pub mod image;

@@ -9,7 +9,7 @@ use clap::ValueEnum;
 
 use super::{Error, Result};
 use crate::compat::RUNTIME_NAME;
-use crate::engine_config::{self, containerd, crio, docker, Output, Runtime};
+use crate::engine_config::{self, containerd, crio, docker, hooks_d, Output, Runtime};
 
 /// The engines `--runtime` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -71,7 +71,7 @@ pub struct Configure {
     #[arg(long, alias = "runtime-path", value_name = "PATH")]
     pub nvidia_runtime_path: Option<String>,
     /// The prestart hook the hooks.d file runs.
-    #[arg(long, default_value = crio::DEFAULT_HOOK_PATH, value_name = "PATH")]
+    #[arg(long, default_value = hooks_d::DEFAULT_HOOK_PATH, value_name = "PATH")]
     pub nvidia_runtime_hook_path: PathBuf,
     /// Make the runtime the engine's default.
     #[arg(long, alias = "set-as-default", num_args = 0..=1, require_equals = true,
@@ -235,7 +235,7 @@ fn oci_hook(args: &Configure, out: &mut impl Write) -> Result<()> {
             hook.display().to_string()
         )));
     }
-    let text = crio::oci_hook(hook)?;
+    let text = hooks_d::oci_hook(hook)?;
     match &args.oci_hook_path {
         None => {
             out.write_all(text.as_bytes())?;
