@@ -645,6 +645,24 @@ fn each_engine_path_is_written_once() {
         "an engine path is written more than once (engine_config holds each engine's paths):\n{}",
         twice.join("\n")
     );
+    // The CDI directories are the CDI standard's, shared by every engine
+    // (config.rs, cdi/): every other engine path is its engine's model's.
+    let model = src().join("engine_config");
+    let elsewhere: Vec<String> = written
+        .iter()
+        .filter(|(path, _)| !path.starts_with("/etc/cdi") && !path.starts_with("/var/run/cdi"))
+        .flat_map(|(path, files)| {
+            files
+                .iter()
+                .filter(|file| !Path::new(file).starts_with(&model))
+                .map(move |file| format!("{path:?} in {file}"))
+        })
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "an engine path is written outside src/engine_config:\n{}",
+        elsewhere.join("\n")
+    );
 }
 
 #[test]
