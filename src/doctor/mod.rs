@@ -41,7 +41,7 @@ use serde::Serialize;
 
 use crate::config::{self, Config};
 use crate::driver::Inventory;
-// Image places and containerd's imports are matched alike.
+// The image's CUDA places (`cudart`) are globs, as containerd's imports are.
 use crate::glob::matches as glob;
 
 pub use crate::engine_config::HostRoot;
