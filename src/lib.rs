@@ -24,6 +24,7 @@ pub mod elf;
 pub mod engine_config;
 pub mod entry;
 pub mod front;
+pub mod glob;
 pub mod hook;
 pub mod hostfile;
 pub mod image;

@@ -831,3 +831,91 @@ fn the_role_match_reader_finds_wildcards_at_its_own_level_only() {
                 fn d(n: u8) {\n    let rematch = 1;\n}\n";
     assert_eq!(wildcard_role_matches(code), ["match r {"]);
 }
+
+/// Where container engines keep their configuration: a string literal of
+/// product code that names one of these, or a path below one, is an
+/// engine path.
+const ENGINE_PLACES: [&str; 7] = [
+    "/etc/docker",
+    "/etc/containerd",
+    "/etc/crio",
+    "/etc/containers",
+    "/usr/share/containers",
+    "/etc/cdi",
+    "/var/run/cdi",
+];
+
+/// The string literals of `code` that name an engine path, as written.
+fn engine_paths(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find('"') {
+        rest = &rest[at + 1..];
+        let end = rest.find('"').unwrap_or(rest.len());
+        let literal = &rest[..end];
+        let names_one = ENGINE_PLACES.iter().any(|place| {
+            literal
+                .strip_prefix(place)
+                .is_some_and(|below| below.is_empty() || below.starts_with('/'))
+        });
+        if names_one {
+            found.push(literal.to_string());
+        }
+        rest = &rest[(end + 1).min(rest.len())..];
+    }
+    found
+}
+
+#[test]
+fn each_engine_path_is_written_once() {
+    let mut written: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (_, file, code) in code_by_module(&src()) {
+        for path in engine_paths(&code) {
+            written
+                .entry(path)
+                .or_default()
+                .push(file.display().to_string());
+        }
+    }
+    assert!(
+        written.len() >= 8,
+        "the reader found {} engine paths: {written:?}",
+        written.len()
+    );
+    let twice: Vec<String> = written
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .map(|(path, files)| format!("{path:?} in {}", files.join(", ")))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "an engine path is written more than once (engine_config holds each engine's paths):\n{}",
+        twice.join("\n")
+    );
+    // The CDI directories are the CDI standard's, shared by every engine
+    // (config.rs, cdi/): every other engine path is its engine's model's.
+    let model = src().join("engine_config");
+    let elsewhere: Vec<String> = written
+        .iter()
+        .filter(|(path, _)| !path.starts_with("/etc/cdi") && !path.starts_with("/var/run/cdi"))
+        .flat_map(|(path, files)| {
+            files
+                .iter()
+                .filter(|file| !Path::new(file).starts_with(&model))
+                .map(move |file| format!("{path:?} in {file}"))
+        })
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "an engine path is written outside src/engine_config:\n{}",
+        elsewhere.join("\n")
+    );
+}
+
+#[test]
+fn the_engine_path_reader_finds_literals_of_engine_places_only() {
+    let code = "const A: &str = \"/etc/docker/daemon.json\";\n\
+                let b = [\"/etc/cdi\", \"/etc/cdictl\", \"see /etc/crio\"];\n\
+                let c = concat!(dir!(), \"/99-nvidia.conf\");\n";
+    assert_eq!(engine_paths(code), ["/etc/docker/daemon.json", "/etc/cdi"]);
+}

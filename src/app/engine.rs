@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::{Error, Result};
-use crate::engine_config::{self, containerd, crio, docker, Output, Runtime};
+use crate::engine_config::{self, containerd, crio, docker, hooks_d, Output, Runtime};
 use crate::program::RUNTIME_NAME;
 
 /// The engines `--runtime` names.
@@ -225,7 +225,7 @@ fn oci_hook(args: &Configure, out: &mut impl Write) -> Result<()> {
             hook.display().to_string()
         )));
     }
-    let text = crio::oci_hook(hook)?;
+    let text = hooks_d::oci_hook(hook)?;
     match &args.oci_hook_path {
         None => {
             out.write_all(text.as_bytes())?;

@@ -1,89 +1,27 @@
-//! CRI-O's configuration: `crio.conf` and its drop-ins in `crio.conf.d`
-//! (`*.conf`, in name order, each setting of a later file winning), read
-//! once for the hooks.d directories it names (`hooks`) and for its runtime
-//! handlers (`[crio.runtime.runtimes.NAME]`). CRI-O applies CDI devices
-//! always (since 1.23, from `cdi_spec_dirs`): there is no switch to check.
+//! CRI-O's wiring: its GPU runtime handlers, judged on its configuration
+//! as CRI-O reads it (`engine_config::crio::Config`: `crio.conf` and its
+//! drop-ins), which also names the hooks.d directories it reads. CRI-O
+//! applies CDI devices always (since 1.23): there is no switch to check.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
-use super::hooks::with_extension;
 use super::programs::runtime_handler;
 use super::{Check, HostRoot, Layer};
+use crate::engine_config::crio::Config;
 
 const L: Layer = Layer::Wiring;
 
-/// CRI-O's configuration and its drop-in directory.
-const CONF: &str = "/etc/crio/crio.conf";
-const CONF_D: &str = "/etc/crio/crio.conf.d";
-
-/// CRI-O's settings that concern GPUs, merged over its files.
-#[derive(Debug, Default)]
-pub(super) struct Config {
-    /// The files read, in order.
-    pub files: Vec<PathBuf>,
-    /// `[crio.runtime] hooks_dir`, when a file sets it.
-    pub hooks_dirs: Option<Vec<String>>,
-    /// Runtime handler name → its `runtime_path` (`None`: looked up by name).
-    pub runtimes: BTreeMap<String, Option<String>>,
-    /// `[crio.runtime] default_runtime`.
-    pub default: Option<String>,
-}
-
-/// Reads CRI-O's files under `host`; `None` when it has none. A file that
-/// does not parse is a failed check, and CRI-O's other files still count.
+/// CRI-O's configuration under `host`; `None` when it has none. A file
+/// that does not parse is a failed check, and CRI-O's other files still count.
 pub(super) fn load(host: &HostRoot, out: &mut Vec<Check>) -> Option<Config> {
-    let mut files = vec![host.path(CONF)];
-    let mut drop_ins = with_extension(&host.path(CONF_D), "conf");
-    drop_ins.sort();
-    files.extend(drop_ins);
-    let mut config = Config::default();
-    for file in files {
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            continue;
-        };
-        config.files.push(file.clone());
-        let value: toml::Value = match toml::from_str(&text) {
-            Ok(value) => value,
-            Err(e) => {
-                out.push(Check::unparsable(
-                    L,
-                    "crio.conf",
-                    &file,
-                    e.message(),
-                    "fix it: CRI-O does not start with it",
-                ));
-                continue;
-            }
-        };
-        let Some(runtime) = value.get("crio").and_then(|c| c.get("runtime")) else {
-            continue;
-        };
-        if let Some(list) = runtime.get("hooks_dir").and_then(|h| h.as_array()) {
-            config.hooks_dirs = Some(
-                list.iter()
-                    .filter_map(|d| d.as_str().map(str::to_string))
-                    .collect(),
-            );
-        }
-        if let Some(default) = runtime.get("default_runtime").and_then(|d| d.as_str()) {
-            config.default = Some(default.to_string());
-        }
-        for (name, handler) in runtime
-            .get("runtimes")
-            .and_then(|r| r.as_table())
-            .into_iter()
-            .flatten()
-        {
-            let path = handler
-                .get("runtime_path")
-                .and_then(|p| p.as_str())
-                .filter(|p| !p.is_empty())
-                .map(str::to_string);
-            config.runtimes.insert(name.clone(), path);
-        }
+    let (config, errors) = Config::load(host);
+    for error in &errors {
+        out.push(Check::engine_file(
+            L,
+            "crio.conf",
+            error,
+            "fix it: CRI-O does not start with it",
+        ));
     }
-    (!config.files.is_empty()).then_some(config)
+    config
 }
 
 /// CRI-O's GPU runtime handlers; the names of those that run our wrapper.

@@ -16,6 +16,7 @@ use super::procs::Table;
 use super::programs::{find_program, look_path};
 use super::{Check, HostRoot, Layer};
 use crate::driver::DriverRoot;
+use crate::engine_config::docker::Daemon;
 // Where names are looked up when a process has no `PATH` (Go's LookPath
 // then finds nothing; this is only used for daemon.json's runtimes).
 use crate::program::SYSTEM_PATH;
@@ -24,9 +25,6 @@ const L: Layer = Layer::Wiring;
 
 /// The name dockerd looks up for `--gpus`, and the runtime daemon.json names.
 use crate::program::{RUNTIME_HOOK_NAME as HOOK_NAME, RUNTIME_NAME};
-
-/// Docker's configuration file.
-const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 
 /// What the Docker checks found.
 #[derive(Debug, Default)]
@@ -151,26 +149,19 @@ struct DaemonJson {
 /// `runtimes`, `default-runtime` and `features.cdi` in daemon.json; `None`
 /// when there is no daemon.json or it does not parse.
 fn daemon_json(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -> Option<DaemonJson> {
-    let file = host.path(DAEMON_JSON);
-    let data = std::fs::read(&file).ok()?;
-    let json: serde_json::Value = match serde_json::from_slice(&data) {
+    let json = match Daemon::load(host)? {
         Ok(json) => json,
         Err(e) => {
             out.push(Check::fail(
                 L,
                 "daemon.json",
-                format!("{} is not JSON: {e}", file.display()),
+                e.to_string(),
                 "fix it: dockerd does not start with it",
             ));
             return None;
         }
     };
-    let cdi = json
-        .get("features")
-        .and_then(|f| f.get("cdi"))
-        .and_then(|c| c.as_bool());
-    let runtimes = json.get("runtimes").and_then(|r| r.as_object());
-    let default = json.get("default-runtime").and_then(|d| d.as_str());
+    let default = json.default_runtime.as_deref();
     let path_var = processes
         .named("dockerd")
         .next()
@@ -179,8 +170,8 @@ fn daemon_json(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -> Opti
     let root = DriverRoot::new(host.root());
     let mut ours = false;
     let mut any = false;
-    for (name, runtime) in runtimes.into_iter().flatten() {
-        let Some(path) = runtime.get("path").and_then(|p| p.as_str()) else {
+    for runtime in &json.runtimes {
+        let (name, Some(path)) = (&runtime.name, runtime.path.as_deref()) else {
             continue;
         };
         let file_name = Path::new(path).file_name().and_then(|n| n.to_str());
@@ -225,13 +216,13 @@ fn daemon_json(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -> Opti
             "daemon.json",
             format!(
                 "{}: no nvidia runtime (none is needed for --gpus)",
-                file.display()
+                json.file.display()
             ),
         ));
     }
     Some(DaemonJson {
         runtime_ours: ours,
-        cdi,
+        cdi: json.cdi,
     })
 }
 
@@ -259,7 +250,7 @@ pub(super) struct Engines<'a> {
     /// containerd's CDI and runtime handlers.
     pub containerd: &'a super::containerd::Containerd,
     /// CRI-O's config, and its handlers that run our wrapper.
-    pub crio: Option<(&'a super::crio::Config, Vec<String>)>,
+    pub crio: Option<(&'a crate::engine_config::crio::Config, Vec<String>)>,
     /// A hooks.d file runs our hook (Podman and CRI-O read them).
     pub hooks_d: bool,
     /// A CDI spec of ours exists.
@@ -443,7 +434,7 @@ mod tests {
             cdi: true,
             ours: vec!["nvidia".into()],
         };
-        let crio = super::super::crio::Config::default();
+        let crio = crate::engine_config::crio::Config::default();
         let engines = Engines {
             docker: &docker,
             containerd: &containerd,

@@ -11,42 +11,19 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 use super::{Check, HostRoot, Layer, Loaded};
 use crate::config::{self, Config};
 use crate::driver::DriverRoot;
+use crate::engine_config::hooks_d::{self, HookEntry, HookFile};
+use crate::engine_config::Error;
 
 const L: Layer = Layer::Wiring;
-
-/// Podman's hooks.d directories, the second overriding the first file by file.
-const PODMAN_DIRS: &[&str] = &[
-    "/usr/share/containers/oci/hooks.d",
-    "/etc/containers/oci/hooks.d",
-];
 
 /// The stages our hook runs at; it refuses every other.
 const OUR_STAGES: &[&str] = &["prestart", "createRuntime"];
 
 /// NVIDIA's hook binaries, by file name.
 const NVIDIA_HOOKS: &[&str] = &["nvidia-container-runtime-hook", "nvidia-container-toolkit"];
-
-/// A hooks.d file, as containers/common reads version 1.0.0.
-#[derive(Debug, Deserialize)]
-struct HookFile {
-    hook: HookEntry,
-    #[serde(default)]
-    stages: Vec<String>,
-}
-
-/// The `hook` object of a hooks.d file.
-#[derive(Debug, Deserialize)]
-struct HookEntry {
-    path: String,
-    #[serde(default)]
-    args: Vec<String>,
-    env: Option<Vec<String>>,
-}
 
 /// Our hook as a hooks.d file installs it, ready for the live check.
 #[derive(Debug, Clone)]
@@ -89,39 +66,23 @@ pub(super) fn check(
 ) -> Wired {
     config(loaded, out);
     let root = DriverRoot::new(host.root());
-    let mut dirs: Vec<String> = PODMAN_DIRS.iter().map(|d| d.to_string()).collect();
-    for dir in crio_dirs {
-        if !dirs.contains(dir) {
-            dirs.push(dir.clone());
-        }
-    }
-    let files = hook_files(host, &dirs);
+    let dirs = hooks_d::dirs(crio_dirs);
+    let files = hooks_d::files(host, &dirs);
     let mut wired = Wired::default();
     let mut nvidia: Vec<PathBuf> = Vec::new();
     let mut ours: Vec<PathBuf> = Vec::new();
     for file in &files {
-        let data = match std::fs::read(file) {
-            Ok(data) => data,
-            Err(e) => {
-                out.push(Check::fail(
-                    L,
-                    "hooks.d",
-                    format!("cannot read {}: {e}", file.display()),
-                    "make it readable by root, or remove it",
-                ));
-                continue;
-            }
-        };
-        let parsed: HookFile = match serde_json::from_slice(&data) {
+        let parsed = match HookFile::load(file) {
             Ok(parsed) => parsed,
             Err(e) => {
-                out.push(Check::fail(
-                    L,
-                    "hooks.d",
-                    format!("{} is not a hooks.d file: {e}", file.display()),
-                    "fix or remove it: Podman and CRI-O refuse to start containers \
-                     while a hooks.d file does not parse",
-                ));
+                let remedy = match e {
+                    Error::Read { .. } => "make it readable by root, or remove it",
+                    _ => {
+                        "fix or remove it: Podman and CRI-O refuse to start containers \
+                         while a hooks.d file does not parse"
+                    }
+                };
+                out.push(Check::fail(L, "hooks.d", e.to_string(), remedy));
                 continue;
             }
         };
@@ -183,45 +144,6 @@ fn config(loaded: &Loaded<'_>, out: &mut Vec<Check>) {
             format!("{} parses", shown.display()),
         )),
     }
-}
-
-/// The entries of `dir` named `*.{ext}`, in no order; none when it cannot be read.
-pub(super) fn with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == ext))
-        .collect()
-}
-
-/// The `*.json` files of `dirs` (under the host root), in each directory's
-/// lower-cased name order; a file of Podman's first directory that the
-/// second one overrides by name is left out, as Podman leaves it.
-fn hook_files(host: &HostRoot, dirs: &[String]) -> Vec<PathBuf> {
-    let list = |dir: &str| -> Vec<PathBuf> {
-        let mut files = with_extension(&host.path(dir), "json");
-        files.sort_by_key(|p| p.file_name().map(|n| n.to_string_lossy().to_lowercase()));
-        files
-    };
-    let overriding: Vec<_> = list(PODMAN_DIRS[1])
-        .iter()
-        .filter_map(|p| p.file_name().map(|n| n.to_os_string()))
-        .collect();
-    let mut files = Vec::new();
-    for dir in dirs {
-        for file in list(dir) {
-            let shadowed = dir == PODMAN_DIRS[0]
-                && file
-                    .file_name()
-                    .is_some_and(|n| overriding.iter().any(|o| o == n));
-            if !shadowed && !files.contains(&file) {
-                files.push(file);
-            }
-        }
-    }
-    files
 }
 
 /// Whose binary a hook runs: ours if it is this very program or a file named

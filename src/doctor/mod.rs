@@ -41,6 +41,10 @@ use serde::Serialize;
 
 use crate::config::{self, Config};
 use crate::driver::Inventory;
+// The image's CUDA places (`cudart`) are globs, as containerd's imports are.
+use crate::glob::matches as glob;
+
+pub use crate::engine_config::HostRoot;
 
 pub use report::Render;
 
@@ -171,6 +175,23 @@ impl Check {
         Check::fail(layer, name, found, remedy)
     }
 
+    /// A failed check for an engine's file its model could not read: one
+    /// that does not parse as [`Check::unparsable`] says it, any other
+    /// error as it says itself.
+    pub(crate) fn engine_file(
+        layer: Layer,
+        name: impl Into<String>,
+        error: &crate::engine_config::Error,
+        remedy: impl Into<String>,
+    ) -> Check {
+        match error {
+            crate::engine_config::Error::Unparsable { path, message } => {
+                Check::unparsable(layer, name, path, message, remedy)
+            }
+            other => Check::fail(layer, name, other.to_string(), remedy),
+        }
+    }
+
     fn remedied(
         layer: Layer,
         name: String,
@@ -185,35 +206,6 @@ impl Check {
             found,
             remedy: Some(remedy),
         }
-    }
-}
-
-/// Where the files engines read live: `/` on a real host, another tree for a
-/// host mounted elsewhere (`doctor --host-root /host` from a container or a
-/// rescue system) and for the simulated hosts of the tests. It holds the
-/// hooks.d directories, `crio.conf`, `/etc/docker/daemon.json`,
-/// containerd's `config.toml`, the CDI spec directories and the procfs whose
-/// processes (dockerd, nvidia-persistenced, pid 1) are looked up. The driver
-/// itself is found through the config's `[driver]` roots, as the hook finds it.
-#[derive(Debug, Clone)]
-pub struct HostRoot {
-    root: PathBuf,
-}
-
-impl HostRoot {
-    /// The host tree at `root`.
-    pub fn new(root: impl Into<PathBuf>) -> HostRoot {
-        HostRoot { root: root.into() }
-    }
-
-    /// `abs`, a path as the host's own processes see it, under this root.
-    pub fn path(&self, abs: &str) -> PathBuf {
-        self.root.join(abs.trim_start_matches('/'))
-    }
-
-    /// The root itself.
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 }
 
@@ -421,19 +413,4 @@ pub fn diagnose(
 /// Whether any check failed: `doctor`'s exit status is 1 then.
 pub fn any_failed(checks: &[Check]) -> bool {
     checks.iter().any(|c| c.status == Status::Fail)
-}
-
-/// Whether a file name matches a glob component: `*` for any run of
-/// bytes, `?` for one (as containerd's imports and the image's CUDA
-/// places use them).
-fn glob(pattern: &[u8], name: &[u8]) -> bool {
-    match (pattern.first(), name.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => {
-            glob(&pattern[1..], name) || (!name.is_empty() && glob(pattern, &name[1..]))
-        }
-        (Some(b'?'), Some(_)) => glob(&pattern[1..], &name[1..]),
-        (Some(p), Some(n)) if p == n => glob(&pattern[1..], &name[1..]),
-        _ => false,
-    }
 }

@@ -1,28 +1,111 @@
-//! CRI-O: a drop-in in `crio.conf.d` (which CRI-O reads by itself) with
-//! `[crio.runtime.runtimes.<name>]`: the settings of the main config's
-//! default runtime, `runc` or `crun`, then `runtime_path` (our wrapper)
-//! and `runtime_type = "oci"`, as NVIDIA's tool writes it; or, with
-//! `--config-mode=oci-hook`, the hooks.d file that runs the prestart hook
-//! for every container.
+//! CRI-O: `crio.conf` and its drop-ins in `crio.conf.d`. Read
+//! ([`Config::load`]): the settings that concern GPUs, merged over its
+//! files (`*.conf`, in name order, each setting of a later file winning):
+//! the hooks.d directories it reads (`hooks_dir`), its runtime handlers
+//! and its default one. CRI-O applies CDI devices always (since 1.23,
+//! from `cdi_spec_dirs`): there is no switch to read. Edited
+//! ([`add_runtime`]): a drop-in with `[crio.runtime.runtimes.<name>]`: the
+//! settings of the main config's default runtime, `runc` or `crun`, then
+//! `runtime_path` (our wrapper) and `runtime_type = "oci"`, as NVIDIA's
+//! tool writes it.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
-use serde_json::json;
 use toml_edit::DocumentMut;
 
 use super::{
-    fresh_copy, get_str, get_table, low_level_runtimes, parse_toml, set, table_at, Error, Output,
-    Result, Runtime,
+    fresh_copy, get_str, get_table, low_level_runtimes, parse_toml, set, table_at, with_extension,
+    Error, HostRoot, Output, Result, Runtime,
 };
 
 /// CRI-O's main configuration file.
 pub const DEFAULT_CONFIG: &str = "/etc/crio/crio.conf";
 
-/// The drop-in NVIDIA's tool writes.
-pub const DEFAULT_DROP_IN: &str = "/etc/crio/crio.conf.d/99-nvidia.conf";
+/// CRI-O's drop-in directory, which it reads by itself: the path is
+/// written once, here, and the default drop-in is built on it.
+macro_rules! drop_in_dir {
+    () => {
+        "/etc/crio/crio.conf.d"
+    };
+}
 
-/// The prestart hook the hooks.d file runs unless told.
-pub const DEFAULT_HOOK_PATH: &str = "/usr/bin/nvidia-container-runtime-hook";
+/// CRI-O's drop-in directory (`*.conf`).
+pub const DROP_IN_DIR: &str = drop_in_dir!();
+
+/// The drop-in NVIDIA's tool writes.
+pub const DEFAULT_DROP_IN: &str = concat!(drop_in_dir!(), "/99-nvidia.conf");
+
+/// CRI-O's settings that concern GPUs, merged over its files.
+#[derive(Debug, Default)]
+pub struct Config {
+    /// The files read, in order.
+    pub files: Vec<PathBuf>,
+    /// `[crio.runtime] hooks_dir`, when a file sets it.
+    pub hooks_dirs: Option<Vec<String>>,
+    /// Runtime handler name → its `runtime_path` (`None`: looked up by name).
+    pub runtimes: BTreeMap<String, Option<String>>,
+    /// `[crio.runtime] default_runtime`.
+    pub default: Option<String>,
+}
+
+impl Config {
+    /// CRI-O's files under `host`, read as CRI-O reads them; `None` when it
+    /// has none. Each file that does not parse is an error of its own,
+    /// beside the view of the others.
+    pub fn load(host: &HostRoot) -> (Option<Config>, Vec<Error>) {
+        let mut files = vec![host.path(DEFAULT_CONFIG)];
+        let mut drop_ins = with_extension(&host.path(DROP_IN_DIR), "conf");
+        drop_ins.sort();
+        files.extend(drop_ins);
+        let mut config = Config::default();
+        let mut errors = Vec::new();
+        for file in files {
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            config.files.push(file.clone());
+            match toml::from_str::<toml::Value>(&text) {
+                Ok(value) => config.merge(&value),
+                Err(e) => errors.push(Error::Unparsable {
+                    path: file,
+                    message: e.message().to_string(),
+                }),
+            }
+        }
+        ((!config.files.is_empty()).then_some(config), errors)
+    }
+
+    /// Takes the settings of one file over those read before.
+    fn merge(&mut self, value: &toml::Value) {
+        let Some(runtime) = value.get("crio").and_then(|c| c.get("runtime")) else {
+            return;
+        };
+        if let Some(list) = runtime.get("hooks_dir").and_then(|h| h.as_array()) {
+            self.hooks_dirs = Some(
+                list.iter()
+                    .filter_map(|d| d.as_str().map(str::to_string))
+                    .collect(),
+            );
+        }
+        if let Some(default) = runtime.get("default_runtime").and_then(|d| d.as_str()) {
+            self.default = Some(default.to_string());
+        }
+        for (name, handler) in runtime
+            .get("runtimes")
+            .and_then(|r| r.as_table())
+            .into_iter()
+            .flatten()
+        {
+            let path = handler
+                .get("runtime_path")
+                .and_then(|p| p.as_str())
+                .filter(|p| !p.is_empty())
+                .map(str::to_string);
+            self.runtimes.insert(name.clone(), path);
+        }
+    }
+}
 
 /// The file to write so that CRI-O (its main config at `config`, now
 /// `text`, `None` when missing) runs `runtime`: the drop-in when one is
@@ -63,34 +146,6 @@ pub fn add_runtime(
         path: path.to_path_buf(),
         text: doc.to_string(),
     })
-}
-
-/// The hooks.d file (`--config-mode=oci-hook`) that runs `hook prestart`
-/// for every container, its PATH the standard directories and the hook's
-/// own, as NVIDIA's tool writes it.
-pub fn oci_hook(hook: &Path) -> Result<String> {
-    let mut dirs: Vec<&str> = crate::program::system_dirs().collect();
-    let dir = hook.parent().and_then(Path::to_str).unwrap_or("/");
-    if !dirs.contains(&dir) {
-        dirs.push(dir);
-    }
-    let name = hook
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let entry = json!({
-        "version": "1.0.0",
-        "hook": {
-            "path": hook,
-            "args": [name, "prestart"],
-            "env": [format!("PATH={}", dirs.join(":"))],
-        },
-        "when": {"always": true, "commands": [".*"]},
-        "stages": ["prestart"],
-    });
-    serde_json::to_string_pretty(&entry)
-        .map(|s| s + "\n")
-        .map_err(Error::Json)
 }
 
 #[cfg(test)]
@@ -182,28 +237,45 @@ mod tests {
     }
 
     #[test]
-    fn the_hook_file_is_nvidias() {
-        let hook = oci_hook(Path::new("/usr/bin/nvidia-container-runtime-hook")).unwrap();
-        let parsed: serde_json::Value = serde_json::from_str(&hook).unwrap();
-        assert_eq!(
-            parsed,
-            json!({
-                "version": "1.0.0",
-                "hook": {
-                    "path": "/usr/bin/nvidia-container-runtime-hook",
-                    "args": ["nvidia-container-runtime-hook", "prestart"],
-                    "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-                },
-                "when": {"always": true, "commands": [".*"]},
-                "stages": ["prestart"],
-            })
-        );
-        let elsewhere = oci_hook(Path::new("/opt/nvidia/hook")).unwrap();
-        assert!(
-            elsewhere.contains(
-                "\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/nvidia\""
+    fn the_view_merges_drop_ins_in_name_order() {
+        let (_dir, host) = crate::engine_config::tests::host_with(&[
+            (
+                DEFAULT_CONFIG,
+                "[crio.runtime]\ndefault_runtime = \"crun\"\nhooks_dir = [\"/a\"]\n",
             ),
-            "{elsewhere}"
+            (
+                "/etc/crio/crio.conf.d/99-nvidia.conf",
+                "[crio.runtime.runtimes.nvidia]\nruntime_path = \"/usr/bin/nvidia-container-runtime\"\n",
+            ),
+            (
+                "/etc/crio/crio.conf.d/10-hooks.conf",
+                "[crio.runtime]\nhooks_dir = [\"/b\"]\n[crio.runtime.runtimes.crun]\nruntime_path = \"\"\n",
+            ),
+            ("/etc/crio/crio.conf.d/50-x.conf", "[crio.runtime\n"),
+            ("/etc/crio/crio.conf.d/notes.txt", "[broken"),
+        ]);
+        let (config, errors) = Config::load(&host);
+        let config = config.unwrap();
+        assert_eq!(config.files.len(), 4);
+        assert_eq!(config.hooks_dirs.as_deref(), Some(&["/b".to_string()][..]));
+        assert_eq!(config.default.as_deref(), Some("crun"));
+        assert_eq!(
+            config.runtimes.into_iter().collect::<Vec<_>>(),
+            [
+                ("crun".to_string(), None),
+                (
+                    "nvidia".to_string(),
+                    Some("/usr/bin/nvidia-container-runtime".to_string())
+                )
+            ]
         );
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].to_string().contains("50-x.conf does not parse"),
+            "{}",
+            errors[0]
+        );
+        let (_dir, empty) = crate::engine_config::tests::host_with(&[]);
+        assert!(Config::load(&empty).0.is_none());
     }
 }

@@ -1,17 +1,83 @@
-//! Docker's `daemon.json`: `runtimes.<name>` = `{"args": [], "path": …}`,
-//! `default-runtime` when asked, `features.cdi` with CDI; every other key
-//! kept, in its order. Written with four-space indents, as NVIDIA's tool
-//! writes it.
+//! Docker's `daemon.json`. Read ([`Daemon`]): its `runtimes`,
+//! `default-runtime` and `features.cdi`. Edited ([`add_runtime`]):
+//! `runtimes.<name>` = `{"args": [], "path": …}`, `default-runtime` when
+//! asked, `features.cdi` with CDI; every other key kept, in its order.
+//! Written with four-space indents, as NVIDIA's tool writes it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{Error, Result, Runtime};
+use super::{Error, HostRoot, Result, Runtime};
 
 /// Where dockerd reads its configuration unless told (`--config-file`).
 pub const DEFAULT_CONFIG: &str = "/etc/docker/daemon.json";
+
+/// One of `daemon.json`'s `runtimes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonRuntime {
+    /// Its name (`docker run --runtime NAME`).
+    pub name: String,
+    /// Its `path`, when that is a string: a program dockerd finds on its `PATH`, or absolute.
+    pub path: Option<String>,
+}
+
+/// What `daemon.json` says that concerns GPUs, so that doctor can judge it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Daemon {
+    /// The file read.
+    pub file: PathBuf,
+    /// Its `runtimes`, in the file's order.
+    pub runtimes: Vec<DaemonRuntime>,
+    /// `default-runtime`, when set.
+    pub default_runtime: Option<String>,
+    /// `features.cdi`, when set.
+    pub cdi: Option<bool>,
+}
+
+impl Daemon {
+    /// `daemon.json` under `host`, as dockerd reads it; `None` when there
+    /// is none (or it cannot be read), an error when it is not JSON.
+    pub fn load(host: &HostRoot) -> Option<Result<Daemon>> {
+        let file = host.path(DEFAULT_CONFIG);
+        let data = std::fs::read(&file).ok()?;
+        Some(Daemon::parse(file, &data))
+    }
+
+    /// The view of `data`, the text of `file`.
+    fn parse(file: PathBuf, data: &[u8]) -> Result<Daemon> {
+        let json: Value = match serde_json::from_slice(data) {
+            Ok(json) => json,
+            Err(source) => return Err(Error::NotJson { path: file, source }),
+        };
+        let runtimes = json
+            .get("runtimes")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(name, runtime)| DaemonRuntime {
+                name: name.clone(),
+                path: runtime
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            })
+            .collect();
+        Ok(Daemon {
+            runtimes,
+            default_runtime: json
+                .get("default-runtime")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            cdi: json
+                .get("features")
+                .and_then(|f| f.get("cdi"))
+                .and_then(Value::as_bool),
+            file,
+        })
+    }
+}
 
 /// The new text of `daemon.json` (now `text`, `None` when missing) with
 /// `runtime` registered.
@@ -124,6 +190,42 @@ mod tests {
 
     fn json(text: &str) -> Value {
         serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn the_view_reads_what_the_editor_writes() {
+        let cdi = Runtime {
+            set_as_default: true,
+            enable_cdi: true,
+            ..NVIDIA
+        };
+        let text = add_runtime(
+            Path::new("/d.json"),
+            Some(r#"{"runtimes": {"runc2": {"args": []}}}"#),
+            &cdi,
+        )
+        .unwrap();
+        let daemon = Daemon::parse("/d.json".into(), text.as_bytes()).unwrap();
+        assert_eq!(
+            daemon.runtimes,
+            [
+                DaemonRuntime {
+                    name: "runc2".into(),
+                    path: None
+                },
+                DaemonRuntime {
+                    name: "nvidia".into(),
+                    path: Some("nvidia-container-runtime".into())
+                }
+            ]
+        );
+        assert_eq!(daemon.default_runtime.as_deref(), Some("nvidia"));
+        assert_eq!(daemon.cdi, Some(true));
+        let err = Daemon::parse("/d.json".into(), b"{").unwrap_err();
+        assert!(
+            err.to_string().starts_with("/d.json is not JSON: EOF"),
+            "{err}"
+        );
     }
 
     // NVIDIA's TestUpdateConfigDefaultRuntime.

@@ -1,16 +1,24 @@
-//! The container engines' own configuration files, edited to register the
-//! NVIDIA runtime (`nvidia-ctk runtime configure`): Docker's `daemon.json`,
-//! containerd's `config.toml` (and its drop-in), CRI-O's drop-in and the
-//! OCI hooks.d file. Each engine's module turns the file's current text into
-//! the files to write, as NVIDIA's toolkit would write them; nothing else
-//! in the files changes (JSON keys keep their order, TOML keeps its
-//! comments). A file that does not parse is refused, naming its path and
-//! line, and nothing is written. [`write`] then replaces each file
-//! atomically.
+//! One model per container engine: Docker's `daemon.json`, containerd's
+//! `config.toml` (with its imports and drop-in), CRI-O's `crio.conf` and
+//! `crio.conf.d`, and the OCI hooks.d directories Podman and CRI-O read.
+//! Each engine's module holds where its files are (each default path
+//! written once in the crate), how to read them into a typed view (the
+//! runtimes configured, the default runtime, CDI, hooks.d directories,
+//! imports and drop-ins, the config's version), which `doctor` judges, and
+//! how to add our runtime (`nvidia-ctk runtime configure`).
+//!
+//! The editor turns a file's current text into the files to write, as
+//! NVIDIA's toolkit would write them; nothing else in the files changes
+//! (JSON keys keep their order, TOML keeps its comments). A file that does
+//! not parse is refused, naming its path and line, and nothing is written.
+//! [`write`] then replaces each file atomically. The views read files
+//! under a [`HostRoot`], so a host mounted elsewhere is read as its own
+//! processes see it.
 
 pub mod containerd;
 pub mod crio;
 pub mod docker;
+pub mod hooks_d;
 
 use std::fs;
 use std::io::{self, Write};
@@ -48,10 +56,52 @@ pub enum Error {
     Json(serde_json::Error),
     #[error("cannot write to stdout: {0}")]
     Stdout(io::Error),
+    // What the views say of a file that does not parse.
+    #[error("{} does not parse: {message}", path.display())]
+    Unparsable { path: PathBuf, message: String },
+    #[error("{} is not JSON: {source}", path.display())]
+    NotJson {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{} is not a hooks.d file: {source}", path.display())]
+    NotHookFile {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
 }
 
 /// Result of an engine config operation.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Where the files engines read live: `/` on a real host, another tree for a
+/// host mounted elsewhere (`doctor --host-root /host` from a container or a
+/// rescue system) and for the simulated hosts of the tests. It holds the
+/// hooks.d directories, `crio.conf`, `/etc/docker/daemon.json`,
+/// containerd's `config.toml`, the CDI spec directories and the procfs whose
+/// processes (dockerd, nvidia-persistenced, pid 1) are looked up. The driver
+/// itself is found through the config's `[driver]` roots, as the hook finds it.
+#[derive(Debug, Clone)]
+pub struct HostRoot {
+    root: PathBuf,
+}
+
+impl HostRoot {
+    /// The host tree at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> HostRoot {
+        HostRoot { root: root.into() }
+    }
+
+    /// `abs`, a path as the host's own processes see it, under this root.
+    pub fn path(&self, abs: &str) -> PathBuf {
+        self.root.join(abs.trim_start_matches('/'))
+    }
+
+    /// The root itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
 
 /// The runtime to register, as `runtime configure`'s flags name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +136,18 @@ pub fn read(path: &Path) -> Result<Option<String>> {
             source,
         }),
     }
+}
+
+/// The entries of `dir` named `*.{ext}`, in no order; none when it cannot
+/// be read (drop-in and hooks.d directories).
+pub(crate) fn with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect()
 }
 
 /// Writes each output atomically, in order, creating its directory (0755)
@@ -249,6 +311,37 @@ fn low_level_runtimes(default: Option<&str>) -> Vec<&str> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// A host root holding `files`, each an absolute path and its text.
+    pub(crate) fn host_with(files: &[(&str, &str)]) -> (tempfile::TempDir, HostRoot) {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let file = dir.path().join(path.trim_start_matches('/'));
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, text).unwrap();
+        }
+        let host = HostRoot::new(dir.path());
+        (dir, host)
+    }
+
+    /// What `nvidia-ctk runtime configure --runtime=containerd --cdi.enabled`
+    /// writes into containerd 1.7's default config (version 2).
+    pub(crate) const CONTAINERD_V2: &str = r#"version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    enable_cdi = true
+    cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+          runtime_type = "io.containerd.runc.v2"
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+            BinaryName = "/usr/local/bin/nvidia-container-runtime"
+"#;
 
     /// The runtime NVIDIA's engine tests add.
     pub(crate) const TEST: Runtime = Runtime {

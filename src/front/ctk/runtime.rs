@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::builder::{BoolishValueParser, PossibleValuesParser, TypedValueParser};
 
 use crate::app::engine::{Configure, Engine};
-use crate::engine_config::crio;
+use crate::engine_config::hooks_d;
 
 /// `--runtime`'s values, the engines by name.
 fn engine_name() -> impl TypedValueParser<Value = Engine> {
@@ -53,7 +53,7 @@ pub struct ConfigureArgs {
     #[arg(long, alias = "runtime-path", value_name = "PATH")]
     pub nvidia_runtime_path: Option<String>,
     /// The prestart hook the hooks.d file runs.
-    #[arg(long, default_value = crio::DEFAULT_HOOK_PATH, value_name = "PATH")]
+    #[arg(long, default_value = hooks_d::DEFAULT_HOOK_PATH, value_name = "PATH")]
     pub nvidia_runtime_hook_path: PathBuf,
     /// Make the runtime the engine's default.
     #[arg(long, alias = "set-as-default", num_args = 0..=1, require_equals = true,

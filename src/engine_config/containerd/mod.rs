@@ -7,11 +7,16 @@
 //! that `SystemdCgroup` and the like carry over. With a drop-in (version 2
 //! and later), the runtime goes into that file alone and the main config
 //! gains the `imports` line that loads it; comments and every other
-//! setting of the main config stay as they were.
+//! setting of the main config stay as they were. What containerd makes of
+//! its files, imports merged, is read by [`Config::load`].
+
+mod load;
 
 use std::path::Path;
 
 use toml_edit::{value, DocumentMut, Item, Table};
+
+pub use load::{Config, Handler};
 
 use super::{
     fresh_copy, get_str, get_table, low_level_runtimes, parse_toml, set, table_at, Error, Output,
@@ -153,7 +158,7 @@ fn version_of(doc: &DocumentMut, path: &Path) -> Result<i64> {
 
 /// The CRI plugin's name in a config of `version` (below 1 read as 1),
 /// the section that holds `containerd.runtimes` and `enable_cdi`.
-pub(crate) fn plugin_name(version: i64) -> &'static str {
+fn plugin_name(version: i64) -> &'static str {
     match version {
         ..=1 => "cri",
         2 => "io.containerd.grpc.v1.cri",
