@@ -82,7 +82,7 @@ impl NamedRoot {
     }
 }
 
-/// The spec for this host, made as `generate` asks, its hook reading the
+/// The specs for this host, made as `generate` asks, its hook reading the
 /// config at `config_path` (absolute) when one was given.
 fn spec(
     config: &Config,
@@ -91,7 +91,7 @@ fn spec(
     capabilities: Option<&str>,
     layout: ImageLayout,
     mode: cdi::Mode,
-) -> Result<Spec> {
+) -> Result<cdi::Generated> {
     let strategies = cdi::parse_strategies(strategies)?;
     let program = crate::program::path().map_err(|source| Error::Exe { source })?;
     let config_path = config_path
@@ -123,7 +123,7 @@ pub fn generate(
     }
     let output = ask.output.as_path();
     let to_stdout = output == Path::new("-");
-    let spec = match spec(
+    let cdi::Generated { gpus: spec, imex } = match spec(
         config,
         config_path,
         &ask.strategies,
@@ -131,7 +131,7 @@ pub fn generate(
         ask.layout,
         ask.mode,
     ) {
-        Ok(spec) => spec,
+        Ok(generated) => generated,
         Err(Error::Cdi(why)) if ask.remove_without_driver && !to_stdout && why.driver_gone() => {
             return remove_stale(output, &why);
         }
@@ -159,7 +159,7 @@ pub fn generate(
         driver_of(&spec).unwrap_or("?")
     );
     let imex_output = imex_path(output);
-    match cdi::generate_imex(config)? {
+    match imex {
         Some(imex) => {
             cdi::write_atomically(&imex_output, &format.encode(&imex)?)?;
             log::info!(
@@ -283,7 +283,8 @@ pub fn list(config: &Config, strategies: &str, out: &mut impl Write) -> Result<(
         None,
         ImageLayout::Debian,
         cdi::Mode::Auto,
-    )?;
+    )?
+    .gpus;
     for device in &spec.devices {
         writeln!(out, "{}={}", spec.kind, device.name)?;
     }

@@ -14,7 +14,6 @@ use crate::driver::{Inventory, NodeRole, NodeState};
 use crate::image::ImageLayout;
 use crate::plan;
 use crate::planner::{self, EachDevice, SpecMade};
-use crate::request::Capabilities;
 
 /// The kind of IMEX channel devices, as NVIDIA's: `nvidia.com/imex-channel=0`.
 pub const IMEX_KIND: &str = "nvidia.com/imex-channel";
@@ -105,7 +104,7 @@ pub struct Options {
 }
 
 /// Generates the spec for this host, from the planner's plan for each device.
-pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
+pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
     let capabilities = options
         .capabilities
         .clone()
@@ -155,6 +154,8 @@ pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
         ..Device::default()
     });
 
+    // The IMEX channels, from the same inventory.
+    let imex = imex_spec(&inventory);
     let callback = Callback {
         program: options.program.clone(),
         config: options.config_path.clone(),
@@ -179,18 +180,21 @@ pub fn generate(config: &Config, options: &Options) -> Result<Spec> {
         ..Spec::default()
     };
     spec.cdi_version = required_version(&spec).into();
-    Ok(spec)
+    Ok(Generated { gpus: spec, imex })
 }
 
-/// The IMEX channel spec of this host: one device per channel node the
-/// host has, named by its number, holding only that node; `None` when the
-/// host has none. A spec of its own, as a spec has one kind.
-pub fn generate_imex(config: &Config) -> Result<Option<Spec>> {
-    let inventory = planner::inventory(config, &Capabilities::empty())?;
-    Ok(imex_spec(&inventory))
+/// The specs of one host, made from one inventory.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    /// The GPUs' spec (`nvidia.com/gpu`).
+    pub gpus: Spec,
+    /// The IMEX channels' spec; `None` when the host has no channel.
+    pub imex: Option<Spec>,
 }
 
-/// [`generate_imex`] on an inventoried host.
+/// The IMEX channel spec of an inventoried host: one device per channel
+/// node it has, named by its number, holding only that node; `None` when
+/// the host has none. A spec of its own, as a spec has one kind.
 pub fn imex_spec(inventory: &Inventory) -> Option<Spec> {
     let devices: Vec<Device> = inventory
         .nodes

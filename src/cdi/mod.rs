@@ -26,9 +26,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use edits::{Callback, HOOK_COMMAND, HOOK_STAGE};
-pub use generate::{
-    generate, generate_imex, parse_strategies, Mode, NameStrategy, Options, IMEX_KIND,
-};
+pub use generate::{generate, parse_strategies, Generated, Mode, NameStrategy, Options, IMEX_KIND};
 pub use output::{write_atomically, Format, DEFAULT_OUTPUT};
 pub use spec::Spec;
 

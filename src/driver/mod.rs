@@ -329,7 +329,21 @@ impl Inventory {
                 prefix: "libcuda.so",
                 version: self.driver_version.clone(),
             })?;
-        Ok(cuda::ask(&libcuda.path, cuda::TIMEOUT)?)
+        // libcuda answers once per process: doctor's host layer and the
+        // planner's requirement check share the answer.
+        static ANSWERED: std::sync::Mutex<Option<(PathBuf, CudaVersion)>> =
+            std::sync::Mutex::new(None);
+        let mut answered = ANSWERED
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((path, version)) = answered.as_ref() {
+            if *path == libcuda.path {
+                return Ok(*version);
+            }
+        }
+        let version = cuda::ask(&libcuda.path, cuda::TIMEOUT)?;
+        *answered = Some((libcuda.path.clone(), version));
+        Ok(version)
     }
 
     /// What NVML says of this host's GPUs and MIG devices: asked, in a
