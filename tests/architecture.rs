@@ -919,3 +919,27 @@ fn the_engine_path_reader_finds_literals_of_engine_places_only() {
                 let c = concat!(dir!(), \"/99-nvidia.conf\");\n";
     assert_eq!(engine_paths(code), ["/etc/docker/daemon.json", "/etc/cdi"]);
 }
+
+/// The most product lines a source file holds: past it, a file is split.
+const MAX_PRODUCT_LINES: usize = 700;
+
+#[test]
+fn no_file_holds_more_than_700_product_lines() {
+    let mut files = Vec::new();
+    sources(&src(), &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter(|file| !is_test(&module_of(&src(), file)))
+        .filter_map(|file| {
+            let text = fs::read_to_string(file).expect("read source");
+            let lines = non_test_code(&text).lines().count();
+            (lines > MAX_PRODUCT_LINES).then(|| format!("{}: {lines}", file.display()))
+        })
+        .collect();
+    assert!(files.len() > 50, "the reader found {} files", files.len());
+    assert!(
+        long.is_empty(),
+        "files past {MAX_PRODUCT_LINES} product lines (split them):\n{}",
+        long.join("\n")
+    );
+}

@@ -13,7 +13,9 @@
 //! the image's layout and compat libraries, and the requirement checks all
 //! live here, not on a consumer's side. It never touches a container.
 
+mod granted;
 mod policy;
+mod requirements;
 mod runtime_cdi;
 
 use std::path::Path;
@@ -23,13 +25,14 @@ use thiserror::Error;
 use crate::bundle::{Container, GrantedNode};
 pub use crate::callback::SpecMade;
 use crate::config::Config;
-use crate::driver::{self, CudaVersion, Inventory, NodeRole};
+use crate::driver::{self, Inventory};
 use crate::image::{self, Image, ImageLayout};
-use crate::nvml;
-use crate::plan::{self, NodeMode, Plan, SelectedDevice};
-use crate::request::{self, Capabilities, Capability, DeviceId, DeviceSelection, Request};
-use crate::require::{self, DeviceFacts, Facts, Requirements};
+use crate::plan::{self, NodeMode, Plan};
+use crate::request::{self, Capabilities, Capability, DeviceSelection, Request};
+use crate::require::{self, Requirements};
+use granted::granted_devices;
 use policy::effective;
+use requirements::build;
 
 /// Why a request cannot be planned on this host.
 #[derive(Debug, Error)]
@@ -448,29 +451,6 @@ fn image(config: &Config, inventory: &Inventory, source: ImageSource<'_>) -> Res
     })
 }
 
-/// Plans `effective` on the inventoried host for `image`, then checks its
-/// requirements on every GPU the plan selected, before anything changes.
-///
-/// NVML is asked only when evaluation reaches an `arch` or `brand` term
-/// whose answer decides: a CUDA image's rule such as `cuda>=12.2
-/// brand=tesla,driver>=470,…` holds on its first alternative on any
-/// recent driver, and NVML's start (a fork, `nvmlInit`, up to seconds
-/// without persistence mode) is spared.
-fn build(effective: &Effective, inventory: &mut Inventory, image: &Image) -> Result<Plan> {
-    let plan = Plan::build(inventory, &effective.request, image, effective.node_mode)?;
-    let requirements = &effective.requirements;
-    if requirements.is_empty() {
-        return Ok(plan);
-    }
-    let cuda = if requirements.needs().cuda {
-        Some(inventory.cuda_version()?)
-    } else {
-        None
-    };
-    check_requirements(requirements, inventory, &plan, image, cuda)?;
-    Ok(plan)
-}
-
 /// The image examined and the plan made on `inventory`, all of it kept
 /// but what the caller leaves to others.
 fn planned(
@@ -612,118 +592,6 @@ pub fn plan_each_device(
         devices,
         all,
     })
-}
-
-/// The devices whose nodes are among `nodes`: a GPU by its `nvidiaN`
-/// node, a MIG device by its two `nvidia-capN` nodes beside its GPU's,
-/// named in the older form that procfs resolves without NVML.
-fn granted_devices(inventory: &Inventory, nodes: &[GrantedNode]) -> DeviceSelection {
-    let has = |role: NodeRole, minor: u32| {
-        inventory
-            .nodes
-            .iter()
-            .filter(|n| n.role == role && n.minor == minor)
-            .any(|n| {
-                nodes.contains(&GrantedNode {
-                    major: n.major,
-                    minor,
-                })
-            })
-    };
-    if inventory.wsl.is_some() {
-        // /dev/dxg serves every GPU: granted, it is `all`.
-        return if inventory
-            .nodes
-            .iter()
-            .any(|n| n.role == NodeRole::Dxg && has(n.role, n.minor))
-        {
-            DeviceSelection::All
-        } else {
-            DeviceSelection::None
-        };
-    }
-    let mut ids = Vec::new();
-    for gpu in inventory
-        .gpus
-        .iter()
-        .filter(|g| has(NodeRole::Gpu, g.minor))
-    {
-        ids.push(DeviceId::Index(gpu.index));
-        for gi in inventory
-            .mig_instances
-            .iter()
-            .filter(|i| i.parent == gpu.index)
-        {
-            if !has(NodeRole::Capability, gi.access.minor) {
-                continue;
-            }
-            for ci in gi
-                .compute
-                .iter()
-                .filter(|c| has(NodeRole::Capability, c.access.minor))
-            {
-                ids.push(DeviceId::Mig(format!(
-                    "MIG-{}/{}/{}",
-                    gpu.uuid, gi.id, ci.id
-                )));
-            }
-        }
-    }
-    if ids.is_empty() {
-        DeviceSelection::None
-    } else {
-        DeviceSelection::List(ids)
-    }
-}
-
-/// Checks `requirements` on every GPU `plan` selected (a MIG device's
-/// parent), once each: a refusal here replaces "CUDA driver version is
-/// insufficient" at run time. A GPU's `arch` and `brand` are NVML's
-/// answers, asked of the inventory only when a rule's answer hangs on them.
-fn check_requirements(
-    requirements: &Requirements,
-    inventory: &mut Inventory,
-    plan: &Plan,
-    image: &Image,
-    cuda: Option<CudaVersion>,
-) -> Result<()> {
-    let mut facts = Facts {
-        driver: inventory.driver_version.clone(),
-        cuda,
-        compat_cuda: image.compat.as_ref().map(|c| c.cuda),
-        device: None,
-    };
-    let mut checked: Vec<u32> = Vec::new();
-    for device in &plan.selected {
-        if checked.contains(&device.gpu) {
-            continue;
-        }
-        checked.push(device.gpu);
-        facts.device = Some(device_facts(inventory.nvml.as_ref(), device));
-        requirements.check_learning(&mut facts, &mut |facts| {
-            if inventory.nvml.is_some() {
-                return Ok(false);
-            }
-            let report = inventory.nvml()?;
-            facts.device = Some(device_facts(Some(report), device));
-            Ok::<bool, Error>(true)
-        })?;
-    }
-    if checked.is_empty() {
-        requirements.check(&facts)?;
-    }
-    Ok(())
-}
-
-/// What the `arch` and `brand` terms are checked against for `device`:
-/// NVML's answers when it was asked, unknown before.
-fn device_facts(nvml: Option<&nvml::Report>, device: &SelectedDevice) -> DeviceFacts {
-    let nvml = nvml.and_then(|r| r.gpu(&device.uuid));
-    DeviceFacts {
-        name: format!("GPU {} ({})", device.gpu, device.uuid),
-        arch: nvml.and_then(|g| g.compute_capability.version()),
-        brand: nvml.map(|g| g.brand.clone()),
-    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use crate::device_class::Class;
 use crate::driver::{CapFile, MigDevice};
 use crate::plan::tests::inventory;
 use crate::plan::MountKind;
-use crate::request::ImexChannels;
+use crate::request::{DeviceId, ImexChannels};
 
 fn container(env: &[&str], privileged: bool, device_mounts: &[&str]) -> Container {
     Container {

@@ -12,6 +12,7 @@
 
 pub mod args;
 mod getopt;
+mod options;
 
 pub use args::{parse, Invocation, Parsed, NAME};
 pub use getopt::Problem as OptionProblem;
