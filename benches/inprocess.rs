@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use goblin::elf::header::{ELFCLASS64, EM_X86_64, ET_DYN};
-use oci_nvidia_hook::cgroup::program;
-use oci_nvidia_hook::driver::{Gpu, Inventory, Library, Node, NodeRole, NodeState};
-use oci_nvidia_hook::elf::{self, X86_64};
-use oci_nvidia_hook::image::ImageLayout;
-use oci_nvidia_hook::ldcache::{Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
-use oci_nvidia_hook::plan::{NodeMode, Plan};
-use oci_nvidia_hook::request::{Capabilities, Capability, DeviceSelection, Request};
+use oci_nvidia_hook::apply::cgroup::program;
+use oci_nvidia_hook::host::driver::{Gpu, Inventory, Library, Node, NodeRole, NodeState};
+use oci_nvidia_hook::host::elf::{self, X86_64};
+use oci_nvidia_hook::host::ldcache::{
+    Format, LdCache, LdCacheEntry, FLAG_ELF_LIBC6, FLAG_X8664_LIB64,
+};
+use oci_nvidia_hook::planning::image::ImageLayout;
+use oci_nvidia_hook::planning::plan::{NodeMode, Plan};
+use oci_nvidia_hook::planning::request::{Capabilities, Capability, DeviceSelection, Request};
 
 /// A cache the size of a busy host's: 5,000 entries.
 fn big_cache() -> LdCache {

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::oneline::escape_controls;
-use crate::request::Capabilities;
+use crate::planning::request::Capabilities;
+use crate::util::oneline::escape_controls;
 
 /// Where the configuration lives when `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/oci-nvidia-hook/config.toml";
@@ -62,7 +62,7 @@ pub struct Config {
     pub disable_require: bool,
     /// The wall-clock bound, in milliseconds, on each entry point a runtime
     /// waits for (the hooks, `cdi-hook`, the NVIDIA-name fronts, the runtime
-    /// wrapper's work before it `exec`s the runtime); see [`crate::deadline`]
+    /// wrapper's work before it `exec`s the runtime); see [`crate::util::deadline`]
     /// for why 15 s by default: more than NVIDIA's 10 s driver RPC timeout,
     /// well under the kubelet's 2 min runtime request timeout.
     pub deadline_ms: u64,
@@ -136,7 +136,7 @@ impl Default for RuntimeCdiConfig {
     fn default() -> Self {
         RuntimeCdiConfig {
             spec_dirs: CDI_SPEC_DIRS.iter().map(PathBuf::from).collect(),
-            default_kind: crate::request::CDI_KIND.into(),
+            default_kind: crate::planning::request::CDI_KIND.into(),
             annotation_prefixes: vec!["cdi.k8s.io/".into()],
         }
     }
@@ -223,7 +223,7 @@ pub struct CudaCompatConfig {
     pub mode: CompatMode,
 }
 
-/// `deadline-ms` unless set: [`crate::deadline::DEFAULT`].
+/// `deadline-ms` unless set: [`crate::util::deadline::DEFAULT`].
 const DEFAULT_DEADLINE_MS: u64 = 15_000;
 
 /// The largest `deadline-ms` taken: 10 min, beyond which a start is not waited for.
@@ -341,7 +341,7 @@ impl Config {
     }
 
     fn load_at(path: &Path, must_exist: bool) -> Result<Config> {
-        let text = crate::hostfile::read(path, MAX_SIZE).and_then(|data| {
+        let text = crate::util::hostfile::read(path, MAX_SIZE).and_then(|data| {
             String::from_utf8(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
         });
         match text {
@@ -468,7 +468,7 @@ file = "/var/log/oci-nvidia-hook.log"
     fn deadline_is_15_s_unless_set_within_10_min() {
         assert_eq!(
             Config::default().deadline(),
-            crate::deadline::DEFAULT,
+            crate::util::deadline::DEFAULT,
             "the default is the deadline module's"
         );
         let config = parse("deadline-ms = 2500\n").unwrap();

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 
 use crate::app::{self, Invocation, Outcome};
-use crate::{deadline, front, logging, oneline};
+use crate::{front, util::deadline, util::logging, util::oneline};
 
 /// Exit statuses, as `main` returns them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

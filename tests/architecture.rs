@@ -19,9 +19,42 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module path of a source file: `src/driver/proc.rs` → `[driver, proc]`,
-/// `src/driver/mod.rs` → `[driver]`; `lib.rs` and `main.rs` are the crate.
+/// The wings that group the crate's units (`src/planning/planner/` is the
+/// unit `planner`): the rules hold between units, whatever wing each is in.
+const WINGS: [&str; 5] = ["planning", "host", "apply", "specs", "util"];
+
+/// `path` without the wing it starts with, if it does and goes on: a
+/// unit's path.
+fn unwinged(mut path: Vec<String>) -> Vec<String> {
+    if path.len() > 1 && WINGS.contains(&path[0].as_str()) {
+        path.remove(0);
+    }
+    path
+}
+
+/// The directory of a unit's path (`[planner]` → `src/planning/planner`).
+fn unit_dir(src: &Path, path: &[String]) -> PathBuf {
+    let plain = src.join(path.join("/"));
+    if path.is_empty() {
+        return plain;
+    }
+    WINGS
+        .iter()
+        .map(|wing| src.join(wing).join(path.join("/")))
+        .find(|dir| dir.exists() || dir.with_extension("rs").exists())
+        .unwrap_or(plain)
+}
+
+/// The module path of a source file, as a unit's: `src/host/driver/proc.rs`
+/// → `[driver, proc]`, `src/host/driver/mod.rs` → `[driver]`; `lib.rs` and
+/// `main.rs` are the crate.
 fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    unwinged(raw_module_of(src, file))
+}
+
+/// The module path of a source file as written: `src/host/driver/proc.rs`
+/// → `[host, driver, proc]`.
+fn raw_module_of(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).expect("below src/");
     let mut parts: Vec<String> = rel
         .iter()
@@ -91,7 +124,7 @@ fn references(text: &str, prefix: &str) -> Vec<Vec<String>> {
             .filter(|s| !s.is_empty())
             .map(str::to_string)
             .collect();
-        refs.push(path);
+        refs.push(unwinged(path));
     }
     refs
 }
@@ -155,8 +188,10 @@ fn edges(src: &Path, parent: &[String]) -> BTreeMap<String, BTreeSet<String>> {
         for target in targets {
             if target.len() > parent.len() && target.starts_with(parent) {
                 let to = &target[parent.len()];
-                let is_module = src.join(parent.join("/")).join(format!("{to}.rs")).exists()
-                    || src.join(parent.join("/")).join(to).join("mod.rs").exists();
+                let mut path = parent.to_vec();
+                path.push(to.clone());
+                let dir = unit_dir(src, &path);
+                let is_module = dir.with_extension("rs").exists() || dir.join("mod.rs").exists();
                 if *to != from && !to.is_empty() && is_module {
                     graph.entry(from.clone()).or_default().insert(to.clone());
                 }
@@ -329,7 +364,8 @@ fn only_the_planner_calls_discovery() {
 
 #[test]
 fn the_planner_offers_its_entry_points_only() {
-    let text = fs::read_to_string(src().join("planner/mod.rs")).expect("read planner/mod.rs");
+    let text = fs::read_to_string(src().join("planning/planner/mod.rs"))
+        .expect("read planning/planner/mod.rs");
     let code = without_comments(non_test_code(&text));
     let public: Vec<&str> = code
         .lines()
@@ -894,7 +930,7 @@ fn each_engine_path_is_written_once() {
     );
     // The CDI directories are the CDI standard's, shared by every engine
     // (config.rs, cdi/): every other engine path is its engine's model's.
-    let model = src().join("engine_config");
+    let model = src().join("specs/engine_config");
     let elsewhere: Vec<String> = written
         .iter()
         .filter(|(path, _)| !path.starts_with("/etc/cdi") && !path.starts_with("/var/run/cdi"))

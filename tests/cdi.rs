@@ -17,7 +17,7 @@ use harness::json::s;
 use harness::project::hook_binary;
 use harness::refusal::failure;
 use harness::simhost::{Driver, Fixture, GpuFacts, SimHost};
-use oci_nvidia_hook::cdi::spec::{required_version, Spec, VERSIONS};
+use oci_nvidia_hook::specs::cdi::spec::{required_version, Spec, VERSIONS};
 
 /// The highest cdiVersion Podman 4.3.1 (Debian 12's) accepts.
 const PODMAN_CEILING: &str = "0.5.0";
@@ -542,7 +542,7 @@ fn validator_and_schema_agree_on_schema_invalid_documents() {
     let verdicts = schema_errors(&good.iter().collect::<Vec<_>>());
     for (doc, errors) in good.iter().zip(verdicts) {
         assert_eq!(errors, Vec::<String>::new(), "{doc}");
-        let report = oci_nvidia_hook::cdi::validate::check(&doc.to_string());
+        let report = oci_nvidia_hook::specs::cdi::validate::check(&doc.to_string());
         assert_eq!(report.problems, [], "{doc}");
     }
 }

@@ -12,10 +12,10 @@ use serde_json::Value;
 
 use harness::project::{documents, hook_binary, repo};
 use harness::runtime::oci_config::{config_json, hooks_d_file, ContainerConfig};
-use oci_nvidia_hook::cdi::spec::{ContainerEdits, Spec, KIND};
-use oci_nvidia_hook::cdi::{Callback, Format, HOOK_STAGE};
-use oci_nvidia_hook::image::ImageLayout;
-use oci_nvidia_hook::planner::SpecMade;
+use oci_nvidia_hook::planning::image::ImageLayout;
+use oci_nvidia_hook::planning::planner::SpecMade;
+use oci_nvidia_hook::specs::cdi::spec::{ContainerEdits, Spec, KIND};
+use oci_nvidia_hook::specs::cdi::{Callback, Format, HOOK_STAGE};
 
 /// A hook entry found in a document, with where it was found.
 struct Entry {

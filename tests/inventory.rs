@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use harness::info::Info;
 use harness::simhost::{CacheFormat, Fixture, SimHost};
-use oci_nvidia_hook::driver::catalog;
+use oci_nvidia_hook::host::driver::catalog;
 
 fn libraries_by_soname(info: &Info, arch: &str) -> BTreeMap<String, String> {
     info.libraries
@@ -238,8 +238,8 @@ fn the_hooks_snapshot_is_the_live_inventory_until_the_driver_root_changes() {
     use std::os::unix::fs::MetadataExt;
 
     use oci_nvidia_hook::config::Config;
-    use oci_nvidia_hook::driver::{snapshot, Inventory};
-    use oci_nvidia_hook::request::Capabilities;
+    use oci_nvidia_hook::host::driver::{snapshot, Inventory};
+    use oci_nvidia_hook::planning::request::Capabilities;
 
     let sim = SimHost::fresh("snapshot", Fixture::synthetic(2));
     let config = Config::load(Some(&sim.config)).unwrap().driver;

@@ -3,7 +3,7 @@
 //! same entries in the same order.
 
 use harness::simhost::{CacheFormat, Fixture, SimHost};
-use oci_nvidia_hook::ldcache::{self, Format, LdCache};
+use oci_nvidia_hook::host::ldcache::{self, Format, LdCache};
 
 /// `ldconfig -p -C FILE` as (soname, arch tag, path), in file order.
 fn ldconfig_print(cache: &std::path::Path) -> Vec<(String, String, String)> {

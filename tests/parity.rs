@@ -18,11 +18,11 @@ use std::fs;
 use std::path::Path;
 
 use harness::simhost::{Fixture, SimHost};
-use oci_nvidia_hook::bundle::Container;
 use oci_nvidia_hook::config::Config;
-use oci_nvidia_hook::image::ImageLayout;
-use oci_nvidia_hook::planner::{self, ImageSource, Inputs, Source};
-use oci_nvidia_hook::request::Capabilities;
+use oci_nvidia_hook::planning::bundle::Container;
+use oci_nvidia_hook::planning::image::ImageLayout;
+use oci_nvidia_hook::planning::planner::{self, ImageSource, Inputs, Source};
+use oci_nvidia_hook::planning::request::Capabilities;
 
 /// The simulated host a row runs on.
 #[derive(Debug, Clone, Copy)]
@@ -550,7 +550,7 @@ fn device_mounts_name_the_devices_nvidia_reads_from_them() {
             "mounts": mounts,
         });
         fs::write(dir.path().join("config.json"), config.to_string()).expect("config.json");
-        let container = oci_nvidia_hook::bundle::load(dir.path()).expect("bundle");
+        let container = oci_nvidia_hook::planning::bundle::load(dir.path()).expect("bundle");
         let want: &[&str] = ours.map_or(*nvidia, |(ours, _)| ours);
         if container.device_mounts != want {
             wrong.push(format!(

@@ -9,8 +9,8 @@ mod common;
 
 use common::assert_one_line;
 use libfuzzer_sys::fuzz_target;
-use oci_nvidia_hook::cdi::validate;
-use oci_nvidia_hook::cdi::{Format, Spec};
+use oci_nvidia_hook::specs::cdi::validate;
+use oci_nvidia_hook::specs::cdi::{Format, Spec};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

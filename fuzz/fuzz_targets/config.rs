@@ -12,7 +12,7 @@ use std::path::Path;
 use common::assert_one_line;
 use libfuzzer_sys::fuzz_target;
 use oci_nvidia_hook::config::{Config, Error};
-use oci_nvidia_hook::request::Capabilities;
+use oci_nvidia_hook::planning::request::Capabilities;
 
 const PATH: &str = "/etc/oci-nvidia-hook/config.toml";
 

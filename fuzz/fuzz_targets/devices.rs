@@ -14,7 +14,7 @@ mod common;
 
 use common::assert_one_line;
 use libfuzzer_sys::fuzz_target;
-use oci_nvidia_hook::request::{env_var, Capabilities, Capability, DeviceSelection, Request};
+use oci_nvidia_hook::planning::request::{env_var, Capabilities, Capability, DeviceSelection, Request};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use common::assert_one_line;
 use libfuzzer_sys::fuzz_target;
-use oci_nvidia_hook::elf::{self, check_header, Arch, Class, Kind};
+use oci_nvidia_hook::host::elf::{self, check_header, Arch, Class, Kind};
 
 const PATH: &str = "/usr/lib/x86_64-linux-gnu/libfuzz.so.1";
 

@@ -12,7 +12,7 @@ use std::cmp::Ordering;
 
 use common::assert_one_line;
 use libfuzzer_sys::fuzz_target;
-use oci_nvidia_hook::ldcache::{libcmp, Format, LdCache, LdCacheEntry};
+use oci_nvidia_hook::host::ldcache::{libcmp, Format, LdCache, LdCacheEntry};
 
 fuzz_target!(|data: &[u8]| {
     let mut cache = match LdCache::parse(data) {

@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use oci_nvidia_hook::driver::CudaVersion;
-use oci_nvidia_hook::require::{DeviceFacts, Facts, Requirements};
+use oci_nvidia_hook::host::driver::CudaVersion;
+use oci_nvidia_hook::planning::require::{DeviceFacts, Facts, Requirements};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

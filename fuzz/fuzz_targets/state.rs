@@ -9,7 +9,7 @@ mod common;
 
 use common::assert_one_line;
 use libfuzzer_sys::fuzz_target;
-use oci_nvidia_hook::hook::parse_state;
+use oci_nvidia_hook::apply::hook::parse_state;
 
 fuzz_target!(|data: &[u8]| {
     let state = match parse_state(data) {

@@ -5,11 +5,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::{Error, Result};
-use crate::callback::SpecMade;
-use crate::cdi::{self, Format, Options, Spec};
 use crate::config::Config;
-use crate::image::ImageLayout;
-use crate::oneline::escape_controls;
+use crate::planning::image::ImageLayout;
+use crate::specs::callback::SpecMade;
+use crate::specs::cdi::{self, Format, Options, Spec};
+use crate::util::oneline::escape_controls;
 
 /// How `cdi generate` was asked to make the spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +93,7 @@ fn spec(
     mode: cdi::Mode,
 ) -> Result<cdi::Generated> {
     let strategies = cdi::parse_strategies(strategies)?;
-    let program = crate::program::path().map_err(|source| Error::Exe { source })?;
+    let program = crate::util::program::path().map_err(|source| Error::Exe { source })?;
     let config_path = config_path
         .map(std::path::absolute)
         .transpose()
@@ -202,7 +202,7 @@ fn remove_stale(output: &Path, why: &cdi::Error) -> Result<()> {
         if !meta.file_type().is_file() {
             return Err(refuse("not a regular file"));
         }
-        let text = crate::bounded::read_text(path).map_err(|source| Error::ReadSpec {
+        let text = crate::util::bounded::read_text(path).map_err(|source| Error::ReadSpec {
             path: path.into(),
             source,
         })?;
@@ -235,7 +235,7 @@ fn is_our_gpu_spec(spec: &Spec) -> bool {
     spec.kind == cdi::spec::KIND
         && spec.container_edits.hooks.iter().any(|h| {
             let args: Vec<&str> = h.args.iter().map(String::as_str).collect();
-            crate::callback::is_ours(&args)
+            crate::specs::callback::is_ours(&args)
         })
 }
 
@@ -295,7 +295,7 @@ pub fn list(config: &Config, strategies: &str, out: &mut impl Write) -> Result<(
 /// one line per problem, each naming the file and the item's JSON path, and
 /// fails with their count; prints one `ok` line when there is none.
 pub fn validate(config: &Config, file: &Path, out: &mut impl Write) -> Result<()> {
-    let text = crate::bounded::read_text(file).map_err(|source| Error::ReadSpec {
+    let text = crate::util::bounded::read_text(file).map_err(|source| Error::ReadSpec {
         path: file.to_path_buf(),
         source,
     })?;
@@ -341,7 +341,7 @@ mod tests {
 
     /// Why the refresh removes: the module's procfs is gone.
     fn not_loaded() -> cdi::Error {
-        cdi::Error::Driver(crate::driver::Error::NotLoaded {
+        cdi::Error::Driver(crate::host::driver::Error::NotLoaded {
             path: "/proc/driver/nvidia/version".into(),
         })
     }
@@ -400,16 +400,16 @@ mod tests {
 
     #[test]
     fn only_a_missing_driver_removes() {
-        let libraries_gone = cdi::Error::Planner(crate::planner::Error::Plan(
-            crate::plan::Error::CoreLibraryMissing {
-                capability: crate::request::Capability::Utility,
+        let libraries_gone = cdi::Error::Planner(crate::planning::planner::Error::Plan(
+            crate::planning::plan::Error::CoreLibraryMissing {
+                capability: crate::planning::request::Capability::Utility,
                 prefix: "libnvidia-ml.so",
                 version: "535.261.03".into(),
             },
         ));
         assert!(libraries_gone.driver_gone());
         assert!(!cdi::Error::NameStrategy { value: "x".into() }.driver_gone());
-        let unreadable = cdi::Error::Driver(crate::driver::Error::Read {
+        let unreadable = cdi::Error::Driver(crate::host::driver::Error::Read {
             path: "/proc/driver/nvidia/version".into(),
             source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
         });

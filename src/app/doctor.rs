@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{Error, Result};
 use crate::config::{self, Config};
 use crate::doctor::{self, Loaded, Render};
-use crate::driver::CudaVersion;
+use crate::host::driver::CudaVersion;
 
 /// What `doctor` was asked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

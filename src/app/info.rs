@@ -6,9 +6,9 @@ use serde::Serialize;
 
 use super::Result;
 use crate::config::Config;
-use crate::driver::{CudaVersion, Inventory, NodeState};
-use crate::planner;
-use crate::request::{Capabilities, Capability};
+use crate::host::driver::{CudaVersion, Inventory, NodeState};
+use crate::planning::planner;
+use crate::planning::request::{Capabilities, Capability};
 
 /// `info --json`: the inventory plus the CUDA version.
 #[derive(Serialize)]
@@ -149,7 +149,7 @@ fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) 
         writeln!(out, "  {}", file.path.display())?;
     }
     for file in inv.wsl.iter().flat_map(|w| &w.files) {
-        if file.kind != crate::driver::wsl::WslKind::Library {
+        if file.kind != crate::host::driver::wsl::WslKind::Library {
             writeln!(out, "  {}", file.path.display())?;
         }
     }

@@ -5,10 +5,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::Result;
-use crate::bundle;
 use crate::config::Config;
-use crate::image::ImageLayout;
-use crate::planner::{self, ImageSource, Inputs, Source};
+use crate::planning::bundle;
+use crate::planning::image::ImageLayout;
+use crate::planning::planner::{self, ImageSource, Inputs, Source};
 
 /// Where `list` takes its request from.
 #[derive(Debug, Clone, PartialEq, Eq)]

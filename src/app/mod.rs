@@ -30,10 +30,12 @@ pub use cdi::{driver_of, Generate, NamedRoot, RootKind, DEFAULT_STRATEGIES};
 pub use doctor::Options as DoctorOptions;
 pub use list::Ask;
 
-use crate::callback::SpecMade;
+use crate::apply::inject::LinuxSys;
 use crate::config::{self, CompatMode, Config, LogLevel};
-use crate::inject::LinuxSys;
-use crate::{bundle, deadline, driver, hook, logging, planner};
+use crate::specs::callback::SpecMade;
+use crate::{
+    apply::hook, host::driver, planning::bundle, planning::planner, util::deadline, util::logging,
+};
 
 /// Why an operation failed.
 #[derive(Debug, Error)]
@@ -59,11 +61,11 @@ pub enum Error {
     #[error("refusing to run the CDI hook at stage {stage:?}: it runs only at createRuntime (in the runtime's namespaces, before pivot_root)")]
     CdiStage { stage: String },
     #[error(transparent)]
-    Cdi(#[from] crate::cdi::Error),
+    Cdi(#[from] crate::specs::cdi::Error),
     #[error("cannot name this program or its config for the spec's hook: {source}")]
     Exe { source: io::Error },
     #[error(transparent)]
-    Runtime(crate::runtime::Error),
+    Runtime(crate::specs::runtime::Error),
     #[error("cannot read CDI spec {path}: {source}")]
     ReadSpec { path: PathBuf, source: io::Error },
     #[error("not removing {path}: {reason}; only a spec oci-nvidia-hook generated is removed")]
@@ -77,11 +79,11 @@ pub enum Error {
     #[error("list: nothing on this host matches the options given (no driver file of those kinds and capabilities, no such device)")]
     NothingListed,
     #[error(transparent)]
-    Engine(#[from] crate::engine_config::Error),
+    Engine(#[from] crate::specs::engine_config::Error),
     #[error(transparent)]
-    Inject(Box<crate::inject::Error>),
+    Inject(Box<crate::apply::inject::Error>),
     #[error(transparent)]
-    Image(#[from] crate::image::Error),
+    Image(#[from] crate::planning::image::Error),
     #[error("invalid --link {0:?}: expected TARGET::LINK")]
     HookLink(String),
     #[error("invalid --mode {0:?}: expected octal permission bits, at most 7777")]
@@ -90,8 +92,8 @@ pub enum Error {
     HostProc { path: PathBuf, source: io::Error },
 }
 
-impl From<crate::inject::Error> for Error {
-    fn from(e: crate::inject::Error) -> Self {
+impl From<crate::apply::inject::Error> for Error {
+    fn from(e: crate::apply::inject::Error) -> Self {
         Error::Inject(Box::new(e))
     }
 }
@@ -179,7 +181,7 @@ pub enum Operation {
 
 impl Operation {
     /// The entry point's name when a runtime waits for this operation,
-    /// which then runs under a deadline (see [`crate::deadline`]); `None`
+    /// which then runs under a deadline (see [`crate::util::deadline`]); `None`
     /// for what people run.
     pub fn waited_for(&self) -> Option<&'static str> {
         match self {
@@ -323,7 +325,7 @@ pub fn run(operation: &Operation, overrides: &Overrides) -> Result<Outcome> {
         Operation::CdiSpecDevices { spec_dirs } => specs::run(spec_dirs, &mut out)?,
         Operation::Prestart { .. } => hook::run(&config, io::stdin(), &sys)?,
         Operation::CdiHook { stage, made } => {
-            if stage != crate::callback::HOOK_STAGE {
+            if stage != crate::specs::callback::HOOK_STAGE {
                 return Err(Error::CdiStage {
                     stage: stage.clone(),
                 });
@@ -337,7 +339,7 @@ pub fn run(operation: &Operation, overrides: &Overrides) -> Result<Outcome> {
             nvidia_cli::configure(&config, configure, &sys)?
         }
         Operation::Runtime { args } => {
-            let error = Error::Runtime(crate::runtime::run(&config, config_path, args));
+            let error = Error::Runtime(crate::specs::runtime::run(&config, config_path, args));
             return Err(runtime_failed(args, error));
         }
         Operation::EngineConfigure(configure) => engine::configure(configure, &mut out)?,
@@ -382,6 +384,6 @@ fn set_up(
 /// the wrapper's caller reads errors.
 fn runtime_failed(args: &[OsString], error: Error) -> Error {
     deadline::disarm();
-    crate::runtime::log_failure(args, &crate::oneline::error(&error));
+    crate::specs::runtime::log_failure(args, &crate::util::oneline::error(&error));
     error
 }

@@ -9,7 +9,7 @@
 //! resolved inside the container's root, nothing of the image is opened
 //! before its type is checked, nothing is executed (`update-ldcache` writes
 //! the loader cache itself, whatever `--ldconfig-path` said), and a failure
-//! undoes what was done. The edits go through [`crate::inject`], as the
+//! undoes what was done. The edits go through [`crate::apply::inject`], as the
 //! prestart hook's do.
 
 use std::io;
@@ -17,10 +17,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::{Error, Result};
+use crate::apply::hook::{self, Seam, Target};
+use crate::apply::inject::{self, edits};
 use crate::config::{CompatMode, Config};
-use crate::hook::{self, Seam, Target};
-use crate::inject::{self, edits};
-use crate::plan::{self, ModeChange, Plan, Symlink, WrittenFile};
+use crate::planning::plan::{self, ModeChange, Plan, Symlink, WrittenFile};
 
 /// Our `ld.so.conf.d` entry for the image's CUDA compat libraries; it
 /// sorts before NVIDIA's `00-nvcr-*`, as NVIDIA's `00-compat-*` does.
@@ -156,8 +156,11 @@ fn made_inside(kind: &HookKind, rootfs: &Path) -> Result<Plan> {
         HookKind::EnableCudaCompat {
             host_driver_version,
         } => {
-            let image =
-                crate::image::Image::inspect(rootfs, host_driver_version, CompatMode::Ldconfig)?;
+            let image = crate::planning::image::Image::inspect(
+                rootfs,
+                host_driver_version,
+                CompatMode::Ldconfig,
+            )?;
             let Some(compat) = image.compat else {
                 log::debug!("no CUDA compat libraries newer than driver {host_driver_version}");
                 return Ok(Plan::default());
@@ -305,7 +308,7 @@ mod tests {
     /// of the container; a refused step stops it with the rootfs unchanged.
     #[test]
     fn each_hook_runs_the_one_sequence_and_a_refused_step_changes_nothing() {
-        use crate::hook::fake::FakeSeam;
+        use crate::apply::hook::fake::FakeSeam;
         use std::fs;
 
         let host = tempfile::tempdir().unwrap();

@@ -13,7 +13,7 @@ use toml_edit::{Array, Value};
 
 use super::{Error, Result};
 use crate::config::Config;
-use crate::engine_config::{self, parse_toml, set, table_at, Output};
+use crate::specs::engine_config::{self, parse_toml, set, table_at, Output};
 
 /// The config file every key is set to its default in, as packaged.
 const SHIPPED: &str = include_str!("../../packaging/config.toml");
@@ -263,7 +263,7 @@ mod tests {
         );
         assert_eq!(
             config.supported_capabilities,
-            crate::request::Capabilities::parse("compute,utility").unwrap()
+            crate::planning::request::Capabilities::parse("compute,utility").unwrap()
         );
     }
 

@@ -13,10 +13,10 @@ use std::path::PathBuf;
 
 use super::programs::find_program;
 use super::{Check, Error, HostFacts, HostRoot, Layer};
-use crate::cdi::dirs::{spec_files, SPEC_DIRS};
-use crate::cdi::Spec;
-use crate::driver::DriverRoot;
-use crate::program::SYSTEM_PATH;
+use crate::host::driver::DriverRoot;
+use crate::specs::cdi::dirs::{spec_files, SPEC_DIRS};
+use crate::specs::cdi::Spec;
+use crate::util::program::SYSTEM_PATH;
 
 const L: Layer = Layer::Wiring;
 
@@ -291,7 +291,7 @@ fn duplicates(specs: &[Loaded], out: &mut Vec<Check>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cdi::spec::{ContainerEdits, Device, Mount};
+    use crate::specs::cdi::spec::{ContainerEdits, Device, Mount};
 
     #[test]
     fn reads_the_driver_of_a_spec_from_the_libraries_it_mounts() {

@@ -21,7 +21,7 @@
 //!
 //! Pure: no file is read here.
 
-use crate::driver::CudaVersion;
+use crate::host::driver::CudaVersion;
 
 /// CUDA `major.minor` → the first Linux driver for it (see the module doc).
 pub const FIRST_DRIVER: &[((u32, u32), &str)] = &[
@@ -178,7 +178,7 @@ mod tests {
             assert!(pair[0].0 < pair[1].0, "{pair:?}");
             let (a, b) = (pair[0].1, pair[1].1);
             assert_eq!(
-                crate::image::compare_versions(a, b),
+                crate::planning::image::compare_versions(a, b),
                 std::cmp::Ordering::Less,
                 "{a} then {b}"
             );

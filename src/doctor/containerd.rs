@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::programs::runtime_handler;
 use super::{Check, HostRoot, Layer};
-use crate::engine_config::containerd::{Config, Handler};
+use crate::specs::engine_config::containerd::{Config, Handler};
 
 const L: Layer = Layer::Wiring;
 
@@ -118,11 +118,12 @@ mod tests {
     use std::fs;
 
     use super::*;
-    use crate::engine_config::tests::{host_with, CONTAINERD_V2 as V2};
+    use crate::specs::engine_config::tests::{host_with, CONTAINERD_V2 as V2};
 
     #[test]
     fn says_which_handler_runs_our_wrapper() {
-        let (dir, host) = host_with(&[(crate::engine_config::containerd::DEFAULT_CONFIG, V2)]);
+        let (dir, host) =
+            host_with(&[(crate::specs::engine_config::containerd::DEFAULT_CONFIG, V2)]);
         let bin = dir.path().join("usr/local/bin");
         fs::create_dir_all(&bin).unwrap();
         fs::write(bin.join("oci-nvidia-hook"), b"#!/bin/sh\n").unwrap();

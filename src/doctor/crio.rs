@@ -5,7 +5,7 @@
 
 use super::programs::runtime_handler;
 use super::{Check, HostRoot, Layer};
-use crate::engine_config::crio::Config;
+use crate::specs::engine_config::crio::Config;
 
 const L: Layer = Layer::Wiring;
 

@@ -31,8 +31,8 @@ use nix::sys::stat::Mode;
 use pathrs::Root;
 
 use super::glob;
-use crate::driver::CudaVersion;
-use crate::reopen::{Expect, Reopener};
+use crate::host::driver::CudaVersion;
+use crate::util::reopen::{Expect, Reopener};
 
 /// How deep the walk goes, in directories below the root (the deepest
 /// place a runtime sits in real images is 9: a conda env's wheel).

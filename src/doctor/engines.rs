@@ -15,16 +15,16 @@ use super::hooks::InstalledHook;
 use super::procs::Table;
 use super::programs::{find_program, look_path};
 use super::{Check, HostRoot, Layer};
-use crate::driver::DriverRoot;
-use crate::engine_config::docker::Daemon;
+use crate::host::driver::DriverRoot;
+use crate::specs::engine_config::docker::Daemon;
 // Where names are looked up when a process has no `PATH` (Go's LookPath
 // then finds nothing; this is only used for daemon.json's runtimes).
-use crate::program::SYSTEM_PATH;
+use crate::util::program::SYSTEM_PATH;
 
 const L: Layer = Layer::Wiring;
 
 /// The name dockerd looks up for `--gpus`, and the runtime daemon.json names.
-use crate::program::{RUNTIME_HOOK_NAME as HOOK_NAME, RUNTIME_NAME};
+use crate::util::program::{RUNTIME_HOOK_NAME as HOOK_NAME, RUNTIME_NAME};
 
 /// What the Docker checks found.
 #[derive(Debug, Default)]
@@ -250,7 +250,7 @@ pub(super) struct Engines<'a> {
     /// containerd's CDI and runtime handlers.
     pub containerd: &'a super::containerd::Containerd,
     /// CRI-O's config, and its handlers that run our wrapper.
-    pub crio: Option<(&'a crate::engine_config::crio::Config, Vec<String>)>,
+    pub crio: Option<(&'a crate::specs::engine_config::crio::Config, Vec<String>)>,
     /// A hooks.d file runs our hook (Podman and CRI-O read them).
     pub hooks_d: bool,
     /// A CDI spec of ours exists.
@@ -434,7 +434,7 @@ mod tests {
             cdi: true,
             ours: vec!["nvidia".into()],
         };
-        let crio = crate::engine_config::crio::Config::default();
+        let crio = crate::specs::engine_config::crio::Config::default();
         let engines = Engines {
             docker: &docker,
             containerd: &containerd,

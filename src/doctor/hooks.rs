@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 use super::{Check, HostRoot, Layer, Loaded};
 use crate::config::{self, Config};
-use crate::driver::DriverRoot;
-use crate::engine_config::hooks_d::{self, HookEntry, HookFile};
-use crate::engine_config::Error;
+use crate::host::driver::DriverRoot;
+use crate::specs::engine_config::hooks_d::{self, HookEntry, HookFile};
+use crate::specs::engine_config::Error;
 
 const L: Layer = Layer::Wiring;
 
@@ -127,7 +127,7 @@ fn config(loaded: &Loaded<'_>, out: &mut Vec<Check>) {
         Some(e) => out.push(Check::fail(
             L,
             "config",
-            crate::oneline::error(&e),
+            crate::util::oneline::error(&e),
             format!(
                 "fix {} (docs/configuration.md): the hook refuses every container until then",
                 shown.display()
@@ -212,7 +212,7 @@ fn judge_ours(
         }
         Err(e) => {
             let why = match e {
-                crate::driver::Error::NotFound { .. } => "does not exist".to_string(),
+                crate::host::driver::Error::NotFound { .. } => "does not exist".to_string(),
                 other => other.to_string(),
             };
             out.push(Check::fail(
@@ -253,7 +253,7 @@ fn judge_ours(
                 name,
                 format!(
                     "{shown}: the config it names does not load: {}",
-                    crate::oneline::error(&e)
+                    crate::util::oneline::error(&e)
                 ),
                 format!("fix {path}, or drop --config from {shown}"),
             ));
@@ -269,7 +269,7 @@ fn judge_ours(
             format!(
                 "add \"env\": [\"{}\"] to {shown}, as hooks.d/oci-nvidia-hook.json does: a \
                  hook must never inherit an environment it did not choose",
-                crate::program::HOOK_ENV[0]
+                crate::util::program::HOOK_ENV[0]
             ),
         )),
         Some(_) => out.push(Check::ok(

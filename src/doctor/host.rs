@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use super::procs::Table;
 use super::{Check, Error, HostFacts, Layer};
 use crate::config::Config;
-use crate::driver::{proc, DriverRoot, Inventory, NodeProblem, NodeRole, NodeState};
-use crate::elf::Arch;
-use crate::ldcache::LdCache;
-use crate::planner::{self, Inputs};
-use crate::request::Capabilities;
+use crate::host::driver::{proc, DriverRoot, Inventory, NodeProblem, NodeRole, NodeState};
+use crate::host::elf::Arch;
+use crate::host::ldcache::LdCache;
+use crate::planning::planner::{self, Inputs};
+use crate::planning::request::Capabilities;
 
 pub(super) const L: Layer = Layer::Host;
 
@@ -88,7 +88,7 @@ pub(super) fn examine(
     match planner::examine(config, &Capabilities::all(), container) {
         Ok(examined) => Some((examined.inventory, examined.container)),
         Err(e) => {
-            out.push(Check::fail(L, name, crate::oneline::error(&e), fix));
+            out.push(Check::fail(L, name, crate::util::oneline::error(&e), fix));
             None
         }
     }
@@ -97,7 +97,7 @@ pub(super) fn examine(
 /// The kernel module's version file; false when the module is not loaded.
 fn module(nvidia: &Path, out: &mut Vec<Check>) -> bool {
     let path = nvidia.join("version");
-    let text = match crate::bounded::read_text(&path) {
+    let text = match crate::util::bounded::read_text(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             out.push(Check::fail(
@@ -193,7 +193,7 @@ fn excluded_gpus(gpus_dir: &Path) -> Vec<String> {
         .flatten()
         .filter_map(|entry| {
             let path = entry.path().join("information");
-            let text = crate::bounded::read_text(&path).ok()?;
+            let text = crate::util::bounded::read_text(&path).ok()?;
             let info = proc::parse_information(&path, &text).ok()?;
             info.excluded.then_some(info.bus)
         })
@@ -335,7 +335,7 @@ fn cache_hits(root: &DriverRoot) -> Vec<CacheHit> {
     let ours = |soname: &[u8]| {
         std::str::from_utf8(soname)
             .ok()
-            .and_then(crate::driver::catalog::library_for)
+            .and_then(crate::host::driver::catalog::library_for)
             .is_some()
     };
     let Ok(cache) = LdCache::parse_where(&data, ours) else {
@@ -471,7 +471,7 @@ fn dedup<'a>(items: &[&'a str]) -> Vec<&'a str> {
 pub(super) fn cuda(
     inventory: &Inventory,
     out: &mut Vec<Check>,
-) -> Option<crate::driver::CudaVersion> {
+) -> Option<crate::host::driver::CudaVersion> {
     if inventory
         .missing_libraries
         .iter()
@@ -497,11 +497,11 @@ pub(super) fn cuda(
             ));
             Some(cuda)
         }
-        Err(crate::driver::Error::Nvml(e @ crate::child::Error::Exec { .. })) => {
+        Err(crate::host::driver::Error::Nvml(e @ crate::host::child::Error::Exec { .. })) => {
             out.push(Check::fail(
                 L,
                 "CUDA version",
-                crate::oneline::error(&e),
+                crate::util::oneline::error(&e),
                 "let this host execute a program from a memfd: the static binary \
                  asks libcuda through its embedded helper, which the kernel refused \
                  (sysctl vm.memfd_noexec must be 0 or 1; an emulator such as \
@@ -513,7 +513,7 @@ pub(super) fn cuda(
             out.push(Check::fail(
                 L,
                 "CUDA version",
-                crate::oneline::error(&e),
+                crate::util::oneline::error(&e),
                 "reinstall the user-space driver: its own libcuda cannot answer \
                  cuDriverGetVersion, so no CUDA program can start",
             ));
@@ -606,7 +606,7 @@ pub(super) fn run_bounded(
     let mut child = Command::new(program)
         .args(args)
         .env_clear()
-        .env("PATH", crate::program::SYSTEM_PATH)
+        .env("PATH", crate::util::program::SYSTEM_PATH)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -18,13 +18,13 @@ use pathrs::Root;
 
 use super::ceiling::{self, Verdict};
 use super::{Check, Error, HostFacts, Layer, Options};
-use crate::bundle::Container;
 use crate::config::Config;
-use crate::driver::CudaVersion;
-use crate::planner::{self, ImageSource, Inputs, Source};
-use crate::reopen::{Expect, Reopener};
-use crate::request::env_var;
-use crate::require::{self, Requirements};
+use crate::host::driver::CudaVersion;
+use crate::planning::bundle::Container;
+use crate::planning::planner::{self, ImageSource, Inputs, Source};
+use crate::planning::request::env_var;
+use crate::planning::require::{self, Requirements};
+use crate::util::reopen::{Expect, Reopener};
 
 const L: Layer = Layer::Image;
 
@@ -99,7 +99,7 @@ pub(super) fn describe(options: &Options) -> Described {
                     format!(
                         "cannot open {}: {}",
                         dir.display(),
-                        crate::oneline::error(&e)
+                        crate::util::oneline::error(&e)
                     ),
                     "give the directory of an unpacked image (`docker export`, \
                      `podman mount`)",
@@ -320,7 +320,7 @@ fn starts(
             ),
         )),
         Err(e) => {
-            let text = crate::oneline::error(e);
+            let text = crate::util::oneline::error(e);
             let wanted = required_cuda(env).or(found.map(|f| f.cuda));
             let remedy = match (e, wanted, facts.cuda) {
                 (
@@ -424,8 +424,12 @@ fn ceiling_check(
         .image_rootfs
         .as_ref()
         .and_then(|dir| {
-            crate::image::Image::inspect(dir, &inventory.driver_version, config.cuda_compat.mode)
-                .ok()
+            crate::planning::image::Image::inspect(
+                dir,
+                &inventory.driver_version,
+                config.cuda_compat.mode,
+            )
+            .ok()
         })
         .and_then(|i| i.compat);
     if let Some(compat) = compat.filter(|c| c.cuda >= image) {

@@ -59,11 +59,11 @@ pub fn look() -> Seen {
     };
     // The loader's search, through the cache the hook wrote: what a CUDA
     // program in this container gets.
-    match crate::driver::cuda::ask(Path::new("libcuda.so.1"), TIMEOUT) {
+    match crate::host::driver::cuda::ask(Path::new("libcuda.so.1"), TIMEOUT) {
         Ok(version) => seen.cuda_driver_version = Some(version.0),
         Err(e) => seen.cuda_error = Some(e.to_string()),
     }
-    match crate::nvml::device_count(Path::new("libnvidia-ml.so.1"), TIMEOUT) {
+    match crate::host::nvml::device_count(Path::new("libnvidia-ml.so.1"), TIMEOUT) {
         Ok(count) => seen.nvml_devices = Some(count),
         Err(e) => seen.nvml_error = Some(e.to_string()),
     }

@@ -40,11 +40,11 @@ use thiserror::Error;
 use serde::Serialize;
 
 use crate::config::{self, Config};
-use crate::driver::Inventory;
+use crate::host::driver::Inventory;
 // The image's CUDA places (`cudart`) are globs, as containerd's imports are.
-use crate::glob::matches as glob;
+use crate::util::glob::matches as glob;
 
-pub use crate::engine_config::HostRoot;
+pub use crate::specs::engine_config::HostRoot;
 
 pub use report::Render;
 
@@ -170,7 +170,7 @@ impl Check {
         let found = format!(
             "{} does not parse: {}",
             file.display(),
-            crate::oneline::escape_controls(error)
+            crate::util::oneline::escape_controls(error)
         );
         Check::fail(layer, name, found, remedy)
     }
@@ -181,11 +181,11 @@ impl Check {
     pub(crate) fn engine_file(
         layer: Layer,
         name: impl Into<String>,
-        error: &crate::engine_config::Error,
+        error: &crate::specs::engine_config::Error,
         remedy: impl Into<String>,
     ) -> Check {
         match error {
-            crate::engine_config::Error::Unparsable { path, message } => {
+            crate::specs::engine_config::Error::Unparsable { path, message } => {
                 Check::unparsable(layer, name, path, message, remedy)
             }
             other => Check::fail(layer, name, other.to_string(), remedy),
@@ -252,7 +252,7 @@ pub enum Error {
     #[error("cannot parse the host's {}: {source}", path.display())]
     HostCacheParse {
         path: PathBuf,
-        source: crate::ldcache::Error,
+        source: crate::host::ldcache::Error,
     },
     #[error("the host's loader cache lists no {soname}")]
     NoLibc { soname: &'static str },
@@ -332,9 +332,9 @@ pub(crate) struct HostFacts {
     pub inventory: Option<Inventory>,
     /// The plan for the described image's container, made on that
     /// inventory; `None` when no image was described or discovery failed.
-    pub container: Option<crate::planner::Result<crate::planner::Planned>>,
+    pub container: Option<crate::planning::planner::Result<crate::planning::planner::Planned>>,
     /// The CUDA version the driver's own libcuda reported.
-    pub cuda: Option<crate::driver::CudaVersion>,
+    pub cuda: Option<crate::host::driver::CudaVersion>,
     /// Whether a host check failed: later failures may follow from it.
     pub failed: bool,
 }
@@ -343,7 +343,7 @@ pub(crate) struct HostFacts {
 pub fn diagnose(
     loaded: &Loaded<'_>,
     options: &Options,
-    spec_driver: fn(&crate::cdi::Spec) -> Option<&str>,
+    spec_driver: fn(&crate::specs::cdi::Spec) -> Option<&str>,
 ) -> Vec<Check> {
     let host_root = HostRoot::new(options.host_root.clone().unwrap_or_else(|| "/".into()));
     let processes = procs::Table::scan(&host_root);
@@ -352,7 +352,7 @@ pub fn diagnose(
     let described = options.has_image().then(|| image::describe(options));
     let container = described.as_ref().map(image::Described::inputs);
     // A WSL2 host's driver is Windows': its own host layer.
-    let mut facts = if crate::driver::wsl::detect(&loaded.config.driver) {
+    let mut facts = if crate::host::driver::wsl::detect(&loaded.config.driver) {
         wsl::check(&loaded.config, options.host_smi, container, &mut checks)
     } else {
         host::check(

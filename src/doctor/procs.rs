@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use super::HostRoot;
-use crate::bounded;
+use crate::util::bounded;
 
 /// One process: its pid and the kernel's short name for it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use super::hooks::is_this_program;
 use super::{Check, HostRoot, Layer};
-use crate::driver::DriverRoot;
-use crate::program::SYSTEM_PATH;
+use crate::host::driver::DriverRoot;
+use crate::util::program::SYSTEM_PATH;
 
 const L: Layer = Layer::Wiring;
 

@@ -7,8 +7,8 @@
 use super::host::{self, L};
 use super::{Check, HostFacts};
 use crate::config::Config;
-use crate::driver::wsl::{self, WslKind};
-use crate::planner::Inputs;
+use crate::host::driver::wsl::{self, WslKind};
+use crate::planning::planner::Inputs;
 
 /// Checks a WSL2 host and returns what later layers need.
 pub(super) fn check(
@@ -99,7 +99,7 @@ fn files(found: &wsl::Wsl, out: &mut Vec<Check>) -> bool {
 }
 
 /// The driver store's `nvidia-smi -L`, bounded in time.
-fn smi(inventory: &crate::driver::Inventory, out: &mut Vec<Check>) {
+fn smi(inventory: &crate::host::driver::Inventory, out: &mut Vec<Check>) {
     let Some(smi) = inventory
         .wsl
         .iter()

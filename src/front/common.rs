@@ -3,11 +3,11 @@
 
 use clap::ValueEnum;
 
-use crate::cdi::Format;
 use crate::config::LogLevel;
+use crate::specs::cdi::Format;
 
 /// `--version`'s text, every front's.
-pub const VERSION: &str = crate::program::VERSION;
+pub const VERSION: &str = crate::util::program::VERSION;
 
 /// The log level NVIDIA's Go tools' `--debug` and `--quiet` ask for.
 pub fn log_level(debug: bool, quiet: bool) -> Option<LogLevel> {

@@ -1,5 +1,5 @@
 //! A wall-clock alarm that ends the process with a prepared line: the
-//! mechanism under [`crate::deadline`].
+//! mechanism under [`crate::util::deadline`].
 //!
 //! `SIGALRM`'s handler runs only async-signal-safe code: it reads atomics,
 //! `write`s one line to stderr (and the log file, when one is set) and calls

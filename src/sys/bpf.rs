@@ -6,7 +6,7 @@
 //! old and new kernels alike), and every pointer in it comes from a slice or
 //! reference the caller lends for the call. It must never hand out a raw fd
 //! it does not own, never keep a pointer past the call, and it decides
-//! nothing: `crate::cgroup`'s typed layer retries, names operands, and checks.
+//! nothing: `crate::apply::cgroup`'s typed layer retries, names operands, and checks.
 
 use std::ffi::CStr;
 use std::io;

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use super::{Configure, CudaCompat, NAME};
 use crate::app::Result;
+use crate::apply::hook::{self, Seam, Steps};
 use crate::config::Config;
-use crate::hook::{self, Seam, Steps};
 
 /// Configures the container `configure` names.
 pub fn run(config: &Config, configure: &Configure, sys: &impl Seam) -> Result<()> {

@@ -13,9 +13,9 @@ use std::io::Write;
 
 use crate::app::Result;
 use crate::config::Config;
-use crate::driver::Inventory;
-use crate::planner;
-use crate::request::Capabilities;
+use crate::host::driver::Inventory;
+use crate::planning::planner;
+use crate::planning::request::Capabilities;
 
 /// What `info` prints for a fact it could not learn: NVIDIA's word for a
 /// brand it cannot name.

@@ -11,9 +11,9 @@ use std::path::Path;
 use super::{List, Sections};
 use crate::app::{Error, Result};
 use crate::config::Config;
-use crate::image::ImageLayout;
-use crate::plan::{MountKind, Plan};
-use crate::planner::{self, ImageSource, Inputs, Source};
+use crate::planning::image::ImageLayout;
+use crate::planning::plan::{MountKind, Plan};
+use crate::planning::planner::{self, ImageSource, Inputs, Source};
 
 /// Plans `list`'s request and prints the sections it asks for.
 pub fn run(config: &Config, list: &List, out: &mut impl Write) -> Result<()> {
@@ -80,7 +80,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::plan::{DeviceNode, Mount, ProcCopy, ProcFile, ProcMask};
+    use crate::planning::plan::{DeviceNode, Mount, ProcCopy, ProcFile, ProcMask};
 
     fn plan() -> Plan {
         let mount = |kind: MountKind, source: &str| Mount {

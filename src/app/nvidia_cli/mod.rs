@@ -15,10 +15,10 @@ pub use configure::run as configure;
 pub use info::run as info;
 pub use list::run as list;
 
-use crate::planner::Asked;
+use crate::planning::planner::Asked;
 
 /// The name NVIDIA's CLI goes by, in its log lines.
-const NAME: &str = crate::program::CLI_NAME;
+const NAME: &str = crate::util::program::CLI_NAME;
 
 /// Which kinds of paths `list` prints.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -10,8 +10,8 @@ use clap::Subcommand;
 use super::super::common::SpecFormat;
 use super::super::{Error, Result};
 use crate::app::{Generate, NamedRoot, Note, Operation, RootKind};
-use crate::cdi::{Format, Mode};
-use crate::image::ImageLayout;
+use crate::planning::image::ImageLayout;
+use crate::specs::cdi::{Format, Mode};
 
 /// `nvidia-ctk cdi`'s commands.
 #[derive(Debug, PartialEq, Eq, Subcommand)]
@@ -95,10 +95,10 @@ fn generate(args: &GenerateArgs) -> Result<(Operation, Vec<Note>)> {
         }
     };
     let kind = format!("{}/{}", args.vendor, args.class);
-    if kind != crate::cdi::spec::KIND {
+    if kind != crate::specs::cdi::spec::KIND {
         return refuse(format!(
             "--vendor/--class {kind} is not supported: the spec is {}",
-            crate::cdi::spec::KIND
+            crate::specs::cdi::spec::KIND
         ));
     }
     if let Some(strategy) = args

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::builder::{BoolishValueParser, PossibleValuesParser, TypedValueParser};
 
 use crate::app::engine::{Configure, Engine};
-use crate::engine_config::hooks_d;
+use crate::specs::engine_config::hooks_d;
 
 /// `--runtime`'s values, the engines by name.
 fn engine_name() -> impl TypedValueParser<Value = Engine> {

@@ -13,11 +13,11 @@ use super::getopt::{self, Item, Opt, Order, Value};
 use super::options::{options, Key};
 use crate::app::nvidia_cli::{Configure, CudaCompat, List, Sections};
 use crate::front::Error;
-use crate::planner::Asked;
-use crate::request::Capability;
+use crate::planning::planner::Asked;
+use crate::planning::request::Capability;
 
 /// The name other software calls NVIDIA's CLI by.
-pub const NAME: &str = crate::program::CLI_NAME;
+pub const NAME: &str = crate::util::program::CLI_NAME;
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! does ([`Key`]).
 
 use super::getopt::{Opt, Value};
-use crate::request::Capability;
+use crate::planning::request::Capability;
 
 /// Every option of every command, by what it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use super::{Cli, Command};
-use crate::callback::{SpecMade, HOOK_COMMAND};
+use crate::specs::callback::{SpecMade, HOOK_COMMAND};
 
 /// The command line `args` (the program name first) as clap would read it,
 /// or `None` when it is not one of the hook's own shapes.
@@ -77,7 +77,7 @@ mod tests {
         let made = SpecMade {
             driver_version: "535.261.03".into(),
             capabilities: "compute,utility".into(),
-            layout: crate::image::ImageLayout::Debian,
+            layout: crate::planning::image::ImageLayout::Debian,
             mig_layout: Some("0:1:0,0:2:0".into()),
         };
         let written = made.args();

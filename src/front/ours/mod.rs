@@ -9,8 +9,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use super::common::{SpecFormat, VERSION};
 use crate::app::{self, Ask, Generate, Invocation, Operation, Overrides};
-use crate::cdi::Format;
-use crate::image::ImageLayout;
+use crate::planning::image::ImageLayout;
+use crate::specs::cdi::Format;
 
 /// What `--help` and the manual page's DESCRIPTION say of the whole command.
 const LONG_ABOUT: &str = "Gives OCI containers NVIDIA GPUs. A runtime runs it as a prestart or \
@@ -24,7 +24,7 @@ the environment.";
 
 /// oci-nvidia-hook: gives OCI containers NVIDIA GPUs.
 #[derive(Debug, PartialEq, Eq, Parser)]
-#[command(name = crate::program::NAME, version = VERSION, about, long_about = LONG_ABOUT)]
+#[command(name = crate::util::program::NAME, version = VERSION, about, long_about = LONG_ABOUT)]
 pub struct Cli {
     /// Configuration file [default: /etc/oci-nvidia-hook/config.toml, optional]
     #[arg(long, global = true, value_name = "PATH")]
@@ -159,7 +159,7 @@ pub enum CdiCommand {
     /// Write the spec for every GPU of this host (atomically, mode 0644).
     Generate {
         /// Where to write it; - for stdout.
-        #[arg(long, default_value = crate::cdi::DEFAULT_OUTPUT, value_name = "FILE")]
+        #[arg(long, default_value = crate::specs::cdi::DEFAULT_OUTPUT, value_name = "FILE")]
         output: PathBuf,
         /// Encoding [default: from the output's extension, yaml for stdout].
         #[arg(long, value_enum)]
@@ -200,7 +200,7 @@ pub enum CdiCommand {
 
 /// The feature-gated devices `list --enable` names, in the order its
 /// help lists them: each value is the name of a class of the
-/// [`crate::device_class`] table, which says what it enables.
+/// [`crate::planning::device_class`] table, which says what it enables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GatedName {
     /// NVIDIA_GDS: GPUDirect Storage.
@@ -218,7 +218,7 @@ impl GatedName {
     /// (a test holds every value to a class, and every class to a value).
     pub fn variable(self) -> Option<&'static str> {
         let value = self.to_possible_value()?;
-        let class = crate::device_class::Class::named(value.get_name())?;
+        let class = crate::planning::device_class::Class::named(value.get_name())?;
         Some(class.row().variable)
     }
 }
@@ -234,12 +234,12 @@ pub enum SpecMode {
     Wsl,
 }
 
-impl From<SpecMode> for crate::cdi::Mode {
+impl From<SpecMode> for crate::specs::cdi::Mode {
     fn from(mode: SpecMode) -> Self {
         match mode {
-            SpecMode::Auto => crate::cdi::Mode::Auto,
-            SpecMode::Nvml => crate::cdi::Mode::Nvml,
-            SpecMode::Wsl => crate::cdi::Mode::Wsl,
+            SpecMode::Auto => crate::specs::cdi::Mode::Auto,
+            SpecMode::Nvml => crate::specs::cdi::Mode::Nvml,
+            SpecMode::Wsl => crate::specs::cdi::Mode::Wsl,
         }
     }
 }
@@ -359,7 +359,7 @@ fn operation(command: Command) -> Operation {
             mig_layout,
         } => Operation::CdiHook {
             stage,
-            made: crate::callback::SpecMade {
+            made: crate::specs::callback::SpecMade {
                 driver_version,
                 capabilities,
                 layout: layout.into(),
@@ -399,7 +399,7 @@ impl From<DoctorArgs> for app::DoctorOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device_class::Class;
+    use crate::planning::device_class::Class;
 
     /// `list --enable` offers every device class, by its name, and no other.
     #[test]

@@ -1,0 +1,7 @@
+//! Applying a plan to a container: the hooks and the one apply sequence
+//! ([`hook`]), the device cgroup ([`cgroup`]) and the changes made inside
+//! the container's mount namespace ([`inject`]).
+
+pub mod cgroup;
+pub mod hook;
+pub mod inject;

@@ -1,0 +1,40 @@
+//! The static binary's way to driver code. A static (musl) binary cannot
+//! load the host's driver libraries, which are linked against glibc, so it
+//! carries one small dynamically linked program, `probe/probe.c`, built for
+//! glibc 2.17 by `make build` (integration/zigbuild, which passes its path
+//! in `ONH_PROBE`). A forked child runs it from a memfd with an empty
+//! environment ([`crate::sys::process::exec_image`]); it loads the one
+//! library named and prints its answer as [`child::query`]'s closures do.
+//!
+//! A glibc build (`cargo build`, the tests) loads the libraries in a forked
+//! child itself: [`crate::host::nvml`] and [`crate::host::driver::cuda`] choose.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+
+use crate::host::child;
+
+/// The helper's bytes.
+static IMAGE: &[u8] = include_bytes!(env!(
+    "ONH_PROBE",
+    "a static build embeds probe/probe.c's program: build it with `make build` (integration/zigbuild sets ONH_PROBE)"
+));
+
+/// Runs `probe COMMAND LIBRARY` in a bounded child: `cuda`, `nvml` or `nvml-count`.
+pub fn ask<T: DeserializeOwned>(
+    what: &'static str,
+    timeout: Duration,
+    command: &'static std::ffi::CStr,
+    library: &Path,
+) -> Result<T, child::Error> {
+    let library =
+        CString::new(library.as_os_str().as_bytes()).map_err(|_| child::Error::Failed {
+            what,
+            message: format!("{} holds a NUL byte", library.display()),
+        })?;
+    child::exec(what, timeout, IMAGE, &[command, &library])
+}

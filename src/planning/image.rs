@@ -1,0 +1,499 @@
+//! What the hook reads from the container image: where it keeps libraries,
+//! and whether it ships CUDA forward-compatibility libraries.
+//!
+//! The image is hostile. Everything is resolved inside its rootfs with
+//! `pathrs`; entries are examined with `*at` calls that never follow a
+//! symlink, through `O_PATH` descriptors that open nothing, and only an
+//! entry found to be a regular file is opened to be read (an image's device
+//! node opened by the hook, as root on the host, could act on the device);
+//! a compat library is judged by its file name and its ELF header only.
+//! Nothing from the image is executed, loaded, mounted or written here
+//! (CVE-2024-0132, CVE-2025-23359).
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+
+use nix::dir::Dir;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
+use pathrs::Root;
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::config::CompatMode;
+use crate::host::driver::CudaVersion;
+use crate::host::elf::{self, Arch};
+use crate::util::reopen::{self, Expect, Reopener};
+
+/// Where CUDA images keep forward-compatibility libraries.
+pub const COMPAT_DIR: &str = "/usr/local/cuda/compat";
+
+/// Why the image could not be examined.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("cannot open container rootfs {path}: {source}")]
+    Root {
+        path: PathBuf,
+        source: pathrs::error::Error,
+    },
+    #[error("cannot read {path} in the container image: {reason}")]
+    Read { path: PathBuf, reason: String },
+}
+
+/// Result of examining the image.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Where an image keeps its libraries, which decides library destinations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ImageLayout {
+    /// Debian and Ubuntu: `/usr/lib/x86_64-linux-gnu`, `/usr/lib/i386-linux-gnu`.
+    #[default]
+    Debian,
+    /// RPM-family images: `/usr/lib64`, `/usr/lib`.
+    Rpm,
+}
+
+impl ImageLayout {
+    /// The library directory for `arch` in this layout.
+    pub fn lib_dir(self, arch: Arch) -> &'static Path {
+        Path::new(match self {
+            ImageLayout::Debian => arch.debian_lib_dir,
+            ImageLayout::Rpm => arch.rpm_lib_dir,
+        })
+    }
+}
+
+/// CUDA forward-compatibility libraries the image ships, of a driver branch newer than the host's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Compat {
+    /// Their directory in the image.
+    pub dir: PathBuf,
+    /// The driver version they come from, e.g. `550.54.15`.
+    pub driver_version: String,
+    /// The CUDA version that driver supports.
+    pub cuda: CudaVersion,
+    /// Their file names, each `<name>.so.<driver_version>`.
+    pub files: Vec<String>,
+}
+
+/// What the image tells the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Image {
+    /// Where it keeps libraries.
+    pub layout: ImageLayout,
+    /// Newer CUDA compat libraries, to be preferred by the loader.
+    pub compat: Option<Compat>,
+}
+
+impl From<ImageLayout> for Image {
+    /// An image known only by its layout, as `list` plans for.
+    fn from(layout: ImageLayout) -> Image {
+        Image {
+            layout,
+            compat: None,
+        }
+    }
+}
+
+impl Image {
+    /// Examines the rootfs at `rootfs` for a host running `host_driver`.
+    pub fn inspect(rootfs: &Path, host_driver: &str, mode: CompatMode) -> Result<Image> {
+        let root = Root::open(rootfs).map_err(|source| Error::Root {
+            path: rootfs.to_path_buf(),
+            source,
+        })?;
+        let layout = match crate::util::reopen::resolve_in(&root, Path::new("/etc/debian_version"))
+        {
+            Ok(Some(_)) => ImageLayout::Debian,
+            Ok(None) | Err(_) => ImageLayout::Rpm,
+        };
+        let compat = match mode {
+            CompatMode::Disabled => None,
+            CompatMode::Ldconfig => find_compat(&root, host_driver)?,
+        };
+        Ok(Image { layout, compat })
+    }
+}
+
+/// The image's compat libraries, if it has any of a driver branch newer than the host's.
+fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
+    let dir_path = Path::new(COMPAT_DIR);
+    let Ok(Some(handle)) = crate::util::reopen::resolve_in(root, dir_path) else {
+        return Ok(None);
+    };
+    let read_err = |reason: String| Error::Read {
+        path: dir_path.to_path_buf(),
+        reason,
+    };
+    let reopener = Reopener::open().map_err(|e| read_err(e.to_string()))?;
+    let dir_file = reopener
+        .reopen(handle.as_fd(), dir_path, Expect::Directory)
+        .map_err(|e| read_err(e.to_string()))?;
+    let mut names: Vec<String> = Dir::from_fd(dir_file.into())
+        .map_err(|e| read_err(e.to_string()))?
+        .iter()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().ok().map(str::to_string))
+        .collect();
+    names.sort();
+    // `libcuda.so.<version>` names the compat driver; the other libraries carry the same version.
+    let Some(version) = names
+        .iter()
+        .filter_map(|n| n.strip_prefix("libcuda.so."))
+        .filter(|v| {
+            v.matches('.').count() >= 1
+                && v.split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .max_by(|a, b| compare_versions(a, b))
+        .map(str::to_string)
+    else {
+        return Ok(None);
+    };
+    // Only a newer driver *branch* counts: NVIDIA ignores compat libraries
+    // of the host's own branch or an older one (libnvidia-container
+    // src/cli/compat_mode.c:61-90, `filter_by_major_version`), since forward
+    // compatibility is supported across branches only.
+    if !newer_branch(&version, host_driver) {
+        log::debug!(
+            "image's CUDA compat driver {version} is not of a branch newer than the host's {host_driver}: ignored"
+        );
+        return Ok(None);
+    }
+    let Some(cuda) = cuda_of_driver(&version) else {
+        log::warn!(
+            "image's CUDA compat driver {version} is of a branch this hook does not know: ignored"
+        );
+        return Ok(None);
+    };
+    // Entries are judged with *at calls on the directory whose listing was
+    // read (its O_PATH handle), never following a link.
+    let suffix = format!(".so.{version}");
+    let mut files = Vec::new();
+    for name in names.iter().filter(|n| n.ends_with(&suffix)) {
+        match regular_elf_library(&reopener, handle.as_fd(), name) {
+            Ok(()) => files.push(name.clone()),
+            Err(reason) => log::warn!("ignoring {}/{name} in the image: {reason}", COMPAT_DIR),
+        }
+    }
+    if !files.iter().any(|f| f.starts_with("libcuda.so.")) {
+        return Ok(None);
+    }
+    Ok(Some(Compat {
+        dir: dir_path.to_path_buf(),
+        driver_version: version,
+        cuda,
+        files,
+    }))
+}
+
+/// Checks that `name` in `dir` is a regular file (not a link) holding an ELF
+/// shared object of the host's architecture, reading only its header. The
+/// entry is looked at through `O_PATH` first: only a regular file is opened.
+fn regular_elf_library(
+    reopener: &Reopener,
+    dir: BorrowedFd<'_>,
+    name: &str,
+) -> std::result::Result<(), String> {
+    let entry = openat(
+        dir,
+        OsStr::new(name),
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot look it up: {e}"))?;
+    // `reopen` checks the type with fstat before it opens anything.
+    let file = reopener
+        .reopen(
+            entry.as_fd(),
+            &Path::new(COMPAT_DIR).join(name),
+            Expect::File,
+        )
+        .map_err(|e| match e {
+            reopen::Error::Kind { found, .. } => format!("it is a {found}, not a regular file"),
+            other => other.to_string(),
+        })?;
+    let mut header = [0u8; 64];
+    let len = (&file)
+        .read(&mut header)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    elf::check_header(
+        Path::new(name),
+        &header[..len],
+        Arch::host(),
+        elf::Kind::SharedObject,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Whether driver `version` is of a newer branch (major version) than
+/// `host`. NVIDIA compares the digits as text, over the library's major's
+/// length; for majors of equal length, as every branch since 100 has, that
+/// is this numeric comparison.
+fn newer_branch(version: &str, host: &str) -> bool {
+    let major = |v: &str| v.split('.').next().and_then(|m| m.parse::<u64>().ok());
+    matches!((major(version), major(host)), (Some(v), Some(h)) if v > h)
+}
+
+/// Compares dotted version numbers numerically, component by component.
+pub fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
+    let parse = |s: &str| -> Vec<u64> { s.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
+    let (a, b) = (parse(a), parse(b));
+    for i in 0..a.len().max(b.len()) {
+        let ord = a.get(i).unwrap_or(&0).cmp(b.get(i).unwrap_or(&0));
+        if ord.is_ne() {
+            return ord;
+        }
+    }
+    std::cmp::Ordering::Equal
+}
+
+/// The CUDA version a driver branch supports (NVIDIA's CUDA toolkit release notes).
+pub fn cuda_of_driver(version: &str) -> Option<CudaVersion> {
+    const BRANCHES: &[(u32, i32)] = &[
+        (450, 11000),
+        (455, 11010),
+        (460, 11020),
+        (465, 11030),
+        (470, 11040),
+        (495, 11050),
+        (510, 11060),
+        (515, 11070),
+        (520, 11080),
+        (525, 12000),
+        (530, 12010),
+        (535, 12020),
+        (545, 12030),
+        (550, 12040),
+        (555, 12050),
+        (560, 12060),
+        (565, 12070),
+        (570, 12080),
+        (575, 12090),
+        (580, 13000),
+    ];
+    let major: u32 = version.split('.').next()?.parse().ok()?;
+    BRANCHES
+        .iter()
+        .rev()
+        .find(|(branch, _)| major >= *branch && major < branch + 10)
+        .map(|(_, cuda)| CudaVersion(*cuda))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::{symlink, OpenOptionsExt};
+
+    use goblin::elf::header::{ELFCLASS32, ELFCLASS64, EM_386, EM_X86_64, ET_DYN};
+
+    use super::*;
+    use crate::host::elf::tests::header;
+
+    fn rootfs() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("usr/local/cuda/compat")).unwrap();
+        dir
+    }
+
+    fn compat(dir: &Path) -> PathBuf {
+        dir.join("usr/local/cuda/compat")
+    }
+
+    fn inspect(dir: &Path) -> Image {
+        Image::inspect(dir, "535.261.03", CompatMode::Ldconfig).unwrap()
+    }
+
+    #[test]
+    fn finds_newer_compat_libraries() {
+        let dir = rootfs();
+        let so = header(ELFCLASS64, EM_X86_64, ET_DYN);
+        fs::write(compat(dir.path()).join("libcuda.so.550.54.15"), &so).unwrap();
+        fs::write(
+            compat(dir.path()).join("libnvidia-ptxjitcompiler.so.550.54.15"),
+            &so,
+        )
+        .unwrap();
+        symlink(
+            "libcuda.so.550.54.15",
+            compat(dir.path()).join("libcuda.so.1"),
+        )
+        .unwrap();
+        let found = inspect(dir.path()).compat.unwrap();
+        assert_eq!(found.driver_version, "550.54.15");
+        assert_eq!(found.cuda, CudaVersion(12040));
+        assert_eq!(
+            found.files,
+            [
+                "libcuda.so.550.54.15",
+                "libnvidia-ptxjitcompiler.so.550.54.15"
+            ]
+        );
+        assert!(
+            Image::inspect(dir.path(), "535.261.03", CompatMode::Disabled)
+                .unwrap()
+                .compat
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn ignores_compat_not_newer_than_the_host() {
+        let dir = rootfs();
+        fs::write(
+            compat(dir.path()).join("libcuda.so.525.85.12"),
+            header(ELFCLASS64, EM_X86_64, ET_DYN),
+        )
+        .unwrap();
+        assert!(inspect(dir.path()).compat.is_none());
+    }
+
+    /// NVIDIA's ldconfig mode keeps only compat libraries whose major is
+    /// greater than the host driver's: `strncmp(nvrm_version, lib_major) >= 0`
+    /// drops the rest (libnvidia-container src/cli/compat_mode.c:78-83).
+    #[test]
+    fn ignores_compat_of_the_hosts_own_branch_even_when_newer() {
+        let dir = rootfs();
+        let so = header(ELFCLASS64, EM_X86_64, ET_DYN);
+        fs::write(compat(dir.path()).join("libcuda.so.470.300.01"), &so).unwrap();
+        let found = Image::inspect(dir.path(), "470.256.02", CompatMode::Ldconfig)
+            .unwrap()
+            .compat;
+        assert!(found.is_none(), "{found:?}");
+        let found = Image::inspect(dir.path(), "535.261.03", CompatMode::Ldconfig)
+            .unwrap()
+            .compat;
+        assert!(found.is_none(), "an older branch: {found:?}");
+        // The next branch is taken, whatever the host's minor.
+        let found = Image::inspect(dir.path(), "465.19.01", CompatMode::Ldconfig)
+            .unwrap()
+            .compat
+            .unwrap();
+        assert_eq!(found.driver_version, "470.300.01");
+    }
+
+    #[test]
+    fn refuses_links_and_wrong_elves_as_compat_libraries() {
+        let dir = rootfs();
+        // A link to a host file, and an ELF of the wrong class: neither counts.
+        symlink(
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            compat(dir.path()).join("libcuda.so.550.54.15"),
+        )
+        .unwrap();
+        assert!(inspect(dir.path()).compat.is_none());
+        fs::remove_file(compat(dir.path()).join("libcuda.so.550.54.15")).unwrap();
+        fs::write(
+            compat(dir.path()).join("libcuda.so.550.54.15"),
+            header(ELFCLASS32, EM_386, ET_DYN),
+        )
+        .unwrap();
+        assert!(inspect(dir.path()).compat.is_none());
+        fs::remove_file(compat(dir.path()).join("libcuda.so.550.54.15")).unwrap();
+        fs::create_dir(compat(dir.path()).join("libcuda.so.550.54.15")).unwrap();
+        assert!(inspect(dir.path()).compat.is_none());
+    }
+
+    /// Whether `path` is opened (inotify `IN_OPEN`) while `act` runs.
+    fn opened_during(path: &Path, act: impl FnOnce()) -> bool {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).unwrap();
+        inotify.add_watch(path, AddWatchFlags::IN_OPEN).unwrap();
+        act();
+        match inotify.read_events() {
+            Ok(events) => !events.is_empty(),
+            Err(nix::errno::Errno::EAGAIN) => false,
+            Err(e) => panic!("reading inotify events: {e}"),
+        }
+    }
+
+    /// Inspects `dir`, whose compat libcuda is the special file `entry`:
+    /// it must be ignored without ever being opened.
+    fn inspect_without_opening(dir: &Path, entry: &Path) {
+        // The watch sees an open, so that its silence below means something.
+        let open_it = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::libc::O_NONBLOCK)
+                .open(entry)
+                .unwrap();
+        };
+        assert!(opened_during(entry, open_it), "the watch sees opens");
+        let mut image = None;
+        let opened = opened_during(entry, || image = Some(inspect(dir)));
+        assert!(!opened, "{} was opened", entry.display());
+        assert!(image.unwrap().compat.is_none());
+    }
+
+    #[test]
+    fn a_fifo_named_as_a_compat_library_is_never_opened() {
+        let dir = rootfs();
+        let fifo = compat(dir.path()).join("libcuda.so.550.54.15");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
+        inspect_without_opening(dir.path(), &fifo);
+    }
+
+    #[test]
+    #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+    fn a_device_node_named_as_a_compat_library_is_never_opened() {
+        let dir = rootfs();
+        let node = compat(dir.path()).join("libcuda.so.550.54.15");
+        // /dev/null's numbers: a harmless device that an open would reach.
+        nix::sys::stat::mknod(
+            &node,
+            nix::sys::stat::SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+        inspect_without_opening(dir.path(), &node);
+    }
+
+    #[test]
+    fn compat_dir_linked_to_the_host_is_resolved_inside_the_rootfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        fs::write(
+            host.path().join("libcuda.so.550.54.15"),
+            header(ELFCLASS64, EM_X86_64, ET_DYN),
+        )
+        .unwrap();
+        fs::create_dir_all(dir.path().join("usr/local/cuda")).unwrap();
+        symlink(host.path(), dir.path().join("usr/local/cuda/compat")).unwrap();
+        assert!(
+            inspect(dir.path()).compat.is_none(),
+            "the host's directory is never read"
+        );
+    }
+
+    #[test]
+    fn detects_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(inspect(dir.path()).layout, ImageLayout::Rpm);
+        fs::create_dir(dir.path().join("etc")).unwrap();
+        symlink("/etc/debian_version", dir.path().join("etc/debian_version")).unwrap();
+        assert_eq!(
+            inspect(dir.path()).layout,
+            ImageLayout::Rpm,
+            "a link out of the rootfs does not count"
+        );
+        fs::remove_file(dir.path().join("etc/debian_version")).unwrap();
+        fs::write(dir.path().join("etc/debian_version"), "12\n").unwrap();
+        assert_eq!(inspect(dir.path()).layout, ImageLayout::Debian);
+    }
+
+    #[test]
+    fn versions_compare_numerically() {
+        use std::cmp::Ordering::*;
+        assert_eq!(compare_versions("550.54.15", "535.261.03"), Greater);
+        assert_eq!(compare_versions("535.261.03", "535.261.3"), Equal);
+        assert_eq!(compare_versions("535.54", "535.54.1"), Less);
+        assert_eq!(cuda_of_driver("535.261.03"), Some(CudaVersion(12020)));
+        assert_eq!(cuda_of_driver("470.256.02"), Some(CudaVersion(11040)));
+        assert_eq!(cuda_of_driver("580.65.06"), Some(CudaVersion(13000)));
+        assert_eq!(cuda_of_driver("390.157"), None);
+    }
+}

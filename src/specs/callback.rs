@@ -1,0 +1,147 @@
+//! The `cdi-hook` command line: how a spec we generated (a CDI spec, or
+//! the runtime wrapper's `config.json`) calls this binary back at
+//! `createRuntime`, and what it records there of how the spec was made.
+//! [`SpecMade`] writes those arguments and is the one reader of them: the
+//! hook's fast command line, `cdi validate`, `cdi generate`'s log and the
+//! runtime wrapper's check for a spec it edited already all ask it.
+
+use crate::planning::image::ImageLayout;
+
+/// The subcommand the hook runs.
+pub const HOOK_COMMAND: &str = "cdi-hook";
+
+/// The only stage it runs at.
+pub const HOOK_STAGE: &str = "createRuntime";
+
+/// The flag that records the driver version.
+const DRIVER_VERSION: &str = "--driver-version";
+
+/// The flag that records the capabilities.
+const CAPABILITIES: &str = "--capabilities";
+
+/// The flag that records the layout.
+const LAYOUT: &str = "--layout";
+
+/// The flag that records the host's MIG layout.
+const MIG_LAYOUT: &str = "--mig-layout";
+
+/// How a spec we generated was made: what its `cdi-hook` records on its
+/// command line, so the hook plans what the spec granted and refuses a spec
+/// of another driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecMade {
+    /// The driver version it was made for.
+    pub driver_version: String,
+    /// The capabilities its mounts carry, as `NVIDIA_DRIVER_CAPABILITIES` takes them.
+    pub capabilities: String,
+    /// The layout of its container paths.
+    pub layout: ImageLayout,
+    /// The host's MIG instances when it was made ([`crate::host::driver::mig_layout`]):
+    /// its MIG devices name those. `None` in a spec made before it was recorded.
+    pub mig_layout: Option<String>,
+}
+
+impl SpecMade {
+    /// The flags after the stage, in the one order they are written.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = vec![
+            DRIVER_VERSION.into(),
+            self.driver_version.clone(),
+            CAPABILITIES.into(),
+            self.capabilities.clone(),
+            LAYOUT.into(),
+            layout_name(self.layout).into(),
+        ];
+        if let Some(mig) = &self.mig_layout {
+            args.extend([MIG_LAYOUT.into(), mig.clone()]);
+        }
+        args
+    }
+
+    /// The flags as [`SpecMade::args`] writes them, each value a word of
+    /// its own that `accept` takes; `None` for any other shape.
+    pub fn parse(words: &[&str], accept: impl Fn(&str) -> bool) -> Option<SpecMade> {
+        let [DRIVER_VERSION, version, CAPABILITIES, capabilities, LAYOUT, layout, rest @ ..] =
+            words
+        else {
+            return None;
+        };
+        let mig_layout = match rest {
+            [] => None,
+            [MIG_LAYOUT, mig] if accept(mig) => Some((*mig).to_string()),
+            _ => return None,
+        };
+        if ![version, capabilities, layout].iter().all(|w| accept(w)) {
+            return None;
+        }
+        Some(SpecMade {
+            driver_version: (*version).to_string(),
+            capabilities: (*capabilities).to_string(),
+            layout: layout_named(layout)?,
+            mig_layout,
+        })
+    }
+
+    /// For a hook's arguments (the program name first): whether it is ours
+    /// (`cdi-hook` its command), and then the driver version it records,
+    /// `Some(None)` when it records none.
+    pub fn recorded_driver<'a>(args: &[&'a str]) -> Option<Option<&'a str>> {
+        if !is_ours(args) {
+            return None;
+        }
+        let at = args.iter().position(|a| *a == DRIVER_VERSION);
+        Some(at.and_then(|i| args.get(i + 1).copied()))
+    }
+}
+
+/// Whether a hook's arguments (the program name first) call our `cdi-hook`.
+pub fn is_ours(args: &[&str]) -> bool {
+    args.get(1) == Some(&HOOK_COMMAND)
+}
+
+/// A layout as the command line spells it.
+pub fn layout_name(layout: ImageLayout) -> &'static str {
+    match layout {
+        ImageLayout::Debian => "debian",
+        ImageLayout::Rpm => "rpm",
+    }
+}
+
+/// The layout the command line spells `name`.
+fn layout_named(name: &str) -> Option<ImageLayout> {
+    [ImageLayout::Debian, ImageLayout::Rpm]
+        .into_iter()
+        .find(|l| layout_name(*l) == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_written_reads_back_and_nothing_else_does() {
+        let made = SpecMade {
+            driver_version: "535.261.03".into(),
+            capabilities: "compute,utility".into(),
+            layout: ImageLayout::Rpm,
+            mig_layout: Some("0:1:0,0:2:0".into()),
+        };
+        let args = made.args();
+        let words: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(SpecMade::parse(&words, |_| true), Some(made.clone()));
+        // A spec made before the MIG layout was recorded still reads.
+        let before = SpecMade {
+            mig_layout: None,
+            ..made
+        };
+        assert_eq!(SpecMade::parse(&words[..6], |_| true), Some(before));
+        assert_eq!(SpecMade::parse(&words[..7], |_| true), None);
+        assert_eq!(SpecMade::parse(&words[..4], |_| true), None);
+        assert_eq!(SpecMade::parse(&words, |w| w != "rpm"), None);
+        let mut hook = vec!["oci-nvidia-hook", HOOK_COMMAND, HOOK_STAGE];
+        hook.extend(&words);
+        assert_eq!(SpecMade::recorded_driver(&hook), Some(Some("535.261.03")));
+        assert_eq!(SpecMade::recorded_driver(&hook[..3]), Some(None));
+        assert_eq!(SpecMade::recorded_driver(&["sh", "-c"]), None);
+    }
+}

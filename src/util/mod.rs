@@ -1,0 +1,15 @@
+//! Small pieces every part uses: bounded and checked reads of host files
+//! ([`bounded`], [`hostfile`], [`reopen`]), atomic writes ([`atomic`]),
+//! the deadline and the log ([`deadline`], [`logging`]), one-line errors
+//! ([`oneline`]), globs ([`glob`]), and this program as others see it
+//! ([`program`]).
+
+pub mod atomic;
+pub mod bounded;
+pub mod deadline;
+pub mod glob;
+pub mod hostfile;
+pub mod logging;
+pub mod oneline;
+pub mod program;
+pub mod reopen;
