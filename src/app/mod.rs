@@ -84,12 +84,6 @@ pub enum Error {
     Inject(Box<crate::apply::inject::Error>),
     #[error(transparent)]
     Image(#[from] crate::planning::image::Error),
-    #[error("invalid --link {0:?}: expected TARGET::LINK")]
-    HookLink(String),
-    #[error("invalid --mode {0:?}: expected octal permission bits, at most 7777")]
-    HookMode(String),
-    #[error("cannot list the host's {path}: {source}")]
-    HostProc { path: PathBuf, source: io::Error },
 }
 
 impl From<crate::apply::inject::Error> for Error {

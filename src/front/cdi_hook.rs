@@ -52,7 +52,7 @@ pub fn parse(args: &[std::ffi::OsString]) -> Invocation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::nvidia_hooks::HookKind;
+    use crate::app::nvidia_hooks::HookEdits;
 
     #[test]
     fn nvidias_command_lines_parse() {
@@ -116,7 +116,7 @@ mod tests {
         assert_eq!(hook.state, None);
         assert_eq!(
             hook.kind,
-            HookKind::Chmod {
+            HookEdits::Chmod {
                 mode: "755".into(),
                 paths: vec![]
             }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
-use crate::app::nvidia_hooks::{Hook, HookKind};
+use crate::app::nvidia_hooks::{Hook, HookEdits};
 
 /// The OCI state a hook reads.
 #[derive(Debug, PartialEq, Eq, Args)]
@@ -95,19 +95,19 @@ impl HookCommand {
         let (state, kind) = match self {
             HookCommand::UpdateLdcache(Folders { folders, state, .. }) => (
                 state,
-                HookKind::UpdateLdcache {
+                HookEdits::UpdateLdcache {
                     folders: folders.clone(),
                 },
             ),
             HookCommand::CreateSonameSymlinks(Folders { folders, state, .. }) => (
                 state,
-                HookKind::CreateSonameSymlinks {
+                HookEdits::CreateSonameSymlinks {
                     folders: folders.clone(),
                 },
             ),
             HookCommand::CreateSymlinks { links, state } => (
                 state,
-                HookKind::CreateSymlinks {
+                HookEdits::CreateSymlinks {
                     links: links.clone(),
                 },
             ),
@@ -116,22 +116,22 @@ impl HookCommand {
                 state,
             } => (
                 state,
-                HookKind::EnableCudaCompat {
+                HookEdits::EnableCudaCompat {
                     host_driver_version: host_driver_version.clone(),
                 },
             ),
             HookCommand::DisableDeviceNodeModification { state } => {
-                (state, HookKind::DisableDeviceNodeModification)
+                (state, HookEdits::DisableDeviceNodeModification)
             }
             HookCommand::Chmod { mode, paths, state } => (
                 state,
-                HookKind::Chmod {
+                HookEdits::Chmod {
                     mode: mode.clone(),
                     paths: paths.clone(),
                 },
             ),
             HookCommand::UpdateApplicationProfile { state } => {
-                (state, HookKind::UpdateApplicationProfile)
+                (state, HookEdits::UpdateApplicationProfile)
             }
         };
         Hook {

@@ -19,6 +19,7 @@ use thiserror::Error;
 pub mod cdi_name;
 mod devices;
 mod extras;
+pub mod hook_edits;
 
 pub use devices::{parse_bus_id, DeviceId, DeviceSelection, CDI_KIND};
 pub use extras::{gated_from_env, Gated, ImexChannels, MAX_IMEX_CHANNEL};

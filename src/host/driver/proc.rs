@@ -169,6 +169,27 @@ pub fn read_gpus(gpus_dir: &Path) -> Result<Vec<Gpu>> {
         .collect())
 }
 
+/// The names of the GPUs' directories under `<proc-root>/driver/nvidia/gpus`
+/// (their bus ids), sorted; none where the driver shows no such directory.
+/// A masked `/proc/driver/nvidia` shows each of them.
+pub fn gpu_dirs(gpus_dir: &Path) -> Result<Vec<String>> {
+    let entries = match std::fs::read_dir(gpus_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(Error::Read {
+                path: gpus_dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut buses = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect::<Vec<_>>();
+    buses.sort();
+    Ok(buses)
+}
+
 /// Character-device majors by name, from `/proc/devices`.
 pub fn parse_char_majors(path: &Path, text: &str) -> Result<BTreeMap<String, u32>> {
     let mut lines = text.lines();

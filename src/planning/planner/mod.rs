@@ -13,6 +13,7 @@
 //! the image's layout and compat libraries, and the requirement checks all
 //! live here, not on a consumer's side. It never touches a container.
 
+mod edits;
 mod granted;
 mod policy;
 mod requirements;
@@ -33,6 +34,8 @@ pub use crate::specs::callback::SpecMade;
 use granted::granted_devices;
 use policy::effective;
 use requirements::build;
+
+pub use edits::COMPAT_CONF;
 
 /// Why a request cannot be planned on this host.
 #[derive(Debug, Error)]
@@ -57,6 +60,12 @@ pub enum Error {
     NoGpu { version: String },
     #[error(transparent)]
     UserNamespace(#[from] crate::planning::userns::Error),
+    #[error("invalid --link {0:?}: expected TARGET::LINK")]
+    HookLink(String),
+    #[error("invalid --mode {0:?}: expected octal permission bits, at most 7777")]
+    HookMode(String),
+    #[error(transparent)]
+    Container(#[from] Box<crate::apply::inject::Error>),
     #[error("bad CDI device {item:?} in {from}: {reason}")]
     CdiName {
         /// The item as given.
@@ -66,6 +75,12 @@ pub enum Error {
         /// Why it names no CDI device.
         reason: String,
     },
+}
+
+impl From<crate::apply::inject::Error> for Error {
+    fn from(e: crate::apply::inject::Error) -> Self {
+        Error::Container(Box::new(e))
+    }
 }
 
 /// Result of planning.
@@ -110,6 +125,10 @@ pub enum Source<'a> {
         /// holds none under the configured prefixes.
         spec: Option<&'a serde_json::Value>,
     },
+    /// A hook of NVIDIA's CDI specs: its edits, planned from the host's
+    /// driver procfs or from the container's root ([`ImageSource::Rootfs`],
+    /// seen from inside its mount namespace).
+    Edits(&'a crate::planning::request::hook_edits::HookEdits),
 }
 
 /// A request as NVIDIA's CLI command line makes it (`nvidia-container-cli
@@ -322,6 +341,20 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
         left,
         discovery,
     } = inputs;
+    // A spec hook's edits are planned from what it names, no request.
+    if let Source::Edits(kind) = source {
+        let rootfs = match image {
+            ImageSource::Rootfs(rootfs) => Some(rootfs),
+            ImageSource::Layout(_) => None,
+        };
+        let mut planned = Planned::void(Effective {
+            request: Request::void(),
+            requirements: Requirements::default(),
+            node_mode: NodeMode::Mknod,
+        });
+        planned.plan = edits::plan(config, kind, rootfs)?;
+        return Ok(planned);
+    }
     // The runtime wrapper's CDI mode answers with names, not a plan.
     if let Source::Runtime { container, spec } = source {
         if let Some(names) = runtime_cdi::requested(config, container, spec)? {

@@ -48,6 +48,12 @@ pub(super) fn effective(config: &Config, source: Source<'_>) -> Result<Effective
         Source::Container(container) | Source::Runtime { container, .. } => {
             container_request(config, container)
         }
+        // Planned by what the hook names ([`super::edits`]), never a request.
+        Source::Edits(_) => Ok(Effective {
+            request: Request::void(),
+            requirements: Requirements::default(),
+            node_mode: NodeMode::Mknod,
+        }),
         Source::Argv { asked, container } => argv_request(config, asked, container),
         // The GPUs are those whose nodes the runtime created, known once
         // the host is inventoried (see [`plan`]).

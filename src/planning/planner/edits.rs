@@ -1,0 +1,197 @@
+//! The plans of NVIDIA's CDI spec hooks (`nvidia-cdi-hook` and `nvidia-ctk
+//! hook`): what each subcommand asks, read into links, loader entries,
+//! files and permission bits of the container, or the driver's procfs
+//! masked. Every hook's edits are a plan like any other, applied by the one
+//! apply sequence.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::{Error, Result};
+use crate::apply::inject::edits;
+use crate::config::{CompatMode, Config};
+use crate::host::driver;
+use crate::planning::image::Image;
+use crate::planning::plan::{self, ModeChange, Plan, Symlink, WrittenFile};
+use crate::planning::request::hook_edits::HookEdits;
+
+/// Our `ld.so.conf.d` entry for the image's CUDA compat libraries; it
+/// sorts before NVIDIA's `00-nvcr-*`, as NVIDIA's `00-compat-*` does.
+pub const COMPAT_CONF: &str = "/etc/ld.so.conf.d/00-compat-oci-nvidia-hook.conf";
+
+/// The plan of a hook of NVIDIA's: from the host's driver procfs for
+/// `disable-device-node-modification`, else from what the container shows
+/// inside its mount namespace (`rootfs` as seen there).
+pub(super) fn plan(config: &Config, kind: &HookEdits, rootfs: Option<&Path>) -> Result<Plan> {
+    let Some(rootfs) = rootfs.filter(|_| *kind != HookEdits::DisableDeviceNodeModification) else {
+        return proc_mask(config, kind);
+    };
+    Ok(match kind {
+        HookEdits::UpdateLdcache { folders } => {
+            // The compat libraries `enable-cuda-compat` chose come first.
+            let mut dirs = compat_dirs(rootfs)?;
+            dirs.extend(folders.iter().cloned());
+            let libraries = edits::libraries(rootfs, &dirs)?;
+            Plan {
+                symlinks: libraries.symlinks,
+                loader_entries: libraries.entries,
+                loader_dirs: folders.clone(),
+                ..Plan::default()
+            }
+        }
+        HookEdits::CreateSonameSymlinks { folders } => Plan {
+            symlinks: edits::libraries(rootfs, folders)?.symlinks,
+            ..Plan::default()
+        },
+        HookEdits::CreateSymlinks { links } => Plan {
+            symlinks: symlinks(links)?,
+            ..Plan::default()
+        },
+        HookEdits::EnableCudaCompat {
+            host_driver_version,
+        } => {
+            let image = Image::inspect(rootfs, host_driver_version, CompatMode::Ldconfig)?;
+            let Some(compat) = image.compat else {
+                log::debug!("no CUDA compat libraries newer than driver {host_driver_version}");
+                return Ok(Plan::default());
+            };
+            log::info!(
+                "CUDA compat libraries of driver {} in {} preferred",
+                compat.driver_version,
+                compat.dir.display()
+            );
+            let mut conf = compat.dir.as_os_str().to_string_lossy().into_owned();
+            conf.push('\n');
+            Plan {
+                files: vec![WrittenFile {
+                    path: COMPAT_CONF.into(),
+                    data: conf,
+                }],
+                ..Plan::default()
+            }
+        }
+        HookEdits::Chmod { mode, paths } => {
+            let mode = parse_mode(mode)?;
+            Plan {
+                modes: paths
+                    .iter()
+                    .map(|path| ModeChange {
+                        path: path.clone(),
+                        mode,
+                    })
+                    .collect(),
+                ..Plan::default()
+            }
+        }
+        HookEdits::UpdateApplicationProfile => Plan {
+            files: plan::application_profile(edits::gpu_minors(rootfs)?)
+                .map(|data| WrittenFile {
+                    path: plan::APPLICATION_PROFILE.into(),
+                    data,
+                })
+                .into_iter()
+                .collect(),
+            ..Plan::default()
+        },
+        // Planned from the host above.
+        HookEdits::DisableDeviceNodeModification => Plan::default(),
+    })
+}
+
+/// `disable-device-node-modification`'s plan: the driver's procfs masked,
+/// its params showing `ModifyDeviceFiles: 0`; nothing without a driver.
+/// The other hooks plan nothing without the container's root.
+fn proc_mask(config: &Config, kind: &HookEdits) -> Result<Plan> {
+    let proc_dir = config.driver.proc_root.join("driver/nvidia");
+    if *kind != HookEdits::DisableDeviceNodeModification || !proc_dir.join("params").exists() {
+        log::debug!("{}: no driver loaded, nothing to mask", proc_dir.display());
+        return Ok(Plan::default());
+    }
+    let buses = driver::proc::gpu_dirs(&proc_dir.join("gpus"))?;
+    Ok(Plan {
+        proc_mask: Some(plan::whole_driver(&proc_dir, buses)),
+        ..Plan::default()
+    })
+}
+
+/// The directories our `enable-cuda-compat` entry names, if the image has it.
+fn compat_dirs(rootfs: &Path) -> Result<Vec<PathBuf>> {
+    Ok(edits::read_file(rootfs, Path::new(COMPAT_CONF))?
+        .map(|text| {
+            text.split(|b| *b == b'\n')
+                .filter(|line| line.starts_with(b"/"))
+                .map(|line| PathBuf::from(std::ffi::OsStr::from_bytes(line)))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// `--link TARGET::LINK` values as links, each once.
+fn symlinks(links: &[String]) -> Result<Vec<Symlink>> {
+    let mut out: Vec<Symlink> = Vec::new();
+    for spec in links {
+        let Some((target, link)) = spec.split_once("::") else {
+            return Err(Error::HookLink(spec.clone()));
+        };
+        if target.is_empty() || link.is_empty() || link.contains("::") {
+            return Err(Error::HookLink(spec.clone()));
+        }
+        let link = Symlink {
+            path: Path::new("/").join(link),
+            target: PathBuf::from(target),
+        };
+        if !out.contains(&link) {
+            out.push(link);
+        }
+    }
+    Ok(out)
+}
+
+/// An octal mode of permission bits.
+fn parse_mode(mode: &str) -> Result<u32> {
+    u32::from_str_radix(mode.trim(), 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| Error::HookMode(mode.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_are_target_then_link_each_once() {
+        let links = symlinks(&[
+            "libcuda.so.1::/usr/lib64/libcuda.so".into(),
+            "libcuda.so.1::/usr/lib64/libcuda.so".into(),
+            "../a::usr/b".into(),
+        ])
+        .unwrap();
+        assert_eq!(
+            links,
+            [
+                Symlink {
+                    path: "/usr/lib64/libcuda.so".into(),
+                    target: "libcuda.so.1".into()
+                },
+                Symlink {
+                    path: "/usr/b".into(),
+                    target: "../a".into()
+                }
+            ]
+        );
+        for bad in ["a", "::b", "a::", "a::b::c"] {
+            let err = symlinks(&[bad.into()]).unwrap_err();
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn modes_are_octal_permission_bits() {
+        assert_eq!(parse_mode("755").unwrap(), 0o755);
+        assert_eq!(parse_mode("0644").unwrap(), 0o644);
+        for bad in ["", "9", "17777", "rwx"] {
+            assert!(parse_mode(bad).is_err(), "{bad}");
+        }
+    }
+}
