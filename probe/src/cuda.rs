@@ -49,15 +49,7 @@ mod tests {
     #[test]
     fn library_without_the_symbol_is_an_error_naming_it() {
         // libc is present everywhere and has no cuDriverGetVersion.
-        let libc = [
-            "/lib/x86_64-linux-gnu/libc.so.6",
-            "/lib/aarch64-linux-gnu/libc.so.6",
-            "/lib64/libc.so.6",
-        ]
-        .into_iter()
-        .map(Path::new)
-        .find(|p| p.exists())
-        .expect("a libc.so.6 on this machine");
+        let libc = crate::libc();
         let err = driver_version(libc).unwrap_err();
         assert!(matches!(err, Error::Symbol { .. }), "{err}");
         assert!(err.to_string().contains("cuDriverGetVersion"), "{err}");

@@ -14,3 +14,18 @@ pub mod cuda;
 #[allow(unsafe_code)]
 mod ffi;
 pub mod nvml;
+
+/// This machine's libc.so.6: a library that is present everywhere and is
+/// neither NVML nor libcuda, for the tests' failures to load them.
+#[cfg(all(test, feature = "load"))]
+fn libc() -> &'static std::path::Path {
+    [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib/aarch64-linux-gnu/libc.so.6",
+        "/lib64/libc.so.6",
+    ]
+    .into_iter()
+    .map(std::path::Path::new)
+    .find(|p| p.exists())
+    .expect("a libc.so.6 on this machine")
+}

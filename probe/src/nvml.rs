@@ -167,3 +167,25 @@ fn query(lib: &Path) -> Result<Report, NvmlError> {
     }
     Ok(Report { gpus })
 }
+
+#[cfg(all(test, feature = "load"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_cannot_be_loaded() {
+        let err = report(Path::new("/nonexistent/libnvidia-ml.so.1")).unwrap_err();
+        assert!(err.starts_with("cannot load libnvidia-ml: "), "{err}");
+        assert!(err.contains("/nonexistent/libnvidia-ml.so.1"), "{err}");
+    }
+
+    #[test]
+    fn a_library_that_is_not_nvml_names_the_symbol_it_lacks() {
+        // libc is present everywhere and has no NVML symbol.
+        let libc = crate::libc();
+        for err in [report(libc).unwrap_err(), device_count(libc).unwrap_err()] {
+            assert!(err.starts_with("cannot load libnvidia-ml: "), "{err}");
+            assert!(err.contains("nvmlInit_v2"), "{err}");
+        }
+    }
+}
