@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 # The shipped binary is static (musl, linked by zig: integration/zigbuild):
 # no loader runs before it, so no variable of a runtime's can load code into
 # it, and it needs no C library at all. Its one dynamically linked part, the
-# helper that loads driver code (probe/probe.c, embedded in the binary), links
+# helper that loads driver code (probe/, embedded in the binary), links
 # against glibc $(GLIBC_FLOOR)'s symbol set, so it runs on every glibc from
 # that one up; packaging/build refuses to package one that needs a newer one.
 GLIBC_FLOOR := 2.17

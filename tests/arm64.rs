@@ -7,7 +7,7 @@
 //! - `--version`, `info`, `list`, `cdi generate` and `doctor` run and name
 //!   the driver's libraries in `/usr/lib/aarch64-linux-gnu`, never an
 //!   x86-64 path;
-//! - the binary's embedded helper (probe/probe.c, the one part that loads
+//! - the binary's embedded helper (probe/, the one part that loads
 //!   driver code) gets the arm64 libcuda to answer. The binary itself
 //!   cannot execute it under qemu-user, which implements no `execveat`
 //!   for the memfd it runs from: there the CUDA version is missing, with
@@ -50,7 +50,7 @@ fn aarch64_binary() -> PathBuf {
     bin
 }
 
-/// The helper the arm64 binary embeds (probe/probe.c), which loads libcuda
+/// The helper the arm64 binary embeds (probe/), which loads libcuda
 /// and NVML for it: AArch64, linked for glibc 2.17 at most.
 fn aarch64_probe() -> PathBuf {
     let probe = glibc::shipped_probe("aarch64", "build-aarch64");

@@ -1,13 +1,15 @@
 //! The static binary's way to driver code. A static (musl) binary cannot
 //! load the host's driver libraries, which are linked against glibc, so it
-//! carries one small dynamically linked program, `probe/probe.c`, built for
-//! glibc 2.17 by `make build` (integration/zigbuild, which passes its path
-//! in `ONH_PROBE`). A forked child runs it from a memfd with an empty
+//! carries one small dynamically linked program, the driver helper
+//! (`probe/`, the crate `oci-nvidia-hook-probe`), built for glibc 2.17 by
+//! `make build` (integration/zigbuild, which passes its path in
+//! `ONH_PROBE`). A forked child runs it from a memfd with an empty
 //! environment ([`crate::sys::process::exec_image`]); it loads the one
 //! library named and prints its answer as [`child::query`]'s closures do.
 //!
-//! A glibc build (`cargo build`, the tests) loads the libraries in a forked
-//! child itself: [`crate::host::nvml`] and [`crate::host::driver::cuda`] choose.
+//! A glibc build (`cargo build`, the tests) runs the same crate's queries
+//! in a forked child itself: [`crate::host::nvml`] and [`crate::host::driver::cuda`]
+//! choose.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -21,7 +23,7 @@ use crate::host::child;
 /// The helper's bytes.
 static IMAGE: &[u8] = include_bytes!(env!(
     "ONH_PROBE",
-    "a static build embeds probe/probe.c's program: build it with `make build` (integration/zigbuild sets ONH_PROBE)"
+    "a static build embeds the driver helper (probe/): build it with `make build` (integration/zigbuild sets ONH_PROBE)"
 ));
 
 /// Runs `probe COMMAND LIBRARY` in a bounded child: `cuda`, `nvml` or `nvml-count`.

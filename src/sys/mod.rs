@@ -9,24 +9,6 @@
 pub mod alarm;
 pub mod alloc;
 pub mod bpf;
-#[cfg(not(target_env = "musl"))]
-pub mod dl;
 pub mod mount;
 pub mod process;
 pub mod signal;
-
-#[cfg(not(target_env = "musl"))]
-use thiserror::Error;
-
-/// Why a symbol of a library could not be called.
-#[cfg(not(target_env = "musl"))]
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error("cannot load: {0}")]
-    Load(libloading::Error),
-    #[error("no {symbol}: {source}")]
-    Symbol {
-        symbol: &'static str,
-        source: libloading::Error,
-    },
-}

@@ -63,7 +63,7 @@ pub fn args(argc: c_int, argv: Argv) -> Vec<OsString> {
 /// standard output. Returns only if that fails, with why.
 ///
 /// The static binary carries its one dynamically linked helper this way
-/// (`probe/probe.c`): nothing is written to disk, and no variable of the
+/// (the driver helper, `probe/`): nothing is written to disk, and no variable of the
 /// caller's reaches the helper's loader.
 pub fn exec_image(image: &[u8], args: &[&CStr], stdout: BorrowedFd<'_>) -> io::Error {
     match exec_image_or_fail(image, args, stdout) {

@@ -10,9 +10,6 @@ use std::path::Path;
 
 use serde::Serialize;
 
-#[cfg(not(target_env = "musl"))]
-use super::{Error, Result};
-
 /// How long loading libcuda and asking its version may take.
 pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -78,7 +75,7 @@ pub fn ask(
 ) -> std::result::Result<CudaVersion, crate::host::child::Error> {
     let path = libcuda.to_path_buf();
     crate::host::child::query("libcuda", timeout, move || {
-        query(&path).map(|v| v.0).map_err(|e| e.to_string())
+        oci_nvidia_hook_probe::cuda::driver_version(&path).map_err(|e| e.to_string())
     })
     .map(CudaVersion)
 }
@@ -94,26 +91,6 @@ pub fn ask(
     crate::host::probe::ask("libcuda", timeout, c"cuda", libcuda).map(CudaVersion)
 }
 
-/// Loads `libcuda` (a resolved host path inside the driver root) and calls `cuDriverGetVersion`.
-#[cfg(not(target_env = "musl"))]
-fn query(libcuda: &Path) -> Result<CudaVersion> {
-    let err = |reason: String| Error::Cuda {
-        path: libcuda.to_path_buf(),
-        reason,
-    };
-    let (status, version) =
-        crate::sys::dl::cu_driver_get_version(libcuda).map_err(|e| err(e.to_string()))?;
-    if status != 0 {
-        return Err(err(format!(
-            "cuDriverGetVersion returned CUresult {status}"
-        )));
-    }
-    if version <= 0 {
-        return Err(err(format!("cuDriverGetVersion reported {version}")));
-    }
-    Ok(CudaVersion(version))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,22 +101,5 @@ mod tests {
         assert_eq!(CudaVersion(11040).to_string(), "11.4");
         assert_eq!(CudaVersion(12080).to_string(), "12.8");
         assert!(CudaVersion(12020) < CudaVersion(12040));
-    }
-
-    #[test]
-    fn library_without_the_symbol_is_an_error_naming_it() {
-        // libc is present everywhere and has no cuDriverGetVersion.
-        let libc = [
-            "/lib/x86_64-linux-gnu/libc.so.6",
-            "/lib/aarch64-linux-gnu/libc.so.6",
-            "/lib64/libc.so.6",
-        ]
-        .into_iter()
-        .map(Path::new)
-        .find(|p| p.exists())
-        .expect("a libc.so.6 on this machine");
-        let err = query(libc).unwrap_err();
-        assert!(err.to_string().contains("cuDriverGetVersion"), "{err}");
-        assert!(err.to_string().contains("libc.so.6"), "{err}");
     }
 }

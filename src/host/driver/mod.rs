@@ -63,8 +63,6 @@ pub enum Error {
         path: PathBuf,
         source: ldcache::Error,
     },
-    #[error("cannot get the CUDA version from {path}: {reason}")]
-    Cuda { path: PathBuf, reason: String },
     #[error("no {prefix} of driver {version} in the driver root: the CUDA version is unknown")]
     NoLibcuda {
         prefix: &'static str,

@@ -82,7 +82,7 @@ pub fn shipped_binary(triple: &str, make_target: &str) -> std::path::PathBuf {
 }
 
 /// The helper program `make TARGET` embeds in the binary for `arch`
-/// (`x86_64`, `aarch64`): probe/probe.c, the one part that loads driver
+/// (`x86_64`, `aarch64`): the driver helper (probe/), the one part that loads driver
 /// code, checked to need no newer glibc than [`FLOOR`].
 pub fn shipped_probe(arch: &str, make_target: &str) -> std::path::PathBuf {
     let probe = crate::project::repo().join(format!(
