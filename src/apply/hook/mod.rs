@@ -351,7 +351,10 @@ pub fn run_granted(
                 made,
             }),
             image: ImageSource::Layout(made.layout),
-            user_namespace: UserNamespace::Declared,
+            // Files it makes belong to the container's root, as the prestart hook's do.
+            user_namespace: target
+                .pid()
+                .map_or(UserNamespace::Declared, UserNamespace::Process),
             left: LeftToOthers::SPEC_EDITS,
             discovery: Discovery::Snapshot,
         },
@@ -363,7 +366,9 @@ pub fn run_granted(
             serde_json::to_string(&planned.plan).unwrap_or_default()
         );
     }
-    let summary = target.apply(sys, &planned.plan, None)?.summary;
+    let summary = target
+        .apply(sys, &planned.plan, planned.user_namespace)?
+        .summary;
     log::info!(
         "container {id}: CDI: {} links, {} loader entries in {} µs",
         summary.symlinks,
