@@ -119,15 +119,7 @@ pub(super) fn describe(options: &Options) -> Described {
         env.push("NVIDIA_VISIBLE_DEVICES=all".into());
         assumed = " (asked with NVIDIA_VISIBLE_DEVICES=all, as --gpus all asks)";
     }
-    let container = Container {
-        rootfs: rootfs.clone().unwrap_or_else(|| PathBuf::from("/")),
-        env,
-        user_namespace: false,
-        privileged: false,
-        device_mounts: Vec::new(),
-        imex_mounts: Vec::new(),
-        devices: Vec::new(),
-    };
+    let container = Container::bare(rootfs.clone().unwrap_or_else(|| PathBuf::from("/")), env);
     Described {
         checks,
         search_cut: runtimes.cut,

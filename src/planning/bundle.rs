@@ -104,6 +104,23 @@ pub struct Container {
     pub devices: Vec<GrantedNode>,
 }
 
+impl Container {
+    /// A container known only by its rootfs and environment: unprivileged,
+    /// with no user namespace, device mounts or granted devices (a CLI's
+    /// container without a bundle, an image doctor describes).
+    pub fn bare(rootfs: PathBuf, env: Vec<String>) -> Container {
+        Container {
+            rootfs,
+            env,
+            user_namespace: false,
+            privileged: false,
+            device_mounts: Vec::new(),
+            imex_mounts: Vec::new(),
+            devices: Vec::new(),
+        }
+    }
+}
+
 /// A character device node the runtime creates in the container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrantedNode {

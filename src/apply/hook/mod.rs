@@ -200,15 +200,7 @@ pub fn configure(config: &Config, target: &Configure<'_>, sys: &impl Seam) -> Re
 /// rootfs is known, and it counts as unprivileged without a user namespace
 /// (its pid's `uid_map` still tells a user namespace apart).
 fn configured_container(bundle: &Path, rootfs: &Path) -> Result<bundle::Container> {
-    let bare = || bundle::Container {
-        rootfs: rootfs.to_path_buf(),
-        env: Vec::new(),
-        user_namespace: false,
-        privileged: false,
-        device_mounts: Vec::new(),
-        imex_mounts: Vec::new(),
-        devices: Vec::new(),
-    };
+    let bare = || bundle::Container::bare(rootfs.to_path_buf(), Vec::new());
     let mut container = match bundle::load(bundle) {
         Ok(container) => container,
         Err(bundle::Error::Read { source, path }) if source.kind() == io::ErrorKind::NotFound => {

@@ -177,15 +177,7 @@ impl Target {
     pub fn of_rootfs(rootfs: std::path::PathBuf, held: bool) -> Target {
         Target {
             id: "test".into(),
-            container: bundle::Container {
-                rootfs,
-                env: Vec::new(),
-                user_namespace: false,
-                privileged: false,
-                device_mounts: Vec::new(),
-                imex_mounts: Vec::new(),
-                devices: Vec::new(),
-            },
+            container: bundle::Container::bare(rootfs, Vec::new()),
             held: held.then_some(Held {
                 pid: 4242,
                 pidfd: None,

@@ -127,15 +127,8 @@ pub fn parse_information(path: &Path, text: &str) -> Result<Information> {
 
 /// Reads every GPU under `<proc-root>/driver/nvidia/gpus`, in PCI bus order.
 pub fn read_gpus(gpus_dir: &Path) -> Result<Vec<Gpu>> {
-    let entries = match std::fs::read_dir(gpus_dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(Error::Read {
-                path: gpus_dir.to_path_buf(),
-                source,
-            })
-        }
+    let Some(entries) = gpu_entries(gpus_dir)? else {
+        return Ok(Vec::new());
     };
     let mut infos = Vec::new();
     for entry in entries {
@@ -173,21 +166,26 @@ pub fn read_gpus(gpus_dir: &Path) -> Result<Vec<Gpu>> {
 /// (their bus ids), sorted; none where the driver shows no such directory.
 /// A masked `/proc/driver/nvidia` shows each of them.
 pub fn gpu_dirs(gpus_dir: &Path) -> Result<Vec<String>> {
-    let entries = match std::fs::read_dir(gpus_dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(Error::Read {
-                path: gpus_dir.to_path_buf(),
-                source,
-            })
-        }
+    let Some(entries) = gpu_entries(gpus_dir)? else {
+        return Ok(Vec::new());
     };
     let mut buses = entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .collect::<Vec<_>>();
     buses.sort();
     Ok(buses)
+}
+
+/// The entries of `gpus_dir`; `None` where the driver shows no such directory.
+fn gpu_entries(gpus_dir: &Path) -> Result<Option<std::fs::ReadDir>> {
+    match std::fs::read_dir(gpus_dir) {
+        Ok(entries) => Ok(Some(entries)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::Read {
+            path: gpus_dir.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// Character-device majors by name, from `/proc/devices`.
