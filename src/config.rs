@@ -11,7 +11,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::planning::request::Capabilities;
-use crate::util::oneline::escape_controls;
+use crate::util::error_line::escape_controls;
 
 /// Where the configuration lives when `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/oci-nvidia-hook/config.toml";

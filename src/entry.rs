@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 
 use crate::app::{self, Invocation, Outcome};
-use crate::{front, util::deadline, util::logging, util::oneline};
+use crate::{front, util::deadline, util::error_line, util::logging};
 
 /// Exit statuses, as `main` returns them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +52,7 @@ fn report(result: app::Result<Outcome>) -> Status {
         return Status::Success;
     }
     if logging::is_set_up() {
-        log::error!("{}", oneline::error(&e));
+        log::error!("{}", error_line::error(&e));
         return Status::Failure;
     }
     fail(&e)
@@ -60,7 +60,7 @@ fn report(result: app::Result<Outcome>) -> Status {
 
 /// Reports an error from before the logger exists: one line on stderr.
 pub fn fail(e: &dyn std::error::Error) -> Status {
-    eprintln!("oci-nvidia-hook: error: {}", oneline::error(e));
+    eprintln!("oci-nvidia-hook: error: {}", error_line::error(e));
     Status::Failure
 }
 

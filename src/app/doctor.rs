@@ -48,7 +48,7 @@ pub fn run(
         )));
     }
     let loaded = Loaded::new(loaded, config_path);
-    let found = doctor::diagnose(&loaded, checks, super::cdi::driver_of);
+    let found = doctor::diagnose(&loaded, checks, super::cdi_spec::driver_of);
     let render = if options.json {
         Render::Json
     } else {

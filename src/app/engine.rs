@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Error, Result};
 use crate::specs::engine_config::{self, containerd, crio, docker, hooks_d, Output, Runtime};
-use crate::util::program::RUNTIME_NAME;
+use crate::util::this_program::RUNTIME_NAME;
 
 /// The engines `--runtime` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +204,7 @@ fn runtime_path(args: &Configure) -> Result<String> {
 
 /// Our runtime link beside this binary when there is one, else /usr/bin's.
 fn installed_runtime() -> String {
-    crate::util::program::path()
+    crate::util::this_program::path()
         .ok()
         .and_then(|exe| Some(exe.parent()?.join(RUNTIME_NAME)))
         .filter(|link| link.exists())

@@ -10,7 +10,7 @@
 //! modules below do the work; none loads the configuration or sets up the
 //! log itself, and none knows which front asked.
 
-mod cdi;
+mod cdi_spec;
 mod doctor;
 pub mod engine;
 mod info;
@@ -26,13 +26,13 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-pub use cdi::{driver_of, Generate, NamedRoot, RootKind, DEFAULT_STRATEGIES};
+pub use cdi_spec::{driver_of, Generate, NamedRoot, RootKind, DEFAULT_STRATEGIES};
 pub use doctor::Options as DoctorOptions;
 pub use list::Ask;
 
 use crate::apply::inject::LinuxSys;
 use crate::config::{self, CompatMode, Config, LogLevel};
-use crate::specs::callback::SpecMade;
+use crate::specs::cdi_hook_args::SpecMade;
 use crate::{
     apply::hook, host::driver, planning::bundle, planning::planner, util::deadline, util::logging,
 };
@@ -312,14 +312,14 @@ pub fn run(operation: &Operation, overrides: &Overrides) -> Result<Outcome> {
         Operation::Info { json } => info::run(&config, *json, &mut out)?,
         Operation::List { ask, json } => list::run(&config, ask, *json, &mut out)?,
         Operation::CdiGenerate(generate) => {
-            cdi::generate(&config, config_path, generate, &mut out)?
+            cdi_spec::generate(&config, config_path, generate, &mut out)?
         }
-        Operation::CdiNames { strategies } => cdi::list(&config, strategies, &mut out)?,
-        Operation::CdiValidate { file } => cdi::validate(&config, file, &mut out)?,
+        Operation::CdiNames { strategies } => cdi_spec::list(&config, strategies, &mut out)?,
+        Operation::CdiValidate { file } => cdi_spec::validate(&config, file, &mut out)?,
         Operation::CdiSpecDevices { spec_dirs } => specs::run(spec_dirs, &mut out)?,
         Operation::Prestart { .. } => hook::run(&config, io::stdin(), &sys)?,
         Operation::CdiHook { stage, made } => {
-            if stage != crate::specs::callback::HOOK_STAGE {
+            if stage != crate::specs::cdi_hook_args::HOOK_STAGE {
                 return Err(Error::CdiStage {
                     stage: stage.clone(),
                 });
@@ -378,6 +378,6 @@ fn set_up(
 /// the wrapper's caller reads errors.
 fn runtime_failed(args: &[OsString], error: Error) -> Error {
     deadline::disarm();
-    crate::specs::runtime::log_failure(args, &crate::util::oneline::error(&error));
+    crate::specs::runtime::log_failure(args, &crate::util::error_line::error(&error));
     error
 }

@@ -47,7 +47,7 @@ pub fn run(spec_dirs: &[PathBuf], out: &mut impl Write) -> Result<()> {
     }
     log::info!("Found {} CDI devices", names.len());
     for name in &names {
-        writeln!(out, "{}", crate::util::oneline::escape_controls(name))?;
+        writeln!(out, "{}", crate::util::error_line::escape_controls(name))?;
     }
     out.flush()?;
     Ok(())
@@ -55,7 +55,7 @@ pub fn run(spec_dirs: &[PathBuf], out: &mut impl Write) -> Result<()> {
 
 /// The spec in `file`, YAML or JSON, its kind `vendor/class`.
 fn read_spec(file: &Path) -> std::result::Result<Listed, String> {
-    let text = crate::util::bounded::read_text(file).map_err(|e| e.to_string())?;
+    let text = crate::util::bounded_read::read_text(file).map_err(|e| e.to_string())?;
     let spec: Listed = serde_yaml::from_str(&text).map_err(|e| e.to_string())?;
     match spec.kind.split_once('/') {
         Some((vendor, class)) if !vendor.is_empty() && !class.is_empty() => Ok(spec),

@@ -19,12 +19,12 @@ use crate::host::driver::DriverRoot;
 use crate::specs::engine_config::docker::Daemon;
 // Where names are looked up when a process has no `PATH` (Go's LookPath
 // then finds nothing; this is only used for daemon.json's runtimes).
-use crate::util::program::SYSTEM_PATH;
+use crate::util::this_program::SYSTEM_PATH;
 
 const L: Layer = Layer::Wiring;
 
 /// The name dockerd looks up for `--gpus`, and the runtime daemon.json names.
-use crate::util::program::{RUNTIME_HOOK_NAME as HOOK_NAME, RUNTIME_NAME};
+use crate::util::this_program::{RUNTIME_HOOK_NAME as HOOK_NAME, RUNTIME_NAME};
 
 /// What the Docker checks found.
 #[derive(Debug, Default)]

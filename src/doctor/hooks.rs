@@ -127,7 +127,7 @@ fn config(loaded: &Loaded<'_>, out: &mut Vec<Check>) {
         Some(e) => out.push(Check::fail(
             L,
             "config",
-            crate::util::oneline::error(&e),
+            crate::util::error_line::error(&e),
             format!(
                 "fix {} (docs/configuration.md): the hook refuses every container until then",
                 shown.display()
@@ -253,7 +253,7 @@ fn judge_ours(
                 name,
                 format!(
                     "{shown}: the config it names does not load: {}",
-                    crate::util::oneline::error(&e)
+                    crate::util::error_line::error(&e)
                 ),
                 format!("fix {path}, or drop --config from {shown}"),
             ));
@@ -269,7 +269,7 @@ fn judge_ours(
             format!(
                 "add \"env\": [\"{}\"] to {shown}, as hooks.d/oci-nvidia-hook.json does: a \
                  hook must never inherit an environment it did not choose",
-                crate::util::program::HOOK_ENV[0]
+                crate::util::this_program::HOOK_ENV[0]
             ),
         )),
         Some(_) => out.push(Check::ok(

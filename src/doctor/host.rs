@@ -88,7 +88,12 @@ pub(super) fn examine(
     match planner::examine(config, &Capabilities::all(), container) {
         Ok(examined) => Some((examined.inventory, examined.container)),
         Err(e) => {
-            out.push(Check::fail(L, name, crate::util::oneline::error(&e), fix));
+            out.push(Check::fail(
+                L,
+                name,
+                crate::util::error_line::error(&e),
+                fix,
+            ));
             None
         }
     }
@@ -97,7 +102,7 @@ pub(super) fn examine(
 /// The kernel module's version file; false when the module is not loaded.
 fn module(nvidia: &Path, out: &mut Vec<Check>) -> bool {
     let path = nvidia.join("version");
-    let text = match crate::util::bounded::read_text(&path) {
+    let text = match crate::util::bounded_read::read_text(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             out.push(Check::fail(
@@ -193,7 +198,7 @@ fn excluded_gpus(gpus_dir: &Path) -> Vec<String> {
         .flatten()
         .filter_map(|entry| {
             let path = entry.path().join("information");
-            let text = crate::util::bounded::read_text(&path).ok()?;
+            let text = crate::util::bounded_read::read_text(&path).ok()?;
             let info = proc::parse_information(&path, &text).ok()?;
             info.excluded.then_some(info.bus)
         })
@@ -497,11 +502,13 @@ pub(super) fn cuda(
             ));
             Some(cuda)
         }
-        Err(crate::host::driver::Error::Nvml(e @ crate::host::child::Error::Exec { .. })) => {
+        Err(crate::host::driver::Error::Nvml(
+            e @ crate::host::driver_child::Error::Exec { .. },
+        )) => {
             out.push(Check::fail(
                 L,
                 "CUDA version",
-                crate::util::oneline::error(&e),
+                crate::util::error_line::error(&e),
                 "let this host execute a program from a memfd: the static binary \
                  asks libcuda through its embedded helper, which the kernel refused \
                  (sysctl vm.memfd_noexec must be 0 or 1; an emulator such as \
@@ -513,7 +520,7 @@ pub(super) fn cuda(
             out.push(Check::fail(
                 L,
                 "CUDA version",
-                crate::util::oneline::error(&e),
+                crate::util::error_line::error(&e),
                 "reinstall the user-space driver: its own libcuda cannot answer \
                  cuDriverGetVersion, so no CUDA program can start",
             ));
@@ -606,7 +613,7 @@ pub(super) fn run_bounded(
     let mut child = Command::new(program)
         .args(args)
         .env_clear()
-        .env("PATH", crate::util::program::SYSTEM_PATH)
+        .env("PATH", crate::util::this_program::SYSTEM_PATH)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

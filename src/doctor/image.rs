@@ -99,7 +99,7 @@ pub(super) fn describe(options: &Options) -> Described {
                     format!(
                         "cannot open {}: {}",
                         dir.display(),
-                        crate::util::oneline::error(&e)
+                        crate::util::error_line::error(&e)
                     ),
                     "give the directory of an unpacked image (`docker export`, \
                      `podman mount`)",
@@ -312,7 +312,7 @@ fn starts(
             ),
         )),
         Err(e) => {
-            let text = crate::util::oneline::error(e);
+            let text = crate::util::error_line::error(e);
             let wanted = required_cuda(env).or(found.map(|f| f.cuda));
             let remedy = match (e, wanted, facts.cuda) {
                 (

@@ -68,7 +68,7 @@ pub(super) fn check(hook: Option<&InstalledHook>, facts: &HostFacts, out: &mut V
             L,
             "container",
             {
-                let dirs: Vec<&str> = crate::util::program::system_dirs().collect();
+                let dirs: Vec<&str> = crate::util::this_program::system_dirs().collect();
                 let (last, rest) = dirs.split_last().unwrap_or((&"", &[]));
                 format!("not started: no runc in {} or {last}", rest.join(", "))
             },
@@ -178,7 +178,7 @@ fn report(
                 "{} failed to start a container through {}'s hook: {}",
                 runc.display(),
                 hook.source,
-                crate::util::oneline::escape_controls(&why)
+                crate::util::error_line::escape_controls(&why)
             ),
             "the hook's message names the cause; `oci-nvidia-hook list` shows what it \
              would inject",
@@ -326,7 +326,7 @@ fn libcuda(seen: &Seen, facts: &HostFacts, out: &mut Vec<Check>) {
 
 /// runc from the system directories, never the caller's `PATH`.
 fn find_runc() -> Option<PathBuf> {
-    crate::util::program::system_dirs()
+    crate::util::this_program::system_dirs()
         .map(|d| Path::new(d).join("runc"))
         .find(|p| p.is_file())
 }
@@ -405,7 +405,8 @@ impl Work {
                 None => {}
             }
         }
-        let exe = crate::util::program::path().map_err(|source| Error::CurrentExe { source })?;
+        let exe =
+            crate::util::this_program::path().map_err(|source| Error::CurrentExe { source })?;
         // Host files are bind-mounted read-only, not copied: nothing to
         // copy, and they stay executable where $TMPDIR is mounted noexec.
         let mut mounts: Vec<(PathBuf, PathBuf)> =
@@ -518,7 +519,7 @@ impl Work {
             .arg(self.dir.join("bundle"))
             .arg(&self.id)
             .env_clear()
-            .env("PATH", crate::util::program::SYSTEM_PATH)
+            .env("PATH", crate::util::this_program::SYSTEM_PATH)
             .stdin(Stdio::null())
             .stdout(File::create(&stdout_path)?)
             .stderr(File::create(&stderr_path)?)
@@ -566,7 +567,7 @@ impl Work {
             .arg(self.state())
             .args(args)
             .env_clear()
-            .env("PATH", crate::util::program::SYSTEM_PATH)
+            .env("PATH", crate::util::this_program::SYSTEM_PATH)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

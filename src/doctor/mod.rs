@@ -15,7 +15,7 @@
 //! uses, and never runs policy of its own: the planner, inventory and
 //! requirement checks are the hook's.
 
-mod cdi;
+mod cdi_specs;
 pub mod ceiling;
 mod containerd;
 mod crio;
@@ -170,7 +170,7 @@ impl Check {
         let found = format!(
             "{} does not parse: {}",
             file.display(),
-            crate::util::oneline::escape_controls(error)
+            crate::util::error_line::escape_controls(error)
         );
         Check::fail(layer, name, found, remedy)
     }
@@ -371,7 +371,7 @@ pub fn diagnose(
         .unwrap_or_default();
     let wired = hooks::check(loaded, &host_root, &crio_dirs, &mut checks);
     let docker = engines::docker(&host_root, &processes, &mut checks);
-    let specs = cdi::check(&host_root, &facts, spec_driver, &mut checks);
+    let specs = cdi_specs::check(&host_root, &facts, spec_driver, &mut checks);
     let containerd = containerd::check(&host_root, specs.any, &mut checks);
     let crio = crio_config
         .as_ref()

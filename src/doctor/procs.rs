@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use super::HostRoot;
-use crate::util::bounded;
+use crate::util::bounded_read;
 
 /// One process: its pid and the kernel's short name for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +42,7 @@ impl Table {
                     continue;
                 };
                 // A process that exits meanwhile is simply not listed.
-                if let Ok(text) = bounded::read_text(&entry.path().join("comm")) {
+                if let Ok(text) = bounded_read::read_text(&entry.path().join("comm")) {
                     processes.push(Process {
                         pid,
                         comm: text.trim_end_matches('\n').to_string(),
@@ -88,12 +88,12 @@ impl Table {
     /// When `pid` started, in seconds since the epoch: its `stat` start time
     /// (clock ticks since boot) after the boot time in `/proc/stat`.
     pub fn started_at(&self, pid: u32) -> Option<u64> {
-        let stat = bounded::read_text(&self.dir(pid).join("stat")).ok()?;
+        let stat = bounded_read::read_text(&self.dir(pid).join("stat")).ok()?;
         // The name in parentheses may hold spaces and parentheses: fields
         // are counted after the last `)`. Field 22 is the 20th after it.
         let after = &stat[stat.rfind(')')? + 1..];
         let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
-        let system = bounded::read_text(&self.proc_dir.join("stat")).ok()?;
+        let system = bounded_read::read_text(&self.proc_dir.join("stat")).ok()?;
         let boot: u64 = system
             .lines()
             .find_map(|l| l.strip_prefix("btime "))?

@@ -9,7 +9,7 @@ use std::path::Path;
 use super::hooks::is_this_program;
 use super::{Check, HostRoot, Layer};
 use crate::host::driver::DriverRoot;
-use crate::util::program::SYSTEM_PATH;
+use crate::util::this_program::SYSTEM_PATH;
 
 const L: Layer = Layer::Wiring;
 

@@ -8,7 +8,7 @@ use super::hooks::HookCommand;
 use crate::app::{Invocation, Operation, Overrides};
 
 /// The name NVIDIA's hook is called by.
-pub const NAME: &str = crate::util::program::CDI_HOOK_NAME;
+pub const NAME: &str = crate::util::this_program::CDI_HOOK_NAME;
 
 /// What `--help` says of the whole command.
 const LONG_ABOUT: &str = "NVIDIA's nvidia-cdi-hook, answered by oci-nvidia-hook: the OCI hooks \

@@ -7,7 +7,7 @@ use crate::config::LogLevel;
 use crate::specs::cdi::Format;
 
 /// `--version`'s text, every front's.
-pub const VERSION: &str = crate::util::program::VERSION;
+pub const VERSION: &str = crate::util::this_program::VERSION;
 
 /// The log level NVIDIA's Go tools' `--debug` and `--quiet` ask for.
 pub fn log_level(debug: bool, quiet: bool) -> Option<LogLevel> {

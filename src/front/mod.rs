@@ -27,7 +27,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::app::{Invocation, Operation, Overrides};
-use crate::util::program::{
+use crate::util::this_program::{
     CDI_HOOK_NAME, CLI_NAME as CLI, CTK_NAME, RUNTIME_HOOK_NAME as HOOK, RUNTIME_NAME,
 };
 

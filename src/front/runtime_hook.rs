@@ -16,7 +16,7 @@ use super::Error;
 use crate::app::{Invocation, Note, Operation, Overrides};
 
 /// The name Docker looks up on its PATH.
-pub const NAME: &str = crate::util::program::RUNTIME_HOOK_NAME;
+pub const NAME: &str = crate::util::this_program::RUNTIME_HOOK_NAME;
 
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
@@ -103,7 +103,9 @@ pub fn invocation(parsed: Parsed) -> Invocation {
             },
         ),
         Parsed::Nothing => Invocation::Nothing,
-        Parsed::Version => Invocation::Print(format!("{NAME} {}\n", crate::util::program::VERSION)),
+        Parsed::Version => {
+            Invocation::Print(format!("{NAME} {}\n", crate::util::this_program::VERSION))
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 //! [`elf`]), and the driver code asked in a bounded child ([`child`]:
 //! NVML through [`nvml`], libcuda; the static binary's helper in `probe`).
 
-pub mod child;
 pub mod driver;
+pub mod driver_child;
 pub mod elf;
 pub mod ldcache;
 pub mod nvml;

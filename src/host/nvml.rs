@@ -6,7 +6,7 @@
 //!
 //! NVML is loaded from the discovered driver library path (a containerized
 //! driver lives under its own root), in a forked child with a time bound
-//! ([`crate::host::child`]), so neither its threads nor a hang reach the hook. The
+//! ([`crate::host::driver_child`]), so neither its threads nor a hang reach the hook. The
 //! query and its answer's types live in the driver helper's crate (probe/),
 //! whose program the static binary runs in that child instead.
 
@@ -15,16 +15,16 @@ use std::time::Duration;
 
 pub use oci_nvidia_hook_probe::nvml::{ComputeCapability, GpuInfo, MigInfo, Report};
 
-use crate::host::child;
+use crate::host::driver_child;
 
 /// How long NVML may take; `nvmlInit` alone can take seconds without persistence mode.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Queries NVML from `lib` (the driver's `libnvidia-ml.so.*`) in a child process.
 #[cfg(not(target_env = "musl"))]
-pub fn query(lib: &Path, timeout: Duration) -> Result<Report, child::Error> {
+pub fn query(lib: &Path, timeout: Duration) -> Result<Report, driver_child::Error> {
     let lib = lib.to_path_buf();
-    child::query("NVML", timeout, move || {
+    driver_child::query("NVML", timeout, move || {
         oci_nvidia_hook_probe::nvml::report(&lib)
     })
 }
@@ -32,16 +32,16 @@ pub fn query(lib: &Path, timeout: Duration) -> Result<Report, child::Error> {
 /// Queries NVML from `lib` (the driver's `libnvidia-ml.so.*`) in a child
 /// process: the static binary's helper program ([`crate::host::probe`]).
 #[cfg(target_env = "musl")]
-pub fn query(lib: &Path, timeout: Duration) -> Result<Report, child::Error> {
+pub fn query(lib: &Path, timeout: Duration) -> Result<Report, driver_child::Error> {
     crate::host::probe::ask("NVML", timeout, c"nvml", lib)
 }
 
 /// NVML's device count from `lib`, which may be a bare name the loader
 /// finds (`doctor --inside`), in a child process.
 #[cfg(not(target_env = "musl"))]
-pub fn device_count(lib: &Path, timeout: Duration) -> Result<u32, child::Error> {
+pub fn device_count(lib: &Path, timeout: Duration) -> Result<u32, driver_child::Error> {
     let lib = lib.to_path_buf();
-    child::query("NVML", timeout, move || {
+    driver_child::query("NVML", timeout, move || {
         oci_nvidia_hook_probe::nvml::device_count(&lib)
     })
 }
@@ -49,6 +49,6 @@ pub fn device_count(lib: &Path, timeout: Duration) -> Result<u32, child::Error> 
 /// NVML's device count from `lib`, which may be a bare name the loader
 /// finds (`doctor --inside`), in a child process ([`crate::host::probe`]).
 #[cfg(target_env = "musl")]
-pub fn device_count(lib: &Path, timeout: Duration) -> Result<u32, child::Error> {
+pub fn device_count(lib: &Path, timeout: Duration) -> Result<u32, driver_child::Error> {
     crate::host::probe::ask("NVML", timeout, c"nvml-count", lib)
 }

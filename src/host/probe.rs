@@ -5,7 +5,7 @@
 //! `make build` (integration/zigbuild, which passes its path in
 //! `ONH_PROBE`). A forked child runs it from a memfd with an empty
 //! environment ([`crate::sys::process::exec_image`]); it loads the one
-//! library named and prints its answer as [`child::query`]'s closures do.
+//! library named and prints its answer as [`driver_child::query`]'s closures do.
 //!
 //! A glibc build (`cargo build`, the tests) runs the same crate's queries
 //! in a forked child itself: [`crate::host::nvml`] and [`crate::host::driver::cuda`]
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use crate::host::child;
+use crate::host::driver_child;
 
 /// The helper's bytes.
 static IMAGE: &[u8] = include_bytes!(env!(
@@ -32,11 +32,11 @@ pub fn ask<T: DeserializeOwned>(
     timeout: Duration,
     command: &'static std::ffi::CStr,
     library: &Path,
-) -> Result<T, child::Error> {
+) -> Result<T, driver_child::Error> {
     let library =
-        CString::new(library.as_os_str().as_bytes()).map_err(|_| child::Error::Failed {
+        CString::new(library.as_os_str().as_bytes()).map_err(|_| driver_child::Error::Failed {
             what,
             message: format!("{} holds a NUL byte", library.display()),
         })?;
-    child::exec(what, timeout, IMAGE, &[command, &library])
+    driver_child::exec(what, timeout, IMAGE, &[command, &library])
 }

@@ -86,7 +86,7 @@ pub fn root_id(map: &[IdRange]) -> Option<u32> {
 }
 
 fn read(path: PathBuf) -> Result<String> {
-    crate::util::bounded::read_text(&path).map_err(|source| Error::Read { path, source })
+    crate::util::bounded_read::read_text(&path).map_err(|source| Error::Read { path, source })
 }
 
 fn id_map(path: PathBuf) -> Result<Vec<IdRange>> {

@@ -3,7 +3,7 @@
 //! ([`runtime`]), and the engines' own configuration files
 //! ([`engine_config`]).
 
-pub mod callback;
 pub mod cdi;
+pub mod cdi_hook_args;
 pub mod engine_config;
 pub mod runtime;

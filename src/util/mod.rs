@@ -5,11 +5,11 @@
 //! ([`program`]).
 
 pub mod atomic;
-pub mod bounded;
+pub mod bounded_read;
 pub mod deadline;
+pub mod error_line;
 pub mod glob;
 pub mod hostfile;
 pub mod logging;
-pub mod oneline;
-pub mod program;
 pub mod reopen;
+pub mod this_program;

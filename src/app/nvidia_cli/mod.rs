@@ -18,7 +18,7 @@ pub use list::run as list;
 use crate::planning::planner::Asked;
 
 /// The name NVIDIA's CLI goes by, in its log lines.
-const NAME: &str = crate::util::program::CLI_NAME;
+const NAME: &str = crate::util::this_program::CLI_NAME;
 
 /// Which kinds of paths `list` prints.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -302,7 +302,7 @@ fn mount_id(proc: &Path, fd: &OwnedFd) -> io::Result<Option<u64>> {
 
 /// The mount id `fdinfo` gives for `fd`, where statx cannot.
 fn fdinfo_mount_id(proc: &Path, fd: &OwnedFd) -> io::Result<Option<u64>> {
-    let text = crate::util::bounded::read_text(
+    let text = crate::util::bounded_read::read_text(
         &proc.join("self/fdinfo").join(fd.as_raw_fd().to_string()),
     )?;
     Ok(text

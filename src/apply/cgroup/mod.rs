@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 
 use crate::planning::plan::CgroupRule;
-use crate::util::bounded;
+use crate::util::bounded_read;
 use discovery::Hierarchy;
 
 /// Why a grant failed; every variant names what it acted on.
@@ -227,7 +227,7 @@ pub fn allow_held(
     }
 
     let cgroup_path = proc.join(pid.to_string()).join("cgroup");
-    let text = match bounded::read_text(&cgroup_path) {
+    let text = match bounded_read::read_text(&cgroup_path) {
         Ok(text) => text,
         Err(e) if e.raw_os_error().is_some_and(is_gone) => {
             return Err(Error::ProcessGone {
@@ -253,7 +253,7 @@ pub fn allow_held(
         line,
     })?;
     let mountinfo_path = proc.join("self/mountinfo");
-    let mountinfo = bounded::read_text(&mountinfo_path).map_err(|source| Error::Read {
+    let mountinfo = bounded_read::read_text(&mountinfo_path).map_err(|source| Error::Read {
         path: mountinfo_path.clone(),
         source,
     })?;

@@ -106,7 +106,7 @@ fn check(proc: &Path, pid: u32) -> Result<()> {
     let parent_pid = |p: u32| -> Result<u32> {
         let path = proc.join(p.to_string()).join("stat");
         let stat =
-            crate::util::bounded::read_text(&path).map_err(|source| match source.kind() {
+            crate::util::bounded_read::read_text(&path).map_err(|source| match source.kind() {
                 io::ErrorKind::NotFound if p == pid => Error::DeadPid { pid: p },
                 // An ancestor of the hook (a wrapper) that exited: not the container.
                 io::ErrorKind::NotFound => Error::AncestorGone { pid: p },

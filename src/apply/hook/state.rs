@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Error, Result};
-use crate::util::bounded;
-use crate::util::oneline::escape_controls;
+use crate::util::bounded_read;
+use crate::util::error_line::escape_controls;
 
 /// Most bytes of state accepted; real states are a few hundred bytes.
 pub const MAX_STATE: usize = 1024 * 1024;
@@ -32,10 +32,10 @@ pub fn read(input: impl Read + AsFd) -> Result<Vec<u8>> {
     // One policy with the entry point's deadline: this bound runs out first.
     let timeout = crate::util::deadline::clip(STATE_TIMEOUT);
     let _waiting = crate::util::deadline::waiting_for(|| "the OCI state on stdin".into());
-    bounded::read_to_end(input, MAX_STATE, timeout).map_err(|e| match e {
-        bounded::Error::Io(e) => Error::Stdin(e),
-        bounded::Error::TooLarge { limit } => Error::StdinTooLarge { limit },
-        bounded::Error::Timeout { timeout } => Error::StdinTimeout {
+    bounded_read::read_to_end(input, MAX_STATE, timeout).map_err(|e| match e {
+        bounded_read::Error::Io(e) => Error::Stdin(e),
+        bounded_read::Error::TooLarge { limit } => Error::StdinTooLarge { limit },
+        bounded_read::Error::Timeout { timeout } => Error::StdinTimeout {
             millis: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         },
     })

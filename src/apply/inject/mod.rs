@@ -32,7 +32,7 @@
 //! `/proc/driver/nvidia`, `sources` opens the host side, and `sys` is the
 //! seam.
 
-pub mod edits;
+pub mod container_files;
 mod journal;
 mod loader;
 mod place;
@@ -338,7 +338,8 @@ impl<S: Sys> Injection<'_, S> {
 
         for change in &plan.modes {
             deadline::check()?;
-            if let Some(done) = edits::set_mode(root, &sources.reopener, &change.path, change.mode)?
+            if let Some(done) =
+                container_files::set_mode(root, &sources.reopener, &change.path, change.mode)?
             {
                 journal.record(done);
                 summary.modes += 1;

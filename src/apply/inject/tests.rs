@@ -539,7 +539,7 @@ fn files_are_written_inside_the_root_never_through_a_link_pointing_out() {
         1
     );
     assert_eq!(
-        edits::read_file(root.path(), Path::new("/etc/x/y.conf"))
+        container_files::read_file(root.path(), Path::new("/etc/x/y.conf"))
             .unwrap()
             .unwrap(),
         b"a\n"

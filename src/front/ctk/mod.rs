@@ -15,7 +15,7 @@ use super::Result;
 use crate::app::{Invocation, Operation, Overrides};
 
 /// The name NVIDIA's tool is called by.
-pub const NAME: &str = crate::util::program::CTK_NAME;
+pub const NAME: &str = crate::util::this_program::CTK_NAME;
 
 /// What `--help` says of the whole command.
 const LONG_ABOUT: &str = "NVIDIA's nvidia-ctk command line, answered by oci-nvidia-hook: \

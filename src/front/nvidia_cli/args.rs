@@ -17,7 +17,7 @@ use crate::planning::planner::Asked;
 use crate::planning::request::Capability;
 
 /// The name other software calls NVIDIA's CLI by.
-pub const NAME: &str = crate::util::program::CLI_NAME;
+pub const NAME: &str = crate::util::this_program::CLI_NAME;
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -60,7 +60,7 @@ const STDERR: [&str; 3] = ["/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"];
 /// What `--version` prints: NVIDIA's first two fields, so that scripts
 /// reading them find a version, then what answers.
 pub fn version_text() -> String {
-    let version = crate::util::program::VERSION;
+    let version = crate::util::this_program::VERSION;
     format!(
         "cli-version: {version}\nlib-version: {version}\nbuild platform: {}\n\
          implementation: oci-nvidia-hook {version}\n",

@@ -1,7 +1,7 @@
 //! Our own command line: its options, read by clap (or, for the hook's
 //! own command lines, by [`fast`]), into an [`Invocation`].
 
-pub mod fast;
+pub mod hook_argv;
 
 use std::path::PathBuf;
 
@@ -24,7 +24,7 @@ the environment.";
 
 /// oci-nvidia-hook: gives OCI containers NVIDIA GPUs.
 #[derive(Debug, PartialEq, Eq, Parser)]
-#[command(name = crate::util::program::NAME, version = VERSION, about, long_about = LONG_ABOUT)]
+#[command(name = crate::util::this_program::NAME, version = VERSION, about, long_about = LONG_ABOUT)]
 pub struct Cli {
     /// Configuration file [default: /etc/oci-nvidia-hook/config.toml, optional]
     #[arg(long, global = true, value_name = "PATH")]
@@ -274,7 +274,7 @@ impl From<Layout> for ImageLayout {
 /// Reads `args` (`argv[0]` first); the hook's own command lines skip
 /// clap's start-up ([`fast`]); clap prints its own errors and exits.
 pub fn parse(args: &[std::ffi::OsString]) -> Invocation {
-    let cli = fast::parse(args).unwrap_or_else(|| Cli::parse_from(args));
+    let cli = hook_argv::parse(args).unwrap_or_else(|| Cli::parse_from(args));
     invocation(cli)
 }
 
@@ -359,7 +359,7 @@ fn operation(command: Command) -> Operation {
             mig_layout,
         } => Operation::CdiHook {
             stage,
-            made: crate::specs::callback::SpecMade {
+            made: crate::specs::cdi_hook_args::SpecMade {
                 driver_version,
                 capabilities,
                 layout: layout.into(),

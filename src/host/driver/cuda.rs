@@ -72,9 +72,9 @@ impl fmt::Display for CudaVersion {
 pub fn ask(
     libcuda: &Path,
     timeout: std::time::Duration,
-) -> std::result::Result<CudaVersion, crate::host::child::Error> {
+) -> std::result::Result<CudaVersion, crate::host::driver_child::Error> {
     let path = libcuda.to_path_buf();
-    crate::host::child::query("libcuda", timeout, move || {
+    crate::host::driver_child::query("libcuda", timeout, move || {
         oci_nvidia_hook_probe::cuda::driver_version(&path).map_err(|e| e.to_string())
     })
     .map(CudaVersion)
@@ -87,7 +87,7 @@ pub fn ask(
 pub fn ask(
     libcuda: &Path,
     timeout: std::time::Duration,
-) -> std::result::Result<CudaVersion, crate::host::child::Error> {
+) -> std::result::Result<CudaVersion, crate::host::driver_child::Error> {
     crate::host::probe::ask("libcuda", timeout, c"cuda", libcuda).map(CudaVersion)
 }
 

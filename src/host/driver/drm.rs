@@ -113,7 +113,7 @@ fn entries(dir: &Path) -> Vec<String> {
 fn node(dir: &Path, dev_root: &Path, role: NodeRole, name: &str, major: u32) -> Node {
     let host_path = dev_root.join("dev/dri").join(name);
     let dev_file = dir.join(name).join("dev");
-    let numbers = crate::util::bounded::read_text(&dev_file)
+    let numbers = crate::util::bounded_read::read_text(&dev_file)
         .ok()
         .and_then(|text| parse_dev(&text));
     let (major, minor, state) = match numbers {

@@ -25,7 +25,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::config::DriverConfig;
-use crate::host::child;
+use crate::host::driver_child;
 use crate::host::elf::Arch;
 use crate::host::ldcache::{self, LdCache};
 use crate::host::nvml;
@@ -75,7 +75,7 @@ pub enum Error {
         purpose: &'static str,
     },
     #[error(transparent)]
-    Nvml(#[from] child::Error),
+    Nvml(#[from] driver_child::Error),
     #[error("{path} (in driver root {root}) does not exist")]
     NotFound { root: PathBuf, path: PathBuf },
     #[error("{path} (in driver root {root}) escapes the root through {via}")]
@@ -218,7 +218,7 @@ impl Inventory {
         }
         let nvidia = config.proc_root.join("driver/nvidia");
         let version_path = nvidia.join("version");
-        let version_text = match crate::util::bounded::read_text(&version_path) {
+        let version_text = match crate::util::bounded_read::read_text(&version_path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(Error::NotLoaded { path: version_path })

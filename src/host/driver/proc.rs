@@ -217,7 +217,7 @@ pub fn parse_char_majors(path: &Path, text: &str) -> Result<BTreeMap<String, u32
 
 /// Reads a small procfs text file, naming it on failure.
 pub fn read_text(path: &Path) -> Result<String> {
-    crate::util::bounded::read_text(path).map_err(|source| Error::Read {
+    crate::util::bounded_read::read_text(path).map_err(|source| Error::Read {
         path: PathBuf::from(path),
         source,
     })

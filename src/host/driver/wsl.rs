@@ -214,7 +214,7 @@ pub fn detect(config: &DriverConfig) -> bool {
 pub fn node(config: &DriverConfig) -> Node {
     let host_path = config.dev_root.join("dev").join(DXG);
     let misc = config.proc_root.join("misc");
-    let listed = match crate::util::bounded::read_text(&misc) {
+    let listed = match crate::util::bounded_read::read_text(&misc) {
         Ok(text) => misc_minor(&text, DXG),
         Err(e) => {
             log::debug!("cannot read {}: {e}", misc.display());

@@ -13,8 +13,8 @@
 //! the image's layout and compat libraries, and the requirement checks all
 //! live here, not on a consumer's side. It never touches a container.
 
-mod edits;
 mod granted;
+mod hook_edits;
 mod policy;
 mod requirements;
 mod runtime_cdi;
@@ -30,12 +30,12 @@ use crate::planning::image::{self, Image, ImageLayout};
 use crate::planning::plan::{self, NodeMode, Plan};
 use crate::planning::request::{self, Capabilities, Capability, DeviceSelection, Request};
 use crate::planning::require::{self, Requirements};
-pub use crate::specs::callback::SpecMade;
+pub use crate::specs::cdi_hook_args::SpecMade;
 use granted::granted_devices;
 use policy::effective;
 use requirements::build;
 
-pub use edits::COMPAT_CONF;
+pub use hook_edits::COMPAT_CONF;
 
 /// Why a request cannot be planned on this host.
 #[derive(Debug, Error)]
@@ -352,7 +352,7 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
             requirements: Requirements::default(),
             node_mode: NodeMode::Mknod,
         });
-        planned.plan = edits::plan(config, kind, rootfs)?;
+        planned.plan = hook_edits::plan(config, kind, rootfs)?;
         return Ok(planned);
     }
     // The runtime wrapper's CDI mode answers with names, not a plan.

@@ -6,7 +6,7 @@
 
 use super::spec::ContainerEdits;
 use super::Error;
-use crate::specs::callback::HOOK_COMMAND;
+use crate::specs::cdi_hook_args::HOOK_COMMAND;
 use serde_json::{json, Map, Value};
 
 /// Result of editing.

@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use super::spec::{ContainerEdits, DeviceNode, Hook, Mount};
 use crate::planning::plan::{self, Plan};
 use crate::planning::planner::{Planned, SpecMade};
-pub use crate::specs::callback::{HOOK_COMMAND, HOOK_STAGE};
-use crate::util::program;
+pub use crate::specs::cdi_hook_args::{HOOK_COMMAND, HOOK_STAGE};
+use crate::util::this_program;
 
-pub use crate::util::program::HOOK_ENV;
+pub use crate::util::this_program::HOOK_ENV;
 
 /// What keeps a `hooks.d` copy of our hook, or NVIDIA's, from injecting a
 /// second time into a container whose devices the runtime already added:
@@ -50,8 +50,11 @@ impl Callback {
 
     /// The `createRuntime` hook entry, with its explicit environment.
     pub fn hook(&self) -> Hook {
-        let mut args: Vec<String> =
-            vec![program::NAME.into(), HOOK_COMMAND.into(), HOOK_STAGE.into()];
+        let mut args: Vec<String> = vec![
+            this_program::NAME.into(),
+            HOOK_COMMAND.into(),
+            HOOK_STAGE.into(),
+        ];
         args.extend(self.made.args());
         if let Some(config) = &self.config {
             args.push("--config".into());

@@ -102,7 +102,7 @@ pub fn files(host: &HostRoot, dirs: &[String]) -> Vec<PathBuf> {
 /// for every container, its PATH the standard directories and the hook's
 /// own, as NVIDIA's tool writes it.
 pub fn oci_hook(hook: &Path) -> Result<String> {
-    let mut dirs: Vec<&str> = crate::util::program::system_dirs().collect();
+    let mut dirs: Vec<&str> = crate::util::this_program::system_dirs().collect();
     let dir = hook.parent().and_then(Path::to_str).unwrap_or("/");
     if !dirs.contains(&dir) {
         dirs.push(dir);

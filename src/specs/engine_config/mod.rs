@@ -128,7 +128,7 @@ pub struct Output {
 /// The text of `path`, or `None` when there is no such file (the engine's
 /// defaults then apply, as for NVIDIA's tool).
 pub fn read(path: &Path) -> Result<Option<String>> {
-    match crate::util::bounded::read_text(path) {
+    match crate::util::bounded_read::read_text(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(Error::Read {

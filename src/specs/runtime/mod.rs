@@ -11,8 +11,8 @@
 //! choice under `auto`) the edits are instead those of the CDI devices the
 //! container names, from the spec directories, any vendor's (`cdi`).
 
+pub mod annotations;
 pub mod args;
-pub mod cdi;
 
 use std::ffi::OsString;
 use std::fs;
@@ -32,7 +32,7 @@ use crate::specs::cdi::apply;
 use crate::specs::cdi::edits::{self, Callback, VISIBLE_DEVICES_VOID};
 use crate::specs::cdi::registry::Registry;
 use crate::util::atomic;
-use crate::util::program;
+use crate::util::this_program;
 
 /// Why the wrapper stopped before the real runtime ran.
 #[derive(Debug, Error)]
@@ -179,7 +179,7 @@ pub fn find_runtime(config: &Config) -> Result<PathBuf> {
         } else {
             // The system's directories, never the caller's `PATH`
             // (`doctor --run` finds runc there too).
-            program::system_dirs()
+            this_program::system_dirs()
                 .map(|dir| Path::new(dir).join(name))
                 .collect()
         };
@@ -216,7 +216,7 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
     // reading, before the whole spec is decoded.
     let container = bundle::parse(bundle, &path, &data)?;
     let annotated = config.runtime.mode != crate::config::RuntimeMode::Legacy
-        && cdi::may_annotate(&data, &config.runtime.cdi.annotation_prefixes);
+        && annotations::may_annotate(&data, &config.runtime.cdi.annotation_prefixes);
     let whole = annotated.then(|| decode(&path, &data)).transpose()?;
     let planned = planner::plan(
         config,
@@ -242,7 +242,7 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
         log::debug!("{}: edited already", path.display());
         return Ok(());
     }
-    let program = program::path().map_err(Error::Exe)?;
+    let program = this_program::path().map_err(Error::Exe)?;
     let config_path = config_path
         .map(std::path::absolute)
         .transpose()

@@ -476,20 +476,22 @@ fn a_deadline_that_runs_out_halfway_stops_and_undoes_the_injection() {
     // The deadline is the process's own: armed in a child, so that no other
     // test's injection sees it. The third change stalls past the bound; the
     // alarm, held off during injection, only marks the time as run out.
-    let outcome = crate::host::child::query("a deadline halfway", Duration::from_secs(20), || {
-        let mut sys = Faulty::new(FakeSys::default(), 2);
-        sys.stall = Some(Duration::from_millis(300));
-        crate::util::deadline::arm("prestart", Duration::from_millis(100), Instant::now());
-        let result = world.apply(&sys);
-        crate::util::deadline::disarm();
-        let undone_latest_first = *sys.inner.unmounts.borrow() == mounted_latest_first(&sys.inner);
-        Ok(match result {
-            Err(Error::Deadline(expired)) => (expired.to_string(), undone_latest_first),
-            Err(other) => (format!("another error: {other}"), false),
-            Ok(_) => ("injected whole".to_string(), false),
+    let outcome =
+        crate::host::driver_child::query("a deadline halfway", Duration::from_secs(20), || {
+            let mut sys = Faulty::new(FakeSys::default(), 2);
+            sys.stall = Some(Duration::from_millis(300));
+            crate::util::deadline::arm("prestart", Duration::from_millis(100), Instant::now());
+            let result = world.apply(&sys);
+            crate::util::deadline::disarm();
+            let undone_latest_first =
+                *sys.inner.unmounts.borrow() == mounted_latest_first(&sys.inner);
+            Ok(match result {
+                Err(Error::Deadline(expired)) => (expired.to_string(), undone_latest_first),
+                Err(other) => (format!("another error: {other}"), false),
+                Ok(_) => ("injected whole".to_string(), false),
+            })
         })
-    })
-    .unwrap();
+        .unwrap();
     let (said, undone_latest_first) = outcome;
     assert!(said.contains("prestart"), "stopped by the deadline: {said}");
     assert!(

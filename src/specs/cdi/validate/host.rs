@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::rules::is_bind;
 use super::{edits_of, list, Problem};
-use crate::specs::callback::{SpecMade, HOOK_COMMAND};
+use crate::specs::cdi_hook_args::{SpecMade, HOOK_COMMAND};
 
 /// What the host checks read besides the files the spec names.
 pub struct Host<'a> {

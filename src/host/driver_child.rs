@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::{sys, util::bounded, util::deadline};
+use crate::{sys, util::bounded_read, util::deadline};
 
 /// Largest answer a child may send.
 const MAX_ANSWER: usize = 4 * 1024 * 1024;
@@ -96,14 +96,16 @@ where
     let child = sys::process::fork_and_run(writer.as_fd(), || child(&writer))
         .map_err(|source| Error::Spawn { what, source })?;
     drop(writer);
-    let answer = bounded::read_to_end(reader, MAX_ANSWER, timeout);
+    let answer = bounded_read::read_to_end(reader, MAX_ANSWER, timeout);
     if answer.is_err() {
         let _ = kill(child, Signal::SIGKILL);
     }
     let status = waitpid(child, None);
     let data = match answer {
         Ok(data) => data,
-        Err(bounded::Error::Timeout { timeout }) => return Err(Error::Timeout { what, timeout }),
+        Err(bounded_read::Error::Timeout { timeout }) => {
+            return Err(Error::Timeout { what, timeout })
+        }
         Err(e) => {
             return Err(Error::NoAnswer {
                 what,

@@ -16,7 +16,7 @@ use super::{Check, Error, HostFacts, HostRoot, Layer};
 use crate::host::driver::DriverRoot;
 use crate::specs::cdi::dirs::{spec_files, SPEC_DIRS};
 use crate::specs::cdi::Spec;
-use crate::util::program::SYSTEM_PATH;
+use crate::util::this_program::SYSTEM_PATH;
 
 const L: Layer = Layer::Wiring;
 

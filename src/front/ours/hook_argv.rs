@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use super::{Cli, Command};
-use crate::specs::callback::{SpecMade, HOOK_COMMAND};
+use crate::specs::cdi_hook_args::{SpecMade, HOOK_COMMAND};
 
 /// The command line `args` (the program name first) as clap would read it,
 /// or `None` when it is not one of the hook's own shapes.

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use super::{Error, Result};
 use crate::config::Config;
 use crate::planning::image::ImageLayout;
-use crate::specs::callback::SpecMade;
 use crate::specs::cdi::{self, Format, Options, Spec};
-use crate::util::oneline::escape_controls;
+use crate::specs::cdi_hook_args::SpecMade;
+use crate::util::error_line::escape_controls;
 
 /// How `cdi generate` was asked to make the spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +93,7 @@ fn spec(
     mode: cdi::Mode,
 ) -> Result<cdi::Generated> {
     let strategies = cdi::parse_strategies(strategies)?;
-    let program = crate::util::program::path().map_err(|source| Error::Exe { source })?;
+    let program = crate::util::this_program::path().map_err(|source| Error::Exe { source })?;
     let config_path = config_path
         .map(std::path::absolute)
         .transpose()
@@ -202,10 +202,11 @@ fn remove_stale(output: &Path, why: &cdi::Error) -> Result<()> {
         if !meta.file_type().is_file() {
             return Err(refuse("not a regular file"));
         }
-        let text = crate::util::bounded::read_text(path).map_err(|source| Error::ReadSpec {
-            path: path.into(),
-            source,
-        })?;
+        let text =
+            crate::util::bounded_read::read_text(path).map_err(|source| Error::ReadSpec {
+                path: path.into(),
+                source,
+            })?;
         let spec: Spec =
             serde_yaml::from_str(&text).map_err(|e| refuse(&format!("not a CDI spec ({e})")))?;
         if !ours(&spec) {
@@ -235,7 +236,7 @@ fn is_our_gpu_spec(spec: &Spec) -> bool {
     spec.kind == cdi::spec::KIND
         && spec.container_edits.hooks.iter().any(|h| {
             let args: Vec<&str> = h.args.iter().map(String::as_str).collect();
-            crate::specs::callback::is_ours(&args)
+            crate::specs::cdi_hook_args::is_ours(&args)
         })
 }
 
@@ -295,7 +296,7 @@ pub fn list(config: &Config, strategies: &str, out: &mut impl Write) -> Result<(
 /// one line per problem, each naming the file and the item's JSON path, and
 /// fails with their count; prints one `ok` line when there is none.
 pub fn validate(config: &Config, file: &Path, out: &mut impl Write) -> Result<()> {
-    let text = crate::util::bounded::read_text(file).map_err(|source| Error::ReadSpec {
+    let text = crate::util::bounded_read::read_text(file).map_err(|source| Error::ReadSpec {
         path: file.to_path_buf(),
         source,
     })?;

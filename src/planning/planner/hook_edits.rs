@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::{Error, Result};
-use crate::apply::inject::edits;
+use crate::apply::inject::container_files;
 use crate::config::{CompatMode, Config};
 use crate::host::driver;
 use crate::planning::image::Image;
@@ -31,7 +31,7 @@ pub(super) fn plan(config: &Config, kind: &HookEdits, rootfs: Option<&Path>) -> 
             // The compat libraries `enable-cuda-compat` chose come first.
             let mut dirs = compat_dirs(rootfs)?;
             dirs.extend(folders.iter().cloned());
-            let libraries = edits::libraries(rootfs, &dirs)?;
+            let libraries = container_files::libraries(rootfs, &dirs)?;
             Plan {
                 symlinks: libraries.symlinks,
                 loader_entries: libraries.entries,
@@ -40,7 +40,7 @@ pub(super) fn plan(config: &Config, kind: &HookEdits, rootfs: Option<&Path>) -> 
             }
         }
         HookEdits::CreateSonameSymlinks { folders } => Plan {
-            symlinks: edits::libraries(rootfs, folders)?.symlinks,
+            symlinks: container_files::libraries(rootfs, folders)?.symlinks,
             ..Plan::default()
         },
         HookEdits::CreateSymlinks { links } => Plan {
@@ -84,7 +84,7 @@ pub(super) fn plan(config: &Config, kind: &HookEdits, rootfs: Option<&Path>) -> 
             }
         }
         HookEdits::UpdateApplicationProfile => Plan {
-            files: plan::application_profile(edits::gpu_minors(rootfs)?)
+            files: plan::application_profile(container_files::gpu_minors(rootfs)?)
                 .map(|data| WrittenFile {
                     path: plan::APPLICATION_PROFILE.into(),
                     data,
@@ -116,7 +116,7 @@ fn proc_mask(config: &Config, kind: &HookEdits) -> Result<Plan> {
 
 /// The directories our `enable-cuda-compat` entry names, if the image has it.
 fn compat_dirs(rootfs: &Path) -> Result<Vec<PathBuf>> {
-    Ok(edits::read_file(rootfs, Path::new(COMPAT_CONF))?
+    Ok(container_files::read_file(rootfs, Path::new(COMPAT_CONF))?
         .map(|text| {
             text.split(|b| *b == b'\n')
                 .filter(|line| line.starts_with(b"/"))
