@@ -192,11 +192,14 @@ pub struct Summary {
     pub symlinks: usize,
     /// Entries added to the loader cache.
     pub loader_entries: usize,
-    /// Small files of ours written.
+    /// Small files of ours written (one already holding it is left alone).
     pub files: usize,
     /// Entries whose permission bits changed.
     pub modes: usize,
 }
+
+/// The most of an image file a written file of ours is compared with.
+const MAX_WRITTEN: u64 = 1 << 20;
 
 /// Injects `plan` into the rootfs at `rootfs`, as seen from the current
 /// (container) mount namespace, taking host data from `sources`. On failure
@@ -331,9 +334,13 @@ impl<S: Sys> Injection<'_, S> {
 
         for file in &plan.files {
             deadline::check()?;
+            let data = file.data.as_bytes();
+            // A file already holding it is left alone (a reused rootfs).
+            let held = loader::read_image_file(root, &sources.reopener, &file.path, MAX_WRITTEN)?;
             let slot = self.dirs.slot(&file.path, journal)?;
-            replace_with_file(slot, file.data.as_bytes(), false, journal)?;
-            summary.files += 1;
+            if replace_with_file(slot, data, held.as_deref() == Some(data), journal)? {
+                summary.files += 1;
+            }
         }
 
         for change in &plan.modes {

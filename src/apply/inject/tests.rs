@@ -518,6 +518,8 @@ fn modes_skip_what_is_absent_refuse_fifos_and_are_put_back_on_failure() {
 
 #[test]
 fn files_are_written_inside_the_root_never_through_a_link_pointing_out() {
+    use std::os::unix::fs::MetadataExt;
+
     let root = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
     symlink(outside.path(), root.path().join("etc")).unwrap();
@@ -544,11 +546,20 @@ fn files_are_written_inside_the_root_never_through_a_link_pointing_out() {
             .unwrap(),
         b"a\n"
     );
-    apply_edits(root.path(), vec![], file("/etc/x/y.conf")).unwrap();
+    // A file already holding it is left alone.
+    let inode = || {
+        fs::metadata(root.path().join("etc/x/y.conf"))
+            .unwrap()
+            .ino()
+    };
+    let before = inode();
     assert_eq!(
-        fs::read_to_string(root.path().join("etc/x/y.conf")).unwrap(),
-        "a\n"
+        apply_edits(root.path(), vec![], file("/etc/x/y.conf"))
+            .unwrap()
+            .files,
+        0
     );
+    assert_eq!(inode(), before);
     fs::create_dir(root.path().join("dir")).unwrap();
     assert!(apply_edits(root.path(), vec![], file("/dir")).is_err());
 }
