@@ -29,6 +29,10 @@ pub fn run(args: Vec<OsString>) -> Status {
             print!("{text}");
             Status::Success
         }
+        Ok(Invocation::Warn(text)) => {
+            eprintln!("{}", error_line::escape_controls(&text));
+            Status::Success
+        }
         Ok(Invocation::Nothing) => Status::Success,
         Err(e) => fail(&e),
     };

@@ -556,6 +556,19 @@ fn compat_and_profile(
     runtime: Runtime,
     compat_version: &str,
 ) -> (Option<String>, String, Option<String>) {
+    compat_and_profile_with(runtime, compat_version, None, &[])
+}
+
+/// [`compat_and_profile`], `enable-cuda-compat` given `compat_args` (its
+/// `--host-driver-version` of the host's driver when `None`) and the hooks
+/// of `newer` (a newer tool's spec: hooks and flags this binary does not
+/// know) before the others.
+fn compat_and_profile_with(
+    runtime: Runtime,
+    compat_version: &str,
+    compat_args: Option<&[&str]>,
+    newer: &[&[&str]],
+) -> (Option<String>, String, Option<String>) {
     use harness::runtime::bundle::{Bundle, BundleExtras};
     use harness::runtime::oci_config::path_str;
 
@@ -568,10 +581,19 @@ fn compat_and_profile(
         std::fs::copy(&libcuda, compat.join(&compat_file)).unwrap();
         std::os::unix::fs::symlink(&compat_file, compat.join("libcuda.so.1")).unwrap();
     };
+    // Each form its own bundle: the CUDA version given, digits only.
+    let form: String = compat_args
+        .unwrap_or_default()
+        .concat()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .take(8)
+        .collect();
     let name = format!(
-        "compat-{}-{}",
+        "compat-{}-{}{}{form}",
         runtime.name().to_lowercase(),
-        compat_version.replace('.', "-")
+        compat_version.replace('.', "-"),
+        if newer.is_empty() { "" } else { "-newer" }
     );
     let scenario = Scenario::hooks_only(&name, runtime, &host, &prepare);
     let script = "cp /etc/ld.so.cache /out/ld.so.cache; \
@@ -591,11 +613,16 @@ fn compat_and_profile(
         argv.extend(args);
         serde_json::json!({"path": binary, "args": argv})
     };
-    let hooks = serde_json::json!({"createContainer": [
-        hook(&["enable-cuda-compat", "--host-driver-version", &host.facts.driver_version]),
+    let by_driver = ["--host-driver-version", host.facts.driver_version.as_str()];
+    let mut compat = vec!["enable-cuda-compat"];
+    compat.extend(compat_args.unwrap_or(&by_driver));
+    let mut list: Vec<serde_json::Value> = newer.iter().map(|args| hook(args)).collect();
+    list.extend([
+        hook(&compat),
         hook(&["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]),
         hook(&["update-application-profile"]),
-    ]});
+    ]);
+    let hooks = serde_json::json!({ "createContainer": list });
     let id = format!("onh-{name}-{}", std::process::id());
     let (ok, stderr) = bundle.run_with_hooks(&scenario, &id, hooks, |config| {
         config["linux"]["devices"] = serde_json::json!([
@@ -646,5 +673,45 @@ fn nvidia_cdi_hook_compat_and_application_profile_through_runc_and_crun() {
         let what = format!("{}: older compat\n{cache}", runtime.name());
         assert_eq!(conf, None, "{what}");
         assert!(!cache.contains("/usr/local/cuda/compat"), "{what}");
+    }
+}
+
+/// A spec written by a newer tool than this binary: hooks it does not know
+/// (a newer NVIDIA's, none at all), a flag a known hook lacks, and 1.19's
+/// `enable-cuda-compat --host-cuda-version` form. Through runc and crun the
+/// container starts, as under NVIDIA's forward-compatible hooks, and the
+/// compat libraries supporting a newer CUDA than the host's are preferred.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_newer_tools_hooks_start_the_container_through_runc_and_crun() {
+    let _serial = serial();
+    let newer: &[&[&str]] = &[
+        &["apply-cuda-memory-limits", "--memory-limit", "1G"],
+        &[],
+        &["update-nvidia-params"],
+        &["create-symlinks", "--link", "a::/b", "--a-newer-flag"],
+    ];
+    for runtime in [Runtime::RuncV1, Runtime::CrunV1] {
+        runtime.require_tools();
+        // The compat driver 550 supports CUDA 12.4: newer than 12.2.
+        let (conf, cache, _) = compat_and_profile_with(
+            runtime,
+            "550.54.15",
+            Some(&[
+                "--host-cuda-version=12.2",
+                "--cuda-compat-container-root=/usr/local/cuda/compat",
+            ]),
+            newer,
+        );
+        let what = format!("{}: newer tool's spec\n{cache}", runtime.name());
+        assert_eq!(conf.as_deref(), Some("/usr/local/cuda/compat\n"), "{what}");
+        // Not newer than 12.4: nothing is preferred; the container starts.
+        let (conf, _, _) = compat_and_profile_with(
+            runtime,
+            "550.54.15",
+            Some(&["--host-cuda-version=12.4"]),
+            newer,
+        );
+        assert_eq!(conf, None, "{}", runtime.name());
     }
 }

@@ -264,6 +264,9 @@ pub enum Invocation {
     Run(Operation, Overrides),
     /// Print text, and nothing else (versions, help).
     Print(String),
+    /// Say this on stderr and succeed: a hook of a newer spec than this
+    /// binary knows, skipped as NVIDIA's hooks skip it.
+    Warn(String),
     /// Nothing to do (`poststart`, `poststop`).
     Nothing,
 }

@@ -107,7 +107,9 @@ mod tests {
                 links: vec!["libcuda.so.1::/lib/libcuda.so".into()],
             },
             HookEdits::EnableCudaCompat {
-                host_driver_version: "535.261.03".into(),
+                host_driver_version: Some("535.261.03".into()),
+                host_cuda_version: None,
+                container_root: None,
             },
             HookEdits::DisableDeviceNodeModification,
             HookEdits::Chmod {

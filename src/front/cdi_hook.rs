@@ -4,7 +4,7 @@
 use clap::Parser;
 
 use super::common::{log_level, VERSION};
-use super::hooks::HookCommand;
+use super::hooks::{self, HookCommand};
 use crate::app::{Invocation, Operation, Overrides};
 
 /// The name NVIDIA's hook is called by.
@@ -36,7 +36,14 @@ pub struct CdiHook {
 /// procfs), `--debug`/`--quiet` setting its level; a runtime waits for it,
 /// so it runs under the config's deadline like every hook.
 pub fn parse(args: &[std::ffi::OsString]) -> Invocation {
-    let hook = CdiHook::parse_from(args);
+    let words = args.get(1..).unwrap_or_default();
+    if let Some(skipped) = hooks::before_parsing(words) {
+        return skipped;
+    }
+    let hook = match CdiHook::try_parse_from(args) {
+        Ok(hook) => hook,
+        Err(error) => return hooks::unparsed(error, hooks::named(words)),
+    };
     Invocation::Run(
         Operation::NvidiaHook {
             entry: NAME,
@@ -122,5 +129,86 @@ mod tests {
             }
         );
         assert_eq!(overrides.log_level, Some(crate::config::LogLevel::Debug));
+    }
+
+    fn invocation(argv: &[&str]) -> Invocation {
+        let args: Vec<std::ffi::OsString> = std::iter::once("nvidia-cdi-hook")
+            .chain(argv.iter().copied())
+            .map(Into::into)
+            .collect();
+        parse(&args)
+    }
+
+    /// What NVIDIA v1.20.0's `nvidia-cdi-hook` did with each command line,
+    /// run from ../shared/anchor on a simulated host on 2026-12-06: no hook
+    /// and an unknown hook warn and exit 0 ("No CDI hook specified",
+    /// "Unsupported CDI hook: NAME"); `noop` does nothing. A flag a known
+    /// hook lacks fails there (exit 1); here it warns and skips the hook.
+    #[test]
+    fn no_hook_or_an_unknown_one_is_a_warning_and_success() {
+        let warn = |text: &str| Invocation::Warn(text.to_string());
+        for (argv, want) in [
+            (&[][..], warn("No CDI hook specified")),
+            (&["-d"], warn("No CDI hook specified")),
+            (&["bogus-hook"], warn("Unsupported CDI hook: bogus-hook")),
+            (
+                &["bogus-hook", "--x", "1"],
+                warn("Unsupported CDI hook: bogus-hook"),
+            ),
+            (&["-d", "bogus"], warn("Unsupported CDI hook: bogus")),
+            (
+                &["apply-cuda-memory-limits"],
+                warn("Unsupported CDI hook: apply-cuda-memory-limits"),
+            ),
+            (&["noop"], Invocation::Nothing),
+            (
+                &["create-symlinks", "--bogus"],
+                warn("Unsupported flag --bogus for CDI hook create-symlinks: the hook is skipped"),
+            ),
+            (
+                &["update-ldcache", "--folder", "/x", "--bogus"],
+                warn("Unsupported flag --bogus for CDI hook update-ldcache: the hook is skipped"),
+            ),
+        ] {
+            assert_eq!(invocation(argv), want, "{argv:?}");
+        }
+    }
+
+    /// 1.19's and 1.20's `enable-cuda-compat` forms all parse: without
+    /// a version (a host whose version was unknown), and Jetson's.
+    #[test]
+    fn every_enable_cuda_compat_form_parses() {
+        for (argv, driver, cuda, root) in [
+            (&["enable-cuda-compat"][..], None, None, None),
+            (
+                &["enable-cuda-compat", "--host-driver-version=570.1"],
+                Some("570.1"),
+                None,
+                None,
+            ),
+            (
+                &[
+                    "enable-cuda-compat",
+                    "--host-cuda-version=12.6",
+                    "--cuda-compat-container-root=/usr/local/cuda-12.8/compat_orin",
+                ],
+                None,
+                Some("12.6"),
+                Some("/usr/local/cuda-12.8/compat_orin"),
+            ),
+        ] {
+            let Invocation::Run(Operation::NvidiaHook { hook, .. }, _) = invocation(argv) else {
+                panic!("{argv:?} runs no hook");
+            };
+            assert_eq!(
+                hook.kind,
+                HookEdits::EnableCudaCompat {
+                    host_driver_version: driver.map(str::to_string),
+                    host_cuda_version: cuda.map(str::to_string),
+                    container_root: root.map(std::path::PathBuf::from),
+                },
+                "{argv:?}"
+            );
+        }
     }
 }

@@ -98,7 +98,28 @@ impl From<ImageLayout> for Image {
     }
 }
 
+/// What the host offers that an image's CUDA compat libraries must be newer than.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostOffers<'a> {
+    /// Its driver version: the compat driver must be of a newer branch.
+    Driver(&'a str),
+    /// The CUDA version its driver supports (`--host-cuda-version`, as
+    /// NVIDIA's specs for Jetson give it): the compat driver's must be newer.
+    Cuda(CudaVersion),
+}
+
 impl Image {
+    /// The compat libraries in `dir` of the rootfs at `rootfs` that are newer
+    /// than what the host offers, as `nvidia-cdi-hook enable-cuda-compat`
+    /// looks for them.
+    pub fn compat_in(rootfs: &Path, dir: &Path, host: HostOffers<'_>) -> Result<Option<Compat>> {
+        let root = Root::open(rootfs).map_err(|source| Error::Root {
+            path: rootfs.to_path_buf(),
+            source,
+        })?;
+        find_compat(&root, dir, host)
+    }
+
     /// Examines the rootfs at `rootfs` for a host running `host_driver`.
     pub fn inspect(rootfs: &Path, host_driver: &str, mode: CompatMode) -> Result<Image> {
         let root = Root::open(rootfs).map_err(|source| Error::Root {
@@ -112,15 +133,19 @@ impl Image {
         };
         let compat = match mode {
             CompatMode::Disabled => None,
-            CompatMode::Ldconfig => find_compat(&root, host_driver)?,
+            CompatMode::Ldconfig => find_compat(
+                &root,
+                Path::new(COMPAT_DIR),
+                HostOffers::Driver(host_driver),
+            )?,
         };
         Ok(Image { layout, compat })
     }
 }
 
-/// The image's compat libraries, if it has any of a driver branch newer than the host's.
-fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
-    let dir_path = Path::new(COMPAT_DIR);
+/// The image's compat libraries in `dir_path`, if it has any newer than
+/// what the host offers: of a newer driver branch, or supporting a newer CUDA.
+fn find_compat(root: &Root, dir_path: &Path, host: HostOffers<'_>) -> Result<Option<Compat>> {
     let Ok(Some(handle)) = crate::util::reopen::resolve_in(root, dir_path) else {
         return Ok(None);
     };
@@ -157,11 +182,13 @@ fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
     // of the host's own branch or an older one (libnvidia-container
     // src/cli/compat_mode.c:61-90, `filter_by_major_version`), since forward
     // compatibility is supported across branches only.
-    if !newer_branch(&version, host_driver) {
-        log::debug!(
-            "image's CUDA compat driver {version} is not of a branch newer than the host's {host_driver}: ignored"
-        );
-        return Ok(None);
+    if let HostOffers::Driver(host_driver) = host {
+        if !newer_branch(&version, host_driver) {
+            log::debug!(
+                "image's CUDA compat driver {version} is not of a branch newer than the host's {host_driver}: ignored"
+            );
+            return Ok(None);
+        }
     }
     let Some(cuda) = cuda_of_driver(&version) else {
         log::warn!(
@@ -169,14 +196,25 @@ fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
         );
         return Ok(None);
     };
+    if let HostOffers::Cuda(host_cuda) = host {
+        if cuda <= host_cuda {
+            log::debug!(
+                "image's CUDA compat driver {version} supports CUDA {cuda}, not newer than the host's {host_cuda}: ignored"
+            );
+            return Ok(None);
+        }
+    }
     // Entries are judged with *at calls on the directory whose listing was
     // read (its O_PATH handle), never following a link.
     let suffix = format!(".so.{version}");
     let mut files = Vec::new();
     for name in names.iter().filter(|n| n.ends_with(&suffix)) {
-        match regular_elf_library(&reopener, handle.as_fd(), name) {
+        match regular_elf_library(&reopener, handle.as_fd(), dir_path, name) {
             Ok(()) => files.push(name.clone()),
-            Err(reason) => log::warn!("ignoring {}/{name} in the image: {reason}", COMPAT_DIR),
+            Err(reason) => log::warn!(
+                "ignoring {}/{name} in the image: {reason}",
+                dir_path.display()
+            ),
         }
     }
     if !files.iter().any(|f| f.starts_with("libcuda.so.")) {
@@ -196,6 +234,7 @@ fn find_compat(root: &Root, host_driver: &str) -> Result<Option<Compat>> {
 fn regular_elf_library(
     reopener: &Reopener,
     dir: BorrowedFd<'_>,
+    dir_path: &Path,
     name: &str,
 ) -> std::result::Result<(), String> {
     let entry = openat(
@@ -207,11 +246,7 @@ fn regular_elf_library(
     .map_err(|e| format!("cannot look it up: {e}"))?;
     // `reopen` checks the type with fstat before it opens anything.
     let file = reopener
-        .reopen(
-            entry.as_fd(),
-            &Path::new(COMPAT_DIR).join(name),
-            Expect::File,
-        )
+        .reopen(entry.as_fd(), &dir_path.join(name), Expect::File)
         .map_err(|e| match e {
             reopen::Error::Kind { found, .. } => format!("it is a {found}, not a regular file"),
             other => other.to_string(),
@@ -338,6 +373,33 @@ mod tests {
                 .compat
                 .is_none()
         );
+    }
+
+    /// `enable-cuda-compat --host-cuda-version` (NVIDIA 1.19's Jetson form):
+    /// libraries supporting a newer CUDA than the host's are used, from the
+    /// directory `--cuda-compat-container-root` names.
+    #[test]
+    fn a_host_cuda_version_compares_cuda_versions_in_the_root_given() {
+        let dir = rootfs();
+        let so = header(ELFCLASS64, EM_X86_64, ET_DYN);
+        let other = dir.path().join("opt/compat");
+        fs::create_dir_all(&other).unwrap();
+        fs::write(other.join("libcuda.so.550.54.15"), &so).unwrap();
+        let found = |cuda: &str, dir_in: &str| {
+            Image::compat_in(
+                dir.path(),
+                Path::new(dir_in),
+                HostOffers::Cuda(CudaVersion::parse(cuda).unwrap()),
+            )
+            .unwrap()
+        };
+        let compat = found("12.2", "/opt/compat").unwrap();
+        assert_eq!(compat.dir, Path::new("/opt/compat"));
+        assert_eq!(compat.cuda, CudaVersion(12040));
+        assert!(found("12.4", "/opt/compat").is_none());
+        assert!(found("12.8", "/opt/compat").is_none());
+        // The default directory holds none.
+        assert!(found("12.2", COMPAT_DIR).is_none());
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod settings;
 use clap::{Parser, Subcommand};
 
 use super::common::{log_level, VERSION};
-use super::hooks::HookCommand;
+use super::hooks::{self, HookCommand};
 use super::Result;
 use crate::app::{Invocation, Operation, Overrides};
 
@@ -75,7 +75,26 @@ pub enum RuntimeCommand {
 /// Parses `args` (`argv[0]` first); clap prints its errors and exits, as
 /// for our own command line.
 pub fn parse(args: &[std::ffi::OsString]) -> Result<Invocation> {
-    read(Ctk::parse_from(args))
+    // `nvidia-ctk hook …` is as forward compatible as `nvidia-cdi-hook`.
+    let words = args.get(1..).unwrap_or_default();
+    let hook_words = hooks::named(words)
+        .filter(|w| *w == "hook")
+        .and_then(|hook| {
+            let at = words.iter().position(|w| std::ptr::eq(w, hook))?;
+            words.get(at + 1..)
+        });
+    if let Some(hook_words) = hook_words {
+        if let Some(skipped) = hooks::before_parsing(hook_words) {
+            return Ok(skipped);
+        }
+    }
+    match Ctk::try_parse_from(args) {
+        Ok(ctk) => read(ctk),
+        Err(error) => match hook_words {
+            Some(hook_words) => Ok(hooks::unparsed(error, hooks::named(hook_words))),
+            None => error.exit(),
+        },
+    }
 }
 
 /// [`parse`], clap's errors returned (tests).
@@ -113,4 +132,45 @@ fn read(ctk: Ctk) -> Result<Invocation> {
         },
     };
     Ok(Invocation::Run(operation, overrides))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(argv: &[&str]) -> Invocation {
+        let args: Vec<std::ffi::OsString> = std::iter::once("nvidia-ctk")
+            .chain(argv.iter().copied())
+            .map(Into::into)
+            .collect();
+        parse(&args).unwrap()
+    }
+
+    /// NVIDIA v1.20.0's `nvidia-ctk hook` answers as its `nvidia-cdi-hook`
+    /// (run side by side from ../shared/anchor): no hook and an unknown one
+    /// warn and exit 0, `noop` does nothing.
+    #[test]
+    fn nvidia_ctk_hook_is_as_forward_compatible_as_nvidia_cdi_hook() {
+        let warn = |text: &str| Invocation::Warn(text.to_string());
+        assert_eq!(parsed(&["hook"]), warn("No CDI hook specified"));
+        assert_eq!(
+            parsed(&["hook", "bogus"]),
+            warn("Unsupported CDI hook: bogus")
+        );
+        assert_eq!(
+            parsed(&["-d", "hook", "bogus", "--x"]),
+            warn("Unsupported CDI hook: bogus")
+        );
+        assert_eq!(parsed(&["hook", "noop"]), Invocation::Nothing);
+        assert_eq!(
+            parsed(&["hook", "chmod", "--bogus"]),
+            warn("Unsupported flag --bogus for CDI hook chmod: the hook is skipped")
+        );
+        let Invocation::Run(Operation::NvidiaHook { entry, .. }, _) =
+            parsed(&["hook", "update-ldcache", "--folder", "/x"])
+        else {
+            panic!("update-ldcache runs no hook");
+        };
+        assert_eq!(entry, "nvidia-ctk hook");
+    }
 }

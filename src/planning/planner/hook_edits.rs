@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use super::{Error, Result};
 use crate::apply::inject::container_files;
-use crate::config::{CompatMode, Config};
-use crate::host::driver;
-use crate::planning::image::Image;
+use crate::config::Config;
+use crate::host::driver::{self, CudaVersion};
+use crate::planning::image::{self, HostOffers, Image};
 use crate::planning::plan::{self, ModeChange, Plan, Symlink, WrittenFile};
 use crate::planning::request::hook_edits::HookEdits;
 
@@ -49,27 +49,14 @@ pub(super) fn plan(config: &Config, kind: &HookEdits, rootfs: Option<&Path>) -> 
         },
         HookEdits::EnableCudaCompat {
             host_driver_version,
-        } => {
-            let image = Image::inspect(rootfs, host_driver_version, CompatMode::Ldconfig)?;
-            let Some(compat) = image.compat else {
-                log::debug!("no CUDA compat libraries newer than driver {host_driver_version}");
-                return Ok(Plan::default());
-            };
-            log::info!(
-                "CUDA compat libraries of driver {} in {} preferred",
-                compat.driver_version,
-                compat.dir.display()
-            );
-            let mut conf = compat.dir.as_os_str().to_string_lossy().into_owned();
-            conf.push('\n');
-            Plan {
-                files: vec![WrittenFile {
-                    path: COMPAT_CONF.into(),
-                    data: conf,
-                }],
-                ..Plan::default()
-            }
-        }
+            host_cuda_version,
+            container_root,
+        } => compat_conf(
+            rootfs,
+            host_driver_version,
+            host_cuda_version,
+            container_root,
+        )?,
         HookEdits::Chmod { mode, paths } => {
             let mode = parse_mode(mode)?;
             Plan {
@@ -110,6 +97,52 @@ fn proc_mask(config: &Config, kind: &HookEdits) -> Result<Plan> {
     let buses = driver::proc::gpu_dirs(&proc_dir.join("gpus"))?;
     Ok(Plan {
         proc_mask: Some(plan::whole_driver(&proc_dir, buses)),
+        ..Plan::default()
+    })
+}
+
+/// `enable-cuda-compat`'s plan: our `ld.so.conf.d` entry naming the
+/// container's compat libraries when they are newer than what the host
+/// offers (its driver's branch, else the CUDA version it supports); nothing
+/// when neither is given, as NVIDIA's hook does nothing then.
+fn compat_conf(
+    rootfs: &Path,
+    host_driver_version: &Option<String>,
+    host_cuda_version: &Option<String>,
+    container_root: &Option<PathBuf>,
+) -> Result<Plan> {
+    let host = match (host_driver_version, host_cuda_version) {
+        (Some(driver), _) => HostOffers::Driver(driver),
+        (None, Some(cuda)) => HostOffers::Cuda(
+            CudaVersion::parse(cuda).ok_or_else(|| Error::HookCudaVersion(cuda.clone()))?,
+        ),
+        (None, None) => {
+            log::debug!("enable-cuda-compat: no host driver or CUDA version given, nothing to do");
+            return Ok(Plan::default());
+        }
+    };
+    let dir = container_root
+        .as_deref()
+        .unwrap_or(Path::new(image::COMPAT_DIR));
+    let Some(compat) = Image::compat_in(rootfs, dir, host)? else {
+        log::debug!(
+            "no CUDA compat libraries in {} newer than {host:?}",
+            dir.display()
+        );
+        return Ok(Plan::default());
+    };
+    log::info!(
+        "CUDA compat libraries of driver {} in {} preferred",
+        compat.driver_version,
+        compat.dir.display()
+    );
+    let mut conf = compat.dir.as_os_str().to_string_lossy().into_owned();
+    conf.push('\n');
+    Ok(Plan {
+        files: vec![WrittenFile {
+            path: COMPAT_CONF.into(),
+            data: conf,
+        }],
         ..Plan::default()
     })
 }
@@ -193,5 +226,27 @@ mod tests {
         for bad in ["", "9", "17777", "rwx"] {
             assert!(parse_mode(bad).is_err(), "{bad}");
         }
+    }
+
+    /// NVIDIA v1.20.0's `nvidia-cdi-hook enable-cuda-compat` with neither
+    /// version exits 0 without reading the container (run side by side from
+    /// ../shared/anchor): ours plans nothing, whatever the image holds.
+    #[test]
+    fn enable_cuda_compat_without_a_host_version_plans_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let kind = HookEdits::EnableCudaCompat {
+            host_driver_version: None,
+            host_cuda_version: None,
+            container_root: Some("/anywhere".into()),
+        };
+        let planned = plan(&Config::default(), &kind, Some(root.path())).unwrap();
+        assert_eq!(planned, Plan::default());
+        let bad = HookEdits::EnableCudaCompat {
+            host_driver_version: None,
+            host_cuda_version: Some("twelve".into()),
+            container_root: None,
+        };
+        let err = plan(&Config::default(), &bad, Some(root.path())).unwrap_err();
+        assert!(err.to_string().contains("twelve"), "{err}");
     }
 }

@@ -25,8 +25,14 @@ pub enum HookEdits {
     },
     /// Prefer the image's CUDA compat libraries when they come from a newer driver.
     EnableCudaCompat {
-        /// The host's driver version.
-        host_driver_version: String,
+        /// The host's driver version, as given.
+        host_driver_version: Option<String>,
+        /// The CUDA version the host's driver supports, as given (NVIDIA's
+        /// specs for Jetson give it instead of a driver version).
+        host_cuda_version: Option<String>,
+        /// Where the container keeps its compat libraries; `None` for
+        /// `/usr/local/cuda/compat`.
+        container_root: Option<PathBuf>,
     },
     /// Show the container a driver params file that never makes nodes.
     DisableDeviceNodeModification,
