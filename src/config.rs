@@ -114,6 +114,11 @@ pub enum RuntimeMode {
     /// The named devices' edits from the CDI specs; a bare name (`0`, `all`)
     /// is one of `default-kind`.
     Cdi,
+    /// NVIDIA's default since 1.18: the container's devices, bare or named
+    /// `runtime.nvidia.com/gpu=<id>`, as edits made for them from this
+    /// host's driver; here the planner's edits, as `legacy` writes them.
+    #[serde(rename = "jit-cdi")]
+    JitCdi,
 }
 
 /// CDI's spec directories, in increasing priority: `spec-dirs` unless set.
@@ -615,5 +620,22 @@ file = "/var/log/oci-nvidia-hook.log"
         assert_eq!(line_and_column("ab\ncd", 0), (1, 1));
         assert_eq!(line_and_column("ab\ncd", 4), (2, 2));
         assert_eq!(line_and_column("ab", 99), (1, 3));
+    }
+
+    /// NVIDIA's `nvidia-container-runtime.mode` values since 1.18, as
+    /// `nvidia-ctk config --set nvidia-container-runtime.mode=…` writes them.
+    #[test]
+    fn every_runtime_mode_nvidia_names_parses() {
+        for (value, mode) in [
+            ("auto", RuntimeMode::Auto),
+            ("legacy", RuntimeMode::Legacy),
+            ("cdi", RuntimeMode::Cdi),
+            ("jit-cdi", RuntimeMode::JitCdi),
+        ] {
+            let text = format!("[runtime]\nmode = \"{value}\"\n");
+            let config = Config::parse(Path::new("/c.toml"), &text).unwrap();
+            assert_eq!(config.runtime.mode, mode, "{value}");
+        }
+        assert!(Config::parse(Path::new("/c.toml"), "[runtime]\nmode = \"csv\"\n").is_err());
     }
 }

@@ -22,6 +22,11 @@ struct Setup {
 
 impl Setup {
     fn new(sim: &SimHost, env: &[&str]) -> Setup {
+        Setup::with_runtime(sim, env, "")
+    }
+
+    /// [`Setup::new`], `runtime` more lines of the config's `[runtime]`.
+    fn with_runtime(sim: &SimHost, env: &[&str], runtime_lines: &str) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let runtime = dir.path().join("real-runtime");
         fs::write(
@@ -38,7 +43,7 @@ impl Setup {
         fs::write(
             &config,
             format!(
-                "{base}\n[runtime]\nruntimes = [\"{}\"]\n",
+                "{base}\n[runtime]\nruntimes = [\"{}\"]\n{runtime_lines}",
                 runtime.display()
             ),
         )
@@ -269,24 +274,67 @@ fn a_config_naming_the_wrapper_itself_is_refused() {
 /// whole: `--version` is the real runtime's (runc, by the default config).
 #[test]
 fn the_nvidia_name_passes_runcs_command_line_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let link: PathBuf = dir.path().join("nvidia-container-runtime");
-    std::os::unix::fs::symlink(hook_binary(), &link).unwrap();
-    let out = Command::new(&link)
-        .env_clear()
-        .arg("--version")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("runc version") || stdout.contains("crun version"),
-        "{stdout}"
-    );
+    // The GPU Operator's runtime classes call the `.cdi` and `.legacy` names.
+    for name in [
+        "nvidia-container-runtime",
+        "nvidia-container-runtime.cdi",
+        "nvidia-container-runtime.legacy",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let link: PathBuf = dir.path().join(name);
+        std::os::unix::fs::symlink(hook_binary(), &link).unwrap();
+        let out = Command::new(&link)
+            .env_clear()
+            .arg("--version")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("runc version") || stdout.contains("crun version"),
+            "{name}: {stdout}"
+        );
+    }
+}
+
+/// NVIDIA's `jit-cdi` mode (its default since 1.18) and its device names
+/// `runtime.nvidia.com/gpu=<id>`: in `jit-cdi` and in `auto` mode the
+/// named GPU's node is written into the spec, as for a bare `1`.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn jit_cdi_mode_and_its_names_write_the_gpus_named() {
+    let sim = sim();
+    let minor = sim.facts.gpus[1].minor;
+    let other = sim.facts.gpus[0].minor;
+    for (mode, name) in [
+        ("jit-cdi", "runtime.nvidia.com/gpu=1"),
+        ("jit-cdi", "1"),
+        ("auto", "runtime.nvidia.com/gpu=1"),
+    ] {
+        let env = format!("NVIDIA_VISIBLE_DEVICES={name}");
+        let setup = Setup::with_runtime(&sim, &[&env], &format!("mode = \"{mode}\"\n"));
+        let bundle = setup.bundle();
+        let out = setup.wrapper(&["create", "--bundle", bundle.to_str().unwrap(), "id"]);
+        assert!(
+            out.status.success(),
+            "{mode} {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let spec: serde_json::Value = serde_json::from_slice(&setup.spec()).unwrap();
+        let devices = spec["linux"]["devices"].to_string();
+        assert!(
+            devices.contains(&format!("\"/dev/nvidia{minor}\"")),
+            "{mode} {name}: {spec}"
+        );
+        assert!(
+            !devices.contains(&format!("\"/dev/nvidia{other}\"")),
+            "{mode} {name}: {spec}"
+        );
+    }
 }
 
 /// The devices beyond the GPU through the wrapper (issue 27): on the

@@ -31,7 +31,7 @@ pub use doctor::Options as DoctorOptions;
 pub use list::Ask;
 
 use crate::apply::inject::LinuxSys;
-use crate::config::{self, CompatMode, Config, LogLevel};
+use crate::config::{self, CompatMode, Config, LogLevel, RuntimeMode};
 use crate::specs::cdi_hook_args::SpecMade;
 use crate::{
     apply::hook, host::driver, planning::bundle, planning::planner, util::deadline, util::logging,
@@ -212,6 +212,8 @@ pub struct Overrides {
     pub driver_root: Option<PathBuf>,
     /// The CUDA compat mode, instead of the file's.
     pub cuda_compat: Option<CompatMode>,
+    /// The runtime wrapper's mode, instead of the file's.
+    pub runtime_mode: Option<RuntimeMode>,
     /// What the front accepted and ignored, logged once the log is set up.
     pub notes: Vec<Note>,
 }
@@ -230,6 +232,9 @@ impl Overrides {
         }
         if let Some(mode) = self.cuda_compat {
             config.cuda_compat.mode = mode;
+        }
+        if let Some(mode) = self.runtime_mode {
+            config.runtime.mode = mode;
         }
         config
     }

@@ -137,8 +137,18 @@ pub fn run(args: &Edit, out: &mut impl Write) -> Result<()> {
             }
         }
     }
-    let text = doc.to_string();
-    Config::parse(path, &text)?;
+    let edited = doc.to_string();
+    // A file not there yet starts as the shipped one: a line number of the
+    // result is of that text, which the error must not pin on the file.
+    let named = match text {
+        Some(_) => path.clone(),
+        None => PathBuf::from(format!(
+            "{} (no such file: the shipped defaults with the --set values)",
+            path.display()
+        )),
+    };
+    Config::parse(&named, &edited)?;
+    let text = edited;
     let target = match (&args.output, args.in_place) {
         (Some(file), _) => file.clone(),
         (None, true) => path.clone(),
@@ -284,6 +294,27 @@ mod tests {
         )
         .unwrap();
         assert_eq!(text, "[log]\nfile = \"/x\"\n");
+    }
+
+    /// With no file yet, a value the config refuses is not blamed on a line
+    /// of a file that does not exist.
+    #[test]
+    fn a_bad_value_without_a_file_names_the_defaults_not_the_file() {
+        let err = run_with(None, &["nvidia-container-runtime.mode=bogus"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("(no such file: the shipped defaults with the --set values)"),
+            "{err}"
+        );
+        // With a file, its own lines are named as before.
+        let err = run_with(
+            Some("[runtime]\n"),
+            &["nvidia-container-runtime.mode=bogus"],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("no such file"), "{err}");
     }
 
     #[test]

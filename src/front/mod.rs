@@ -27,8 +27,10 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::app::{Invocation, Operation, Overrides};
+use crate::config::RuntimeMode;
 use crate::util::this_program::{
-    CDI_HOOK_NAME, CLI_NAME as CLI, CTK_NAME, RUNTIME_HOOK_NAME as HOOK, RUNTIME_NAME,
+    CDI_HOOK_NAME, CLI_NAME as CLI, CTK_NAME, RUNTIME_CDI_NAME, RUNTIME_HOOK_NAME as HOOK,
+    RUNTIME_LEGACY_NAME, RUNTIME_NAME,
 };
 
 /// Why a command line under one of NVIDIA's names was refused.
@@ -115,11 +117,14 @@ pub fn parse(args: Vec<OsString>) -> Result<Invocation> {
         Front::Ours => ours::parse(&args),
         Front::RuntimeHook => runtime_hook::invocation(runtime_hook::parse(&lossy())?),
         // runc's command line, whole: nothing of it is ours to parse.
-        Front::Runtime => Invocation::Run(
+        Front::Runtime(mode) => Invocation::Run(
             Operation::Runtime {
                 args: args.get(1..).unwrap_or_default().to_vec(),
             },
-            Overrides::default(),
+            Overrides {
+                runtime_mode: mode,
+                ..Overrides::default()
+            },
         ),
         Front::Cli => match nvidia_cli::parse(&lossy())? {
             nvidia_cli::Parsed::Run(invocation) => nvidia_cli::operation(*invocation),
@@ -138,8 +143,9 @@ pub enum Front {
     Ours,
     /// `nvidia-container-runtime-hook`: NVIDIA's OCI hook.
     RuntimeHook,
-    /// `nvidia-container-runtime`: NVIDIA's runc wrapper, our runtime mode.
-    Runtime,
+    /// `nvidia-container-runtime`: NVIDIA's runc wrapper, our runtime mode;
+    /// its `.cdi` and `.legacy` names force that mode.
+    Runtime(Option<RuntimeMode>),
     /// `nvidia-container-cli`: NVIDIA's C CLI.
     Cli,
     /// `nvidia-ctk`: NVIDIA's toolkit command line.
@@ -150,9 +156,14 @@ pub enum Front {
 
 impl Front {
     /// The names that pick a front other than ours.
-    const NAMES: [(&'static str, Front); 5] = [
+    const NAMES: [(&'static str, Front); 7] = [
         (HOOK, Front::RuntimeHook),
-        (RUNTIME_NAME, Front::Runtime),
+        (RUNTIME_NAME, Front::Runtime(None)),
+        (RUNTIME_CDI_NAME, Front::Runtime(Some(RuntimeMode::Cdi))),
+        (
+            RUNTIME_LEGACY_NAME,
+            Front::Runtime(Some(RuntimeMode::Legacy)),
+        ),
         (CLI, Front::Cli),
         (CTK_NAME, Front::Ctk),
         (CDI_HOOK_NAME, Front::CdiHook),
@@ -177,7 +188,17 @@ mod tests {
         for (argv0, front) in [
             ("nvidia-container-runtime-hook", Front::RuntimeHook),
             ("/usr/bin/nvidia-container-runtime-hook", Front::RuntimeHook),
-            ("/usr/bin/nvidia-container-runtime", Front::Runtime),
+            ("/usr/bin/nvidia-container-runtime", Front::Runtime(None)),
+            // The GPU Operator's runtime classes nvidia-cdi and nvidia-legacy.
+            (
+                "/usr/bin/nvidia-container-runtime.cdi",
+                Front::Runtime(Some(RuntimeMode::Cdi)),
+            ),
+            (
+                "/usr/local/nvidia/toolkit/nvidia-container-runtime.legacy",
+                Front::Runtime(Some(RuntimeMode::Legacy)),
+            ),
+            ("/usr/bin/nvidia-container-runtime.jit", Front::Ours),
             ("nvidia-container-cli", Front::Cli),
             ("/usr/local/bin/nvidia-container-cli", Front::Cli),
             ("/usr/bin/nvidia-ctk", Front::Ctk),
@@ -191,6 +212,23 @@ mod tests {
             ),
         ] {
             assert_eq!(Front::of(OsStr::new(argv0)), front, "{argv0}");
+        }
+    }
+
+    #[test]
+    fn the_cdi_and_legacy_names_force_the_runtime_mode() {
+        for (argv0, mode) in [
+            ("nvidia-container-runtime", None),
+            ("nvidia-container-runtime.cdi", Some(RuntimeMode::Cdi)),
+            ("nvidia-container-runtime.legacy", Some(RuntimeMode::Legacy)),
+        ] {
+            let args = vec![OsString::from(argv0), "create".into(), "id".into()];
+            let Ok(Invocation::Run(Operation::Runtime { args: passed }, overrides)) = parse(args)
+            else {
+                panic!("{argv0} runs no runtime");
+            };
+            assert_eq!(passed, ["create", "id"], "{argv0}");
+            assert_eq!(overrides.runtime_mode, mode, "{argv0}");
         }
     }
 }

@@ -50,6 +50,13 @@ pub const RUNTIME_HOOK_NAME: &str = "nvidia-container-runtime-hook";
 /// (`daemon.json`'s `runtimes`).
 pub const RUNTIME_NAME: &str = "nvidia-container-runtime";
 
+/// The names the GPU Operator's runtime classes `nvidia-cdi` and
+/// `nvidia-legacy` call NVIDIA's runtime wrapper by, each forcing its mode.
+pub const RUNTIME_CDI_NAME: &str = "nvidia-container-runtime.cdi";
+
+/// See [`RUNTIME_CDI_NAME`].
+pub const RUNTIME_LEGACY_NAME: &str = "nvidia-container-runtime.legacy";
+
 /// NVIDIA's C CLI's name, which `ctr run --gpus`, LXC and enroot call.
 pub const CLI_NAME: &str = "nvidia-container-cli";
 

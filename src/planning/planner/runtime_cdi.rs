@@ -5,8 +5,10 @@
 //! where accepted), a bare name being one of `default-kind`, and from
 //! annotations under the configured prefixes (Kubernetes'
 //! `cdi.k8s.io/<key>`), each a comma list of qualified names. `auto` takes
-//! CDI for a container whose list names CDI devices only or that carries
-//! such an annotation. Resolving the names is the registry's work.
+//! CDI for a container whose list names CDI devices only (not NVIDIA's
+//! `jit-cdi` names of this host's devices) or that carries such an
+//! annotation; `legacy` and `jit-cdi` never do. Resolving the names is the
+//! registry's work.
 
 use serde_json::Value;
 
@@ -15,6 +17,7 @@ use super::{Error, Result};
 use crate::config::{Config, RuntimeMode};
 use crate::planning::bundle::Container;
 use crate::planning::request::cdi_name::Qualified;
+use crate::planning::request::JIT_KIND;
 
 /// The CDI devices `container` names, in the order given, when it is read
 /// in CDI mode; `None` when it is read as legacy. `spec` is the whole
@@ -25,7 +28,10 @@ pub(super) fn requested(
     spec: Option<&Value>,
 ) -> Result<Option<Vec<Qualified>>> {
     let cdi = &config.runtime.cdi;
-    if config.runtime.mode == RuntimeMode::Legacy {
+    if matches!(
+        config.runtime.mode,
+        RuntimeMode::Legacy | RuntimeMode::JitCdi
+    ) {
         return Ok(None);
     }
     let mut names = Vec::new();
@@ -56,7 +62,13 @@ pub(super) fn requested(
     } else {
         listed
     };
-    let cdi_only = !listed.is_empty() && listed.iter().all(|i| Qualified::looks_qualified(i));
+    // NVIDIA's jit-cdi names (`runtime.nvidia.com/gpu=0`) are this host's
+    // devices, planned as a bare list is: not CDI names to look up.
+    let jit = |item: &str| item.starts_with(JIT_KIND) && item[JIT_KIND.len()..].starts_with('=');
+    let cdi_only = !listed.is_empty()
+        && listed
+            .iter()
+            .all(|i| Qualified::looks_qualified(i) && !jit(i));
     if config.runtime.mode == RuntimeMode::Auto && names.is_empty() && !cdi_only {
         return Ok(None);
     }
@@ -231,6 +243,26 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "bad CDI device \"gpu0\" in annotation cdi.k8s.io/x: \"gpu0\" is not vendor/class=name"
+        );
+    }
+
+    /// NVIDIA's jit-cdi names are this host's devices: `auto` and `jit-cdi`
+    /// plan them as a bare list (the legacy path), never look them up.
+    #[test]
+    fn jit_cdi_names_are_planned_as_this_hosts_devices() {
+        let env = ["NVIDIA_VISIBLE_DEVICES=runtime.nvidia.com/gpu=0,runtime.nvidia.com/gpu=1"];
+        for mode in [RuntimeMode::Auto, RuntimeMode::JitCdi] {
+            assert_eq!(
+                requested(&config(mode), &container(&env), None).unwrap(),
+                None,
+                "{mode:?}"
+            );
+        }
+        // jit-cdi reads no annotation either: the list is the request.
+        let spec = json!({"annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}});
+        assert_eq!(
+            requested(&config(RuntimeMode::JitCdi), &container(&[]), Some(&spec)).unwrap(),
+            None
         );
     }
 }

@@ -18,12 +18,18 @@ use super::{check_len, Error, Result};
 /// may give `nvidia.com/gpu=1` where it gives `1`.
 pub const CDI_KIND: &str = "nvidia.com/gpu";
 
-/// An item without our CDI kind's `nvidia.com/gpu=`, which names the same
-/// device as the item after it: our spec's device names are the list's
-/// own (`0`, `all`, `GPU-…`, `0:1`, `MIG-…`).
+/// The kind NVIDIA's runtime gives the devices of its in-memory specs in
+/// `jit-cdi` mode (1.18+): `runtime.nvidia.com/gpu=0` is GPU 0 of this host.
+pub const JIT_KIND: &str = "runtime.nvidia.com/gpu";
+
+/// An item without our CDI kind's `nvidia.com/gpu=` (or NVIDIA's `jit-cdi`
+/// kind's `runtime.nvidia.com/gpu=`), which names the same device as the
+/// item after it: our spec's device names are the list's own (`0`, `all`,
+/// `GPU-…`, `0:1`, `MIG-…`).
 fn without_kind(item: &str) -> &str {
-    item.strip_prefix(CDI_KIND)
-        .and_then(|rest| rest.strip_prefix('='))
+    [CDI_KIND, JIT_KIND]
+        .iter()
+        .find_map(|kind| item.strip_prefix(kind)?.strip_prefix('='))
         .map_or(item, str::trim)
 }
 
@@ -447,6 +453,17 @@ mod tests {
         assert_eq!(
             DeviceSelection::from_cli(&["nvidia.com/gpu=1".into(), "nvidia.com/gpu=ALL".into()]),
             Ok(DeviceSelection::All)
+        );
+        // NVIDIA's jit-cdi kind (1.18+) names this host's devices too.
+        assert_eq!(
+            parse("runtime.nvidia.com/gpu=all"),
+            Ok(DeviceSelection::All)
+        );
+        assert_eq!(
+            list(&format!(
+                "runtime.nvidia.com/gpu=1,runtime.nvidia.com/gpu=GPU-{UUID}"
+            )),
+            [DeviceId::Index(1), DeviceId::Uuid(format!("GPU-{UUID}"))]
         );
         // Another kind names no device of ours.
         assert!(matches!(

@@ -215,8 +215,10 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
     // Most containers ask for no GPU: that is decided from the light
     // reading, before the whole spec is decoded.
     let container = bundle::parse(bundle, &path, &data)?;
-    let annotated = config.runtime.mode != crate::config::RuntimeMode::Legacy
-        && annotations::may_annotate(&data, &config.runtime.cdi.annotation_prefixes);
+    let annotated = !matches!(
+        config.runtime.mode,
+        crate::config::RuntimeMode::Legacy | crate::config::RuntimeMode::JitCdi
+    ) && annotations::may_annotate(&data, &config.runtime.cdi.annotation_prefixes);
     let whole = annotated.then(|| decode(&path, &data)).transpose()?;
     let planned = planner::plan(
         config,
