@@ -354,8 +354,7 @@ fn cdi_generate_is_our_spec_and_cdi_list_names_its_devices() {
             "cdi",
             "generate",
             &format!("--output={}", path_str(&output)),
-            "--device-name-strategy=index",
-            "--device-name-strategy=uuid",
+            // NVIDIA's default names: index and uuid, as ours asked for them.
             "--format=yaml",
             "--nvidia-cdi-hook-path=/usr/bin/nvidia-cdi-hook",
         ],
@@ -381,6 +380,27 @@ fn cdi_generate_is_our_spec_and_cdi_list_names_its_devices() {
         .chain(["nvidia.com/gpu=all".to_string()])
         .collect();
     expected.sort();
+    assert_eq!(listed.lines().collect::<Vec<_>>(), expected);
+    // NVIDIA 1.19's `--no-all-device`: every device but `all`.
+    fs::remove_file(&output).unwrap();
+    with_default_config(
+        &work,
+        &config,
+        "nvidia-ctk",
+        &[
+            "cdi",
+            "generate",
+            &format!("--output={}", path_str(&output)),
+            "--no-all-device",
+        ],
+    );
+    let listed = with_default_config(
+        &work,
+        &config,
+        "nvidia-ctk",
+        &["cdi", "list", &format!("--spec-dir={}", path_str(&specs))],
+    );
+    expected.retain(|name| name != "nvidia.com/gpu=all");
     assert_eq!(listed.lines().collect::<Vec<_>>(), expected);
     remove_tree_safely(&work);
 }

@@ -28,6 +28,8 @@ pub struct Generate {
     pub remove_without_driver: bool,
     /// `--mode`.
     pub mode: cdi::Mode,
+    /// Whether the spec has an `all` device (`nvidia-ctk`'s `--no-all-device` says no).
+    pub all_device: bool,
     /// Roots the caller named (`nvidia-ctk`'s `--driver-root`, `--dev-root`),
     /// each of which must be the config's: the spec's hook reads the config
     /// at container start.
@@ -91,6 +93,7 @@ fn spec(
     capabilities: Option<&str>,
     layout: ImageLayout,
     mode: cdi::Mode,
+    all_device: bool,
 ) -> Result<cdi::Generated> {
     let strategies = cdi::parse_strategies(strategies)?;
     let program = crate::util::this_program::path().map_err(|source| Error::Exe { source })?;
@@ -107,6 +110,7 @@ fn spec(
             layout,
             program,
             config_path,
+            all_device,
         },
     )?)
 }
@@ -130,6 +134,7 @@ pub fn generate(
         ask.capabilities.as_deref(),
         ask.layout,
         ask.mode,
+        ask.all_device,
     ) {
         Ok(generated) => generated,
         Err(Error::Cdi(why)) if ask.remove_without_driver && !to_stdout && why.driver_gone() => {
@@ -284,6 +289,7 @@ pub fn list(config: &Config, strategies: &str, out: &mut impl Write) -> Result<(
         None,
         ImageLayout::Debian,
         cdi::Mode::Auto,
+        true,
     )?
     .gpus;
     for device in &spec.devices {

@@ -31,11 +31,12 @@ pub struct GenerateArgs {
     /// Encoding [default: from the output's extension, yaml for stdout].
     #[arg(long, value_enum)]
     pub format: Option<SpecFormat>,
-    /// Device names: index (0, 0:1) or uuid (GPU-…, MIG-…); repeatable or a comma list.
+    /// Device names: index (0, 0:1) or uuid (GPU-…, MIG-…); repeatable or a
+    /// comma list [default: both, as NVIDIA's].
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "index",
+        default_value = "index,uuid",
         value_name = "STRATEGY"
     )]
     pub device_name_strategy: Vec<String>,
@@ -54,6 +55,9 @@ pub struct GenerateArgs {
     /// The spec's device class (only gpu).
     #[arg(long, alias = "cdi-class", default_value = "gpu")]
     pub class: String,
+    /// Leave the `all` device out of the spec.
+    #[arg(long)]
+    pub no_all_device: bool,
     /// How devices are found: auto, nvml (a native driver) or wsl (a WSL2 host); NVIDIA's other modes are refused.
     #[arg(long, default_value = "auto")]
     pub mode: String,
@@ -143,6 +147,7 @@ fn generate(args: &GenerateArgs) -> Result<(Operation, Vec<Note>)> {
         layout: ImageLayout::Debian,
         remove_without_driver: false,
         mode,
+        all_device: !args.no_all_device,
         roots,
     };
     Ok((Operation::CdiGenerate(generate), notes))
@@ -186,8 +191,16 @@ mod tests {
                 given: "/run/nvidia/driver".into()
             }]
         );
+        let (Operation::CdiGenerate(asked), _) = generate(&parse(&["--no-all-device"])).unwrap()
+        else {
+            panic!("not cdi generate");
+        };
+        assert!(!asked.all_device);
         let defaults = parse(&[]);
-        assert_eq!(defaults.device_name_strategy, ["index"]);
+        // NVIDIA's default since v1.20 at least (`nvidia-ctk cdi generate
+        // --help`: `(default: "index", "uuid")`), so that `nvidia.com/gpu=GPU-…`
+        // resolves in a spec made without the flag.
+        assert_eq!(defaults.device_name_strategy, ["index", "uuid"]);
         assert_eq!(defaults.output, None);
     }
 }

@@ -339,6 +339,7 @@ fn operation(command: Command) -> Operation {
             layout: layout.into(),
             remove_without_driver,
             mode: mode.into(),
+            all_device: true,
             roots: Vec::new(),
         }),
         Command::Cdi {

@@ -101,6 +101,8 @@ pub struct Options {
     pub program: std::path::PathBuf,
     /// The config file the hook is to read, absolute; `None` for the default.
     pub config_path: Option<std::path::PathBuf>,
+    /// Whether the spec has an `all` device (NVIDIA's `--no-all-device` leaves it out).
+    pub all_device: bool,
 }
 
 /// Generates the spec for this host, from the planner's plan for each device.
@@ -145,14 +147,16 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
             });
         }
     }
-    devices.push(Device {
-        name: "all".into(),
-        container_edits: ContainerEdits {
-            device_nodes: edits::device_nodes(edits::nodes_beyond(&all, &common)),
-            ..ContainerEdits::default()
-        },
-        ..Device::default()
-    });
+    if options.all_device {
+        devices.push(Device {
+            name: "all".into(),
+            container_edits: ContainerEdits {
+                device_nodes: edits::device_nodes(edits::nodes_beyond(&all, &common)),
+                ..ContainerEdits::default()
+            },
+            ..Device::default()
+        });
+    }
 
     // The IMEX channels, from the same inventory.
     let imex = imex_spec(&inventory);
