@@ -437,3 +437,70 @@ fn cdi_generate_mode_wsl_is_our_wsl_spec() {
         "{ours}"
     );
 }
+
+/// `nvidia-ctk system create-dev-char-symlinks` (NVIDIA's remedy for GPUs
+/// lost on `systemctl daemon-reload`): each node the driver made gets its
+/// `MAJOR:MINOR` link to the node, a second run keeps them, and a name the
+/// host already uses for something else is left alone.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn system_create_dev_char_symlinks_links_the_drivers_nodes() {
+    require_root();
+    let _serial = serial();
+    let host = SimHost::shared(Fixture::synthetic(2));
+    let work = work_root().join("ctk").join("dev-char");
+    remove_tree_safely(&work);
+    fs::create_dir_all(&work).unwrap();
+    let config = work.join("hook.toml");
+    write_hook_config(&host, &config, &work.join("hook.log"), "info");
+    let char_dir = work.join("char");
+    fs::create_dir_all(&char_dir).unwrap();
+    // Someone else's link under a name ours would take.
+    symlink("/nowhere", char_dir.join("195:255")).unwrap();
+    let dev = Path::new(&host.facts.dev_root).join("dev");
+    let args = [
+        "system",
+        "create-dev-char-symlinks",
+        "--dev-char-path",
+        &path_str(&char_dir),
+        "--load-kernel-modules",
+    ];
+    for _ in 0..2 {
+        with_default_config(&work, &config, "nvidia-ctk", &args);
+        for gpu in &host.facts.gpus {
+            let link = char_dir.join(format!("195:{}", gpu.minor));
+            assert_eq!(
+                fs::read_link(&link).unwrap(),
+                dev.join(format!("nvidia{}", gpu.minor)),
+                "{}",
+                link.display()
+            );
+        }
+        assert_eq!(
+            fs::read_link(char_dir.join(format!("{}:0", host.facts.uvm_major))).unwrap(),
+            dev.join("nvidia-uvm")
+        );
+        assert_eq!(
+            fs::read_link(char_dir.join("195:255")).unwrap(),
+            Path::new("/nowhere"),
+            "the host's own link is kept"
+        );
+    }
+    // --dry-run prints and makes nothing.
+    let fresh = work.join("char-dry");
+    let printed = with_default_config(
+        &work,
+        &config,
+        "nvidia-ctk",
+        &[
+            "system",
+            "create-dev-char-symlinks",
+            "--dev-char-path",
+            &path_str(&fresh),
+            "--dry-run",
+        ],
+    );
+    assert!(printed.contains(":0 -> "), "{printed}");
+    assert!(!fresh.exists());
+    remove_tree_safely(&work);
+}

@@ -19,6 +19,7 @@ pub mod nvidia_cli;
 pub mod nvidia_hooks;
 pub mod settings;
 mod specs;
+pub mod system;
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -56,6 +57,8 @@ pub enum Error {
     Json(#[from] serde_json::Error),
     #[error(transparent)]
     Hook(#[from] hook::Error),
+    #[error("cannot make the /dev/char link {path}: {source}")]
+    DevChar { path: PathBuf, source: io::Error },
     #[error("refusing to run as hook stage {stage:?}: oci-nvidia-hook runs only at prestart or createRuntime (in the runtime's namespaces, before pivot_root)")]
     Stage { stage: String },
     #[error("refusing to run the CDI hook at stage {stage:?}: it runs only at createRuntime (in the runtime's namespaces, before pivot_root)")]
@@ -166,6 +169,8 @@ pub enum Operation {
     EngineConfigure(engine::Configure),
     /// Print or change the config file under NVIDIA's key names (`nvidia-ctk config`).
     ConfigEdit(settings::Edit),
+    /// The `/dev/char` links of the driver's nodes (`nvidia-ctk system create-dev-char-symlinks`).
+    DevCharSymlinks(system::DevCharLinks),
     /// A hook stage the hook refuses to run at.
     RefusedStage {
         /// The stage given.
@@ -194,6 +199,7 @@ impl Operation {
             | Operation::Doctor(_)
             | Operation::EngineConfigure(_)
             | Operation::ConfigEdit(_)
+            | Operation::DevCharSymlinks(_)
             | Operation::RefusedStage { .. } => None,
         }
     }
@@ -346,6 +352,9 @@ pub fn run(operation: &Operation, overrides: &Overrides) -> Result<Outcome> {
         }
         Operation::EngineConfigure(configure) => engine::configure(configure, &mut out)?,
         Operation::ConfigEdit(edit) => settings::run(edit, &mut out)?,
+        Operation::DevCharSymlinks(asked) => {
+            system::create_dev_char_symlinks(&config, asked, &mut out)?
+        }
         Operation::RefusedStage { stage } => {
             return Err(Error::Stage {
                 stage: stage.clone(),

@@ -6,6 +6,7 @@
 mod cdi;
 mod runtime;
 mod settings;
+mod system;
 
 use clap::{Parser, Subcommand};
 
@@ -56,6 +57,12 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: cdi::CdiCommand,
+    },
+    /// The host's system: the /dev/char links of the driver's device nodes.
+    System {
+        /// What to do.
+        #[command(subcommand)]
+        command: system::SystemCommand,
     },
     /// The hooks of NVIDIA's CDI specs, as nvidia-cdi-hook runs them.
     Hook {
@@ -124,6 +131,13 @@ fn read(ctk: Ctk) -> Result<Invocation> {
             let (operation, notes) = cdi::operation(&command)?;
             overrides.notes = notes;
             operation
+        }
+        Command::System {
+            command: system::SystemCommand::CreateDevCharSymlinks(args),
+        } => {
+            let (asked, notes) = args.read();
+            overrides.notes = notes;
+            Operation::DevCharSymlinks(asked)
         }
         // `nvidia-ctk hook` runs as a runtime's hook: bounded as every hook is.
         Command::Hook { command } => Operation::NvidiaHook {
