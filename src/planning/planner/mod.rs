@@ -174,6 +174,16 @@ pub struct Effective {
 }
 
 impl Effective {
+    /// The answer for a source that asks for no GPU, its nodes (had it
+    /// asked) reaching it as `node_mode` says.
+    fn void(node_mode: NodeMode) -> Effective {
+        Effective {
+            request: Request::void(),
+            requirements: Requirements::default(),
+            node_mode,
+        }
+    }
+
     /// Whether the request asks for nothing: not a GPU container.
     pub fn is_void(&self) -> bool {
         self.request.devices == DeviceSelection::Void
@@ -349,22 +359,14 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
             ImageSource::Rootfs(rootfs) => Some(rootfs),
             ImageSource::Layout(_) => None,
         };
-        let mut planned = Planned::void(Effective {
-            request: Request::void(),
-            requirements: Requirements::default(),
-            node_mode: NodeMode::Mknod,
-        });
+        let mut planned = Planned::void(Effective::void(NodeMode::Mknod));
         planned.plan = hook_edits::plan(config, kind, rootfs)?;
         return Ok(planned);
     }
     // The runtime wrapper's CDI mode answers with names, not a plan.
     if let Source::Runtime { container, spec } = source {
         if let Some(names) = runtime_cdi::requested(config, container, spec)? {
-            let mut planned = Planned::void(Effective {
-                request: Request::void(),
-                requirements: Requirements::default(),
-                node_mode: NodeMode::Mknod,
-            });
+            let mut planned = Planned::void(Effective::void(NodeMode::Mknod));
             planned.cdi_devices = Some(names);
             return Ok(planned);
         }

@@ -48,12 +48,8 @@ pub(super) fn effective(config: &Config, source: Source<'_>) -> Result<Effective
         Source::Container(container) | Source::Runtime { container, .. } => {
             container_request(config, container)
         }
-        // Planned by what the hook names ([`super::edits`]), never a request.
-        Source::Edits(_) => Ok(Effective {
-            request: Request::void(),
-            requirements: Requirements::default(),
-            node_mode: NodeMode::Mknod,
-        }),
+        // Planned by what the hook names ([`super::hook_edits`]), never a request.
+        Source::Edits(_) => Ok(Effective::void(NodeMode::Mknod)),
         Source::Argv { asked, container } => argv_request(config, asked, container),
         // The GPUs are those whose nodes the runtime created, known once
         // the host is inventoried (see [`plan`]).
@@ -124,11 +120,7 @@ fn container_request(config: &Config, container: &Container) -> Result<Effective
     };
     let devices = container_devices(config, container)?;
     if devices == DeviceSelection::Void {
-        return Ok(Effective {
-            request: Request::void(),
-            requirements: Requirements::default(),
-            node_mode,
-        });
+        return Ok(Effective::void(node_mode));
     }
     let mut request = Request::for_devices(&container.env, devices)?;
     refuse_mig_unless_privileged(
