@@ -60,7 +60,7 @@ fn run_on(
     config: &Config,
     sys: &impl Seam,
 ) -> Result<inject::Summary> {
-    if *kind == HookEdits::DisableDeviceNodeModification {
+    if !kind.reads_container() {
         return Ok(target
             .apply(sys, &planned(config, kind, None)?, None)?
             .summary);

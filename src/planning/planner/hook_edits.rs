@@ -23,8 +23,11 @@ pub const COMPAT_CONF: &str = "/etc/ld.so.conf.d/00-compat-oci-nvidia-hook.conf"
 /// `disable-device-node-modification`, else from what the container shows
 /// inside its mount namespace (`rootfs` as seen there).
 pub(super) fn plan(config: &Config, kind: &HookEdits, rootfs: Option<&Path>) -> Result<Plan> {
-    let Some(rootfs) = rootfs.filter(|_| *kind != HookEdits::DisableDeviceNodeModification) else {
-        return proc_mask(config, kind);
+    let rootfs = match (kind.reads_container(), rootfs) {
+        (false, _) => return proc_mask(config),
+        // The others read the container: nothing without its root.
+        (true, None) => return Ok(Plan::default()),
+        (true, Some(rootfs)) => rootfs,
     };
     Ok(match kind {
         HookEdits::UpdateLdcache { folders } => {
@@ -81,16 +84,15 @@ pub(super) fn plan(config: &Config, kind: &HookEdits, rootfs: Option<&Path>) -> 
             ..Plan::default()
         },
         // Planned from the host above.
-        HookEdits::DisableDeviceNodeModification => Plan::default(),
+        HookEdits::DisableDeviceNodeModification => proc_mask(config)?,
     })
 }
 
 /// `disable-device-node-modification`'s plan: the driver's procfs masked,
 /// its params showing `ModifyDeviceFiles: 0`; nothing without a driver.
-/// The other hooks plan nothing without the container's root.
-fn proc_mask(config: &Config, kind: &HookEdits) -> Result<Plan> {
+fn proc_mask(config: &Config) -> Result<Plan> {
     let proc_dir = config.driver.proc_root.join("driver/nvidia");
-    if *kind != HookEdits::DisableDeviceNodeModification || !proc_dir.join("params").exists() {
+    if !proc_dir.join("params").exists() {
         log::debug!("{}: no driver loaded, nothing to mask", proc_dir.display());
         return Ok(Plan::default());
     }

@@ -48,6 +48,13 @@ pub enum HookEdits {
 }
 
 impl HookEdits {
+    /// Whether the hook is planned from what the container shows inside its
+    /// mount namespace; `disable-device-node-modification` is planned from
+    /// the host's driver procfs, whose files are opened before entering.
+    pub fn reads_container(&self) -> bool {
+        !matches!(self, HookEdits::DisableDeviceNodeModification)
+    }
+
     /// NVIDIA's name for it, in log lines.
     pub fn name(&self) -> &'static str {
         match self {
