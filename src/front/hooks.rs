@@ -72,9 +72,14 @@ pub fn unparsed(error: clap::Error, hook: Option<&OsString>) -> Invocation {
 
 /// The hook named among `words`, as [`before_parsing`] finds it.
 pub fn named(words: &[OsString]) -> Option<&OsString> {
+    words.get(first_word(words)?)
+}
+
+/// Where the first word past the global flags is among `words`.
+pub fn first_word(words: &[OsString]) -> Option<usize> {
     words
         .iter()
-        .find(|w| !GLOBAL.iter().any(|g| w.as_bytes() == g.as_bytes()))
+        .position(|w| !GLOBAL.iter().any(|g| w.as_bytes() == g.as_bytes()))
 }
 
 /// The OCI state a hook reads.

@@ -84,12 +84,9 @@ pub enum RuntimeCommand {
 pub fn parse(args: &[std::ffi::OsString]) -> Result<Invocation> {
     // `nvidia-ctk hook …` is as forward compatible as `nvidia-cdi-hook`.
     let words = args.get(1..).unwrap_or_default();
-    let hook_words = hooks::named(words)
-        .filter(|w| *w == "hook")
-        .and_then(|hook| {
-            let at = words.iter().position(|w| std::ptr::eq(w, hook))?;
-            words.get(at + 1..)
-        });
+    let hook_words = hooks::first_word(words)
+        .filter(|&at| words[at] == "hook")
+        .and_then(|at| words.get(at + 1..));
     if let Some(hook_words) = hook_words {
         if let Some(skipped) = hooks::before_parsing(hook_words) {
             return Ok(skipped);
