@@ -91,14 +91,7 @@ fn creating(stdin: impl Read + AsFd) -> Result<Target> {
     let state = state::parse(&state::read(stdin)?)?;
     let pidfd = hold_creating(state.pid)?;
     let container = bundle::load(&state.bundle)?;
-    Ok(Target {
-        id: state.id,
-        container,
-        held: Some(Held {
-            pid: state.pid,
-            pidfd,
-        }),
-    })
+    Ok(Target::outside(state.id, container, state.pid, pidfd))
 }
 
 /// Checks that `pid` is a container being created, seen from outside it,
@@ -178,14 +171,7 @@ pub struct Configure<'a> {
 pub fn configure(config: &Config, target: &Configure<'_>, sys: &impl Seam) -> Result<()> {
     let pidfd = hold_creating(target.pid)?;
     let container = configured_container(target.bundle, target.rootfs)?;
-    let creating = Target {
-        id: format!("pid {}", target.pid),
-        container,
-        held: Some(Held {
-            pid: target.pid,
-            pidfd,
-        }),
-    };
+    let creating = Target::outside(format!("pid {}", target.pid), container, target.pid, pidfd);
     inject(
         config,
         sys,

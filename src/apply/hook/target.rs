@@ -96,6 +96,21 @@ pub struct Applied {
 }
 
 impl Target {
+    /// A container whose init `pid`, held by `pidfd`, was checked to be one
+    /// being created, seen from outside it.
+    pub(super) fn outside(
+        id: String,
+        container: bundle::Container,
+        pid: u32,
+        pidfd: Option<OwnedFd>,
+    ) -> Target {
+        Target {
+            id,
+            container,
+            held: Some(Held { pid, pidfd }),
+        }
+    }
+
     /// The pid of its init as this process sees it, when outside it.
     pub fn pid(&self) -> Option<u32> {
         self.held.as_ref().map(|held| held.pid)
