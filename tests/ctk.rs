@@ -317,6 +317,17 @@ fn with_default_config(dir: &Path, config: &Path, name: &str, args: &[&str]) -> 
     out.stdout
 }
 
+/// A fresh work directory `ctk/NAME` and a config for `host` in it, as the
+/// default config file the commands under test read: (the directory, the config).
+fn fresh_work(host: &SimHost, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let work = work_root().join("ctk").join(name);
+    remove_tree_safely(&work);
+    fs::create_dir_all(&work).unwrap();
+    let config = work.join("hook.toml");
+    write_hook_config(host, &config, &work.join("hook.log"), "info");
+    (work, config)
+}
+
 /// `nvidia-ctk cdi generate` writes the spec our own `cdi generate` writes
 /// for the same names, and `cdi list` prints its devices.
 #[test]
@@ -325,11 +336,7 @@ fn cdi_generate_is_our_spec_and_cdi_list_names_its_devices() {
     require_root();
     let _serial = serial();
     let host = SimHost::shared(Fixture::real(4));
-    let work = work_root().join("ctk").join("cdi");
-    remove_tree_safely(&work);
-    fs::create_dir_all(&work).unwrap();
-    let config = work.join("hook.toml");
-    write_hook_config(&host, &config, &work.join("hook.log"), "info");
+    let (work, config) = fresh_work(&host, "cdi");
     let ours = with_default_config(
         &work,
         &config,
@@ -414,11 +421,7 @@ fn cdi_generate_mode_wsl_is_our_wsl_spec() {
     require_root();
     let _serial = serial();
     let host = SimHost::shared(Fixture::wsl());
-    let work = work_root().join("ctk").join("cdi-wsl");
-    remove_tree_safely(&work);
-    fs::create_dir_all(&work).unwrap();
-    let config = work.join("hook.toml");
-    write_hook_config(&host, &config, &work.join("hook.log"), "info");
+    let (work, config) = fresh_work(&host, "cdi-wsl");
     let ours = with_default_config(
         &work,
         &config,
@@ -448,11 +451,7 @@ fn system_create_dev_char_symlinks_links_the_drivers_nodes() {
     require_root();
     let _serial = serial();
     let host = SimHost::shared(Fixture::synthetic(2));
-    let work = work_root().join("ctk").join("dev-char");
-    remove_tree_safely(&work);
-    fs::create_dir_all(&work).unwrap();
-    let config = work.join("hook.toml");
-    write_hook_config(&host, &config, &work.join("hook.log"), "info");
+    let (work, config) = fresh_work(&host, "dev-char");
     let char_dir = work.join("char");
     fs::create_dir_all(&char_dir).unwrap();
     // Someone else's link under a name ours would take.
