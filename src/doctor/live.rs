@@ -589,7 +589,7 @@ impl Work {
             }
         }
         for dir in self.cgroup_dirs() {
-            if dir.exists() && fs::remove_dir(&dir).is_err() {
+            if dir.exists() && remove_cgroup(&dir).is_err() {
                 left.push(dir.display().to_string());
             }
         }
@@ -621,6 +621,28 @@ impl Work {
             .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .map(|e| e.path().join(rel))
             .collect()
+    }
+}
+
+/// How long a killed container's cgroup may take to empty.
+const CGROUP_EMPTIES: Duration = Duration::from_secs(2);
+
+/// Removes the cgroup directory `dir`. Its processes, just killed by `runc
+/// delete --force`, may not all be gone yet, and the kernel refuses to
+/// remove a cgroup that still has any (`EBUSY`): retried until it empties,
+/// within [`CGROUP_EMPTIES`].
+fn remove_cgroup(dir: &Path) -> std::io::Result<()> {
+    let started = Instant::now();
+    loop {
+        match fs::remove_dir(dir) {
+            Err(e)
+                if e.raw_os_error() == Some(nix::libc::EBUSY)
+                    && started.elapsed() < CGROUP_EMPTIES =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            done => return done,
+        }
     }
 }
 
