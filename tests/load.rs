@@ -154,6 +154,7 @@ fn prepare_fleet(serial: &Serial, runtime: Runtime, host: &SimHost, gpus: &[GpuF
                 binds: vec![(sync.clone(), "/sync".into())],
                 hook_log: Some(log.clone()),
                 log_level: Some("info"),
+                config_head: None,
             };
             prepare(
                 serial,

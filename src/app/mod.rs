@@ -384,11 +384,52 @@ fn set_up(
             for note in &overrides.notes {
                 log::log!(note.level, "{}", note.text);
             }
+            note_nvidia_config(&config);
             Ok(config)
         }
         (Err(e), Operation::Runtime { args }) => Err(runtime_failed(args, e)),
         (Err(e), _) => Err(e),
     }
+}
+
+/// Logs each key of NVIDIA's config file whose request is not done here,
+/// once per content of the file: the first start after it changed (a
+/// marker in the snapshot directory remembers; without one, every start).
+fn note_nvidia_config(config: &Config) {
+    let report = &config.nvidia;
+    let (Some(path), Some(_)) = (&report.path, report.unhonoured().next()) else {
+        return;
+    };
+    if let Some(dir) = &config.driver.snapshot_dir {
+        if !first_note(dir, report.digest) {
+            return;
+        }
+    }
+    for finding in report.unhonoured() {
+        if let config::nvidia::Fate::Unhonoured(why) = finding.fate {
+            log::warn!(
+                "{}: {} = {} is not honoured: {why} (doctor lists NVIDIA's keys)",
+                path.display(),
+                finding.key,
+                finding.value
+            );
+        }
+    }
+}
+
+/// Whether no note was made yet for the NVIDIA file whose digest is
+/// `digest`: creates the marker that says so (root's directory, 0700).
+fn first_note(dir: &std::path::Path, digest: u64) -> bool {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+    let marker = dir.join(format!("nvidia-config-{digest:016x}.noted"));
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(marker);
+    !matches!(made, Err(e) if e.kind() == io::ErrorKind::AlreadyExists)
 }
 
 /// The runtime wrapper's `error`, also written to the runtime's log, where

@@ -144,6 +144,63 @@ fn config(loaded: &Loaded<'_>, out: &mut Vec<Check>) {
             format!("{} parses", shown.display()),
         )),
     }
+    nvidia_config(&loaded.config.nvidia, out);
+}
+
+/// What NVIDIA's config file contributed: the keys that took effect, and a
+/// warning for each whose request is not done here.
+fn nvidia_config(report: &config::nvidia::Report, out: &mut Vec<Check>) {
+    use config::nvidia::Fate;
+    let Some(path) = &report.path else { return };
+    let named = |want: fn(&Fate) -> bool| -> Vec<&str> {
+        report
+            .findings
+            .iter()
+            .filter(|f| want(&f.fate))
+            .map(|f| f.key.as_str())
+            .collect()
+    };
+    let applied = named(|f| matches!(f, Fate::Applied { .. }));
+    let overridden = named(|f| matches!(f, Fate::Overridden { .. }));
+    let no_effect = named(|f| matches!(f, Fate::NoEffect(_)));
+    let unknown = named(|f| matches!(f, Fate::Unknown));
+    let mut found = format!("{} is read under ours: ", path.display());
+    found += &match applied.is_empty() {
+        true => "no key of it takes effect".to_string(),
+        false => format!("{} take effect", applied.join(", ")),
+    };
+    for (what, keys) in [
+        ("ours sets instead", &overridden),
+        (
+            "have no effect here (docs/nvidia-ctk.md says why)",
+            &no_effect,
+        ),
+        ("are not NVIDIA's keys", &unknown),
+    ] {
+        if !keys.is_empty() {
+            found += &format!("; {} {what}", keys.join(", "));
+        }
+    }
+    out.push(Check::ok(L, "NVIDIA config", found));
+    for finding in report.unhonoured() {
+        let Fate::Unhonoured(why) = finding.fate else {
+            continue;
+        };
+        out.push(Check::warn(
+            L,
+            "NVIDIA config",
+            format!(
+                "{}: {} = {} is not honoured: {why}",
+                path.display(),
+                finding.key,
+                finding.value
+            ),
+            format!(
+                "remove it from {}, or see docs/nvidia-ctk.md for what does this here",
+                path.display()
+            ),
+        ));
+    }
 }
 
 /// Whose binary a hook runs: ours if it is this very program or a file named

@@ -116,13 +116,34 @@ fn documented_keys() -> BTreeSet<String> {
         .collect()
 }
 
-/// The conffile sets every key docs/configuration.md documents, each to the built-in
-/// default (so installing it changes nothing), and each is preceded by a
-/// comment that gives its default.
+/// The conffile names every key docs/configuration.md documents, each
+/// commented out at the built-in default (so installing it changes nothing
+/// and NVIDIA's file shows through), and each is preceded by a comment that
+/// gives its default.
 #[test]
 fn shipped_config_sets_every_documented_key_to_its_default() {
     let path = repo().join("packaging/config.toml");
-    let text = std::fs::read_to_string(&path).unwrap();
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let set: toml::Table = shipped.parse().unwrap();
+    fn sets_nothing(table: &toml::Table) -> bool {
+        table
+            .values()
+            .all(|v| v.as_table().is_some_and(sets_nothing))
+    }
+    assert!(sets_nothing(&set), "the shipped config sets a key: {set:?}");
+    // Every key line uncommented.
+    let text: String = shipped
+        .lines()
+        .map(|line| match line.strip_prefix('#') {
+            Some(rest)
+                if rest.starts_with(|c: char| c.is_ascii_lowercase()) && rest.contains(" = ") =>
+            {
+                rest
+            }
+            _ => line,
+        })
+        .map(|line| format!("{line}\n"))
+        .collect();
     let parsed = Config::parse(&path, &text).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         parsed,

@@ -384,9 +384,11 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
         effective.node_mode = NodeMode::Bind;
     }
     // Rootless, the hook has no device cgroup to write, and the runtime
-    // made none for the container.
+    // made none for the container; the config may leave it to the runtime.
     let left = LeftToOthers {
-        cgroup_rules: left.cgroup_rules || user_namespace.is_some_and(|ns| ns.rootless),
+        cgroup_rules: left.cgroup_rules
+            || user_namespace.is_some_and(|ns| ns.rootless)
+            || !config.grant_device_cgroup,
         ..left
     };
     let inventory = match taken {

@@ -206,6 +206,14 @@ fn container_devices(config: &Config, container: &Container) -> Result<DeviceSel
 /// win; the variable counts for a privileged container, or for any when
 /// the config accepts an unprivileged container's variables.
 fn container_imex(config: &Config, container: &Container) -> Result<ImexChannels> {
+    if config.ignore_imex_channel_requests {
+        if request::env_var(&container.env, "NVIDIA_IMEX_CHANNELS").is_some()
+            || !container.imex_mounts.is_empty()
+        {
+            log::info!("ignoring the container's IMEX channel requests (ignore-imex-channel-requests = true)");
+        }
+        return Ok(ImexChannels::None);
+    }
     if config.accept_volume_mounts && !container.imex_mounts.is_empty() {
         return Ok(ImexChannels::from_mounts(&container.imex_mounts)?);
     }

@@ -840,3 +840,50 @@ fn a_spec_made_on_another_mig_layout_is_refused_naming_both_and_the_command() {
     let err = run(&inventory, Some("1:1:0")).unwrap_err().to_string();
     assert!(err.contains("MIG layout is now none"), "{err}");
 }
+
+/// NVIDIA's `no-cgroups = true` (`grant-device-cgroup = false`): the plan
+/// leaves the device cgroup to the runtime, and keeps the rest.
+#[test]
+fn a_config_that_leaves_the_cgroup_to_the_runtime_plans_no_rules() {
+    let inputs = |source| Inputs::new(source, ImageSource::Layout(ImageLayout::Debian));
+    let whole = super::plan_on(
+        &Config::default(),
+        inputs(flags("0", "utility")),
+        Some(&inventory()),
+    )
+    .unwrap()
+    .plan;
+    assert!(!whole.cgroup_rules.is_empty());
+    let config = Config {
+        grant_device_cgroup: false,
+        ..Config::default()
+    };
+    let plan = super::plan_on(&config, inputs(flags("0", "utility")), Some(&inventory()))
+        .unwrap()
+        .plan;
+    assert!(plan.cgroup_rules.is_empty());
+    assert_eq!(plan.devices, whole.devices);
+    assert_eq!(plan.mounts, whole.mounts);
+}
+
+/// NVIDIA's `features.ignore-imex-channel-requests`: neither the variable
+/// nor mounts of any container count; the administrator's flags still do.
+#[test]
+fn ignored_imex_requests_come_from_no_container() {
+    let config = Config {
+        ignore_imex_channel_requests: true,
+        accept_volume_mounts: true,
+        ..Config::default()
+    };
+    let env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1"];
+    for (privileged, mounts) in [(true, &[][..]), (false, &["0", "imex/3"][..])] {
+        let c = container(&env, privileged, mounts);
+        let effective = of_container(&config, &c).unwrap();
+        assert!(!effective.is_void());
+        assert_eq!(effective.request.imex, ImexChannels::None);
+    }
+    let mut a = asked(&["0"], &[Capability::Utility], &[]);
+    a.imex_channels = vec!["2".into()];
+    let req = effective_of(&config, argv(&a, None)).request;
+    assert_eq!(req.imex, ImexChannels::List(vec![2]));
+}

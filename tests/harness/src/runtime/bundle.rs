@@ -104,6 +104,8 @@ pub struct BundleExtras {
     pub hook_log: Option<PathBuf>,
     /// The hook's `[log] level` instead of `debug`.
     pub log_level: Option<&'static str>,
+    /// Top-level keys put before the simulated host's in the hook config.
+    pub config_head: Option<String>,
 }
 
 /// Where this binary keeps its bundles (in `bundles/`), its template and
@@ -221,6 +223,12 @@ impl Bundle {
         let log = extras.hook_log.clone().unwrap_or_else(|| bundle.hook_log());
         let level = extras.log_level.unwrap_or("debug");
         write_hook_config(scenario.host, &bundle.hook_config(), &log, level);
+        if let Some(head) = &extras.config_head {
+            let config =
+                std::fs::read_to_string(bundle.hook_config()).expect("read the hook config");
+            std::fs::write(bundle.hook_config(), format!("{head}\n{config}"))
+                .expect("write the hook config");
+        }
         if scenario.runtime.is_podman() {
             std::fs::create_dir_all(bundle.hooks_dir()).expect("create the hooks dir");
             // An empty hooks dir: podman then runs no hook at all.

@@ -14,23 +14,39 @@ use super::run::{Run, RunFiles, Serial, RUN_LIMIT};
 /// Runs one container and returns what happened. Panics on a missing tool,
 /// a bundle that cannot be made, and as [`Run::collect`] does.
 pub fn run(serial: &Serial, scenario: &Scenario) -> Run {
+    run_with(serial, scenario, &BundleExtras::default())
+}
+
+/// [`run`] with the bundle changes `extras` asks for.
+pub fn run_with(serial: &Serial, scenario: &Scenario, extras: &BundleExtras) -> Run {
     scenario.runtime.require_tools();
-    run_through(serial, scenario, |argv| scenario.runtime.in_namespace(argv))
+    run_extras_through(serial, scenario, extras, |argv| {
+        scenario.runtime.in_namespace(argv)
+    })
 }
 
 /// [`run`], with the runtime's command line run by the command `wrap`
 /// makes of it (tests/bullseye.rs: inside another system's root); the
 /// runtime's tools are the wrapper's to provide.
 pub fn run_through(
+    serial: &Serial,
+    scenario: &Scenario,
+    wrap: impl FnOnce(Vec<String>) -> std::process::Command,
+) -> Run {
+    run_extras_through(serial, scenario, &BundleExtras::default(), wrap)
+}
+
+fn run_extras_through(
     _serial: &Serial,
     scenario: &Scenario,
+    extras: &BundleExtras,
     wrap: impl FnOnce(Vec<String>) -> std::process::Command,
 ) -> Run {
     assert!(
         scenario.decoy_minors.is_empty() || !scenario.runtime.is_podman(),
         "decoy nodes need a runtime that takes config.json, not podman"
     );
-    let bundle = Bundle::create(scenario, &BundleExtras::default());
+    let bundle = Bundle::create(scenario, extras);
     let id = format!("onh-{}-{}", scenario.name, std::process::id());
     let argv = bundle.runtime_argv(scenario, &id);
 

@@ -13,6 +13,8 @@ use thiserror::Error;
 use crate::planning::request::Capabilities;
 use crate::util::error_line::escape_controls;
 
+pub mod nvidia;
+
 /// Where the configuration lives when `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/oci-nvidia-hook/config.toml";
 
@@ -37,6 +39,13 @@ pub enum Error {
         key: &'static str,
         value: String,
         reason: &'static str,
+    },
+    #[error("invalid NVIDIA config file {path}: {key} = {value}: {reason}")]
+    Nvidia {
+        path: PathBuf,
+        key: String,
+        value: String,
+        reason: String,
     },
 }
 
@@ -74,6 +83,19 @@ pub struct Config {
     pub cuda_compat: CudaCompatConfig,
     /// The runtime wrapper's real runtime.
     pub runtime: RuntimeConfig,
+    /// Grant the container's device cgroup its GPUs; `false` leaves it to
+    /// the runtime (NVIDIA's `no-cgroups`, for engines that list the
+    /// devices themselves).
+    pub grant_device_cgroup: bool,
+    /// Never take IMEX channels from what a container carries (its
+    /// variable or mounts); only an administrator's `--imex-channel`.
+    pub ignore_imex_channel_requests: bool,
+    /// NVIDIA's config file, read under ours (see [`nvidia`]); `""` for none.
+    #[serde(deserialize_with = "optional_path")]
+    pub nvidia_config: Option<PathBuf>,
+    /// What NVIDIA's config file contributed: not a key of ours.
+    #[serde(skip)]
+    pub nvidia: nvidia::Report,
 }
 
 /// `[runtime]`: what `oci-nvidia-hook runtime` (`nvidia-container-runtime`)
@@ -193,7 +215,25 @@ impl Default for Config {
             log: LogConfig::default(),
             cuda_compat: CudaCompatConfig::default(),
             runtime: RuntimeConfig::default(),
+            grant_device_cgroup: true,
+            ignore_imex_channel_requests: false,
+            nvidia_config: Some(PathBuf::from(nvidia::DEFAULT_PATH)),
+            nvidia: nvidia::Report::default(),
         }
+    }
+}
+
+/// Parses an optional absolute path: `""` for none.
+fn optional_path<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Option<PathBuf>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    match text.as_str() {
+        "" => Ok(None),
+        path if path.starts_with('/') => Ok(Some(PathBuf::from(path))),
+        path => Err(serde::de::Error::custom(format!(
+            "{path:?} is not an absolute path (or \"\" for none)"
+        ))),
     }
 }
 
@@ -260,7 +300,7 @@ pub struct DriverConfig {
     pub sys_root: PathBuf,
     /// Root-only directory where the hook keeps a validated snapshot of what
     /// it found in the driver root (see `driver::snapshot`); `""` keeps none.
-    #[serde(deserialize_with = "snapshot_dir")]
+    #[serde(deserialize_with = "optional_path")]
     pub snapshot_dir: Option<PathBuf>,
 }
 
@@ -276,20 +316,6 @@ impl Default for DriverConfig {
             sys_root: PathBuf::from("/sys"),
             snapshot_dir: Some(PathBuf::from(DEFAULT_SNAPSHOT_DIR)),
         }
-    }
-}
-
-/// Parses `snapshot-dir`: an absolute path, or `""` for none.
-fn snapshot_dir<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> std::result::Result<Option<PathBuf>, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    match text.as_str() {
-        "" => Ok(None),
-        dir if dir.starts_with('/') => Ok(Some(PathBuf::from(dir))),
-        dir => Err(serde::de::Error::custom(format!(
-            "{dir:?} is not an absolute path (or \"\" for no snapshot)"
-        ))),
     }
 }
 
@@ -346,33 +372,70 @@ impl Config {
     }
 
     fn load_at(path: &Path, must_exist: bool) -> Result<Config> {
-        let text = crate::util::hostfile::read(path, MAX_SIZE).and_then(|data| {
-            String::from_utf8(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-        });
-        match text {
-            Ok(text) => Config::parse(path, &text),
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !must_exist => Ok(Config::default()),
+        let text = match read_text(path) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !must_exist => None,
+            Err(source) => {
+                return Err(Error::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        let config = match &text {
+            Some(text) => Config::parse(path, text)?,
+            None => Config::default(),
+        };
+        let Some(nvidia_path) = config.nvidia_config.clone() else {
+            return Ok(config);
+        };
+        match read_text(&nvidia_path) {
+            Ok(nvidia_text) => Config::with_nvidia(
+                path,
+                text.as_deref().unwrap_or(""),
+                &nvidia_path,
+                &nvidia_text,
+            ),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(config),
             Err(source) => Err(Error::Read {
-                path: path.to_path_buf(),
+                path: nvidia_path,
                 source,
             }),
         }
     }
 
+    /// Our file's text (already known valid) with NVIDIA's file's keys laid
+    /// under it: where both set a thing, ours wins.
+    pub fn with_nvidia(
+        path: &Path,
+        text: &str,
+        nvidia_path: &Path,
+        nvidia_text: &str,
+    ) -> Result<Config> {
+        let nvidia_table: toml::Table =
+            toml::from_str(nvidia_text).map_err(|e| parse_error(nvidia_path, nvidia_text, &e))?;
+        let ours: toml::Table = toml::from_str(text).map_err(|e| parse_error(path, text, &e))?;
+        let digest = digest(nvidia_text.as_bytes());
+        let (under, report) = nvidia::translate(nvidia_path, &nvidia_table, &ours, digest)
+            .map_err(|bad| Error::Nvidia {
+                path: nvidia_path.to_path_buf(),
+                key: bad.key,
+                value: escape_controls(&bad.value),
+                reason: bad.reason,
+            })?;
+        let merged = nvidia::merge(under, &ours);
+        let mut config = Config::deserialize(toml::Value::Table(merged))
+            .map_err(|e| nvidia_culprit(nvidia_path, &report, &e.to_string()))?;
+        config
+            .validate(path)
+            .map_err(|e| nvidia_culprit(nvidia_path, &report, &e.to_string()))?;
+        config.nvidia = report;
+        Ok(config)
+    }
+
     /// Parses configuration text; `path` names the file in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Config> {
-        let config: Config = toml::from_str(text).map_err(|e| {
-            let (line, column) = e
-                .span()
-                .map(|span| line_and_column(text, span.start))
-                .unwrap_or((1, 1));
-            Error::Parse {
-                path: path.to_path_buf(),
-                line,
-                column,
-                message: escape_controls(e.message().trim()),
-            }
-        })?;
+        let config: Config = toml::from_str(text).map_err(|e| parse_error(path, text, &e))?;
         config.validate(path)?;
         Ok(config)
     }
@@ -414,6 +477,51 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The parser's `error` in `text`, the file `path`, with its line and column.
+fn parse_error(path: &Path, text: &str, error: &toml::de::Error) -> Error {
+    let (line, column) = error
+        .span()
+        .map(|span| line_and_column(text, span.start))
+        .unwrap_or((1, 1));
+    Error::Parse {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message: escape_controls(error.message().trim()),
+    }
+}
+
+/// A file's text, bounded.
+fn read_text(path: &Path) -> io::Result<String> {
+    crate::util::hostfile::read(path, MAX_SIZE).and_then(|data| {
+        String::from_utf8(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    })
+}
+
+/// An error for values NVIDIA's file gave that our config refuses (our own
+/// file alone was valid): it names the keys that were applied from it.
+fn nvidia_culprit(path: &Path, report: &nvidia::Report, message: &str) -> Error {
+    let applied: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| matches!(f.fate, nvidia::Fate::Applied { .. }))
+        .map(|f| f.key.as_str())
+        .collect();
+    Error::Nvidia {
+        path: path.to_path_buf(),
+        key: applied.join(", "),
+        value: "…".into(),
+        reason: escape_controls(message.trim()),
+    }
+}
+
+/// A digest of `bytes` (FNV-1a), stable across runs and builds.
+fn digest(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// One-based line and column of byte `offset` in `text`.
@@ -637,5 +745,74 @@ file = "/var/log/oci-nvidia-hook.log"
             assert_eq!(config.runtime.mode, mode, "{value}");
         }
         assert!(Config::parse(Path::new("/c.toml"), "[runtime]\nmode = \"csv\"\n").is_err());
+    }
+
+    /// A host set up only by NVIDIA's instructions: its file takes effect
+    /// under ours, where ours is silent.
+    #[test]
+    fn nvidias_file_is_read_under_ours() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvidia = dir.path().join("nvidia.toml");
+        std::fs::write(
+            &nvidia,
+            "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n\
+             accept-nvidia-visible-devices-as-volume-mounts = true\n\
+             [nvidia-container-cli]\nno-cgroups = true\nload-kmods = true\n\
+             [nvidia-container-runtime]\nlog-level = \"debug\"\n",
+        )
+        .unwrap();
+        let ours = dir.path().join("ours.toml");
+        std::fs::write(
+            &ours,
+            format!(
+                "nvidia-config = \"{}\"\n[log]\nlevel = \"error\"\n",
+                nvidia.display()
+            ),
+        )
+        .unwrap();
+        let config = Config::load(Some(&ours)).unwrap();
+        assert!(!config.accept_env_when_unprivileged);
+        assert!(config.accept_volume_mounts);
+        assert!(!config.grant_device_cgroup);
+        assert_eq!(config.log.level, LogLevel::Error, "ours wins");
+        assert_eq!(config.nvidia.path.as_deref(), Some(nvidia.as_path()));
+        assert_eq!(config.nvidia.findings.len(), 5);
+        // Without NVIDIA's file, or with none configured: our defaults.
+        std::fs::write(&ours, "nvidia-config = \"\"\n").unwrap();
+        let config = Config::load(Some(&ours)).unwrap();
+        assert!(config.accept_env_when_unprivileged && config.nvidia.path.is_none());
+        std::fs::remove_file(&nvidia).unwrap();
+        std::fs::write(&ours, format!("nvidia-config = \"{}\"\n", nvidia.display())).unwrap();
+        assert_eq!(
+            Config::load(Some(&ours)).unwrap().nvidia,
+            nvidia::Report::default()
+        );
+    }
+
+    #[test]
+    fn a_bad_nvidia_file_is_refused_naming_it() {
+        let at = |text: &str| {
+            Config::with_nvidia(Path::new("/ours.toml"), "", Path::new("/nv.toml"), text)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            at("disable-require = true\n[x\n"),
+            "invalid config file /nv.toml, line 2, column 3: unclosed table, expected `]`"
+        );
+        let err = at("[nvidia-container-cli]\nroot = true\n");
+        assert_eq!(
+            err,
+            "invalid NVIDIA config file /nv.toml: nvidia-container-cli.root = true: expected a string"
+        );
+        // A value of the right type that ours refuses names the keys taken.
+        let err = at("[nvidia-container-runtime]\nruntimes = []\n");
+        assert!(
+            err.starts_with(
+                "invalid NVIDIA config file /nv.toml: nvidia-container-runtime.runtimes = …: "
+            ),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "{err}");
     }
 }
