@@ -405,6 +405,42 @@ fn others(ours: &[PathBuf], nvidia: &[PathBuf], out: &mut Vec<Check>) {
 mod tests {
     use super::*;
 
+    /// NVIDIA's file: one ok line of what took effect, a warning for each
+    /// key whose request is not done here, with its remedy.
+    #[test]
+    fn nvidias_file_is_reported_key_by_key() {
+        let config = Config::with_nvidia(
+            Path::new("/o.toml"),
+            "disable-require = false\n",
+            Path::new("/etc/nvidia-container-runtime/config.toml"),
+            "disable-require = true\nswarm-resource = \"X\"\n\
+             [nvidia-container-cli]\nno-cgroups = true\nldconfig = \"@/sbin/ldconfig\"\n",
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        nvidia_config(&config.nvidia, &mut out);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0].status, super::super::Status::Ok);
+        assert_eq!(
+            out[0].found,
+            "/etc/nvidia-container-runtime/config.toml is read under ours: \
+             nvidia-container-cli.no-cgroups take effect; disable-require ours sets instead; \
+             nvidia-container-cli.ldconfig have no effect here (docs/nvidia-ctk.md says why)"
+        );
+        assert_eq!(out[1].status, super::super::Status::Warn);
+        assert!(
+            out[1]
+                .found
+                .contains("swarm-resource = \"X\" is not honoured"),
+            "{:?}",
+            out[1]
+        );
+        // No file, no check.
+        let mut out = Vec::new();
+        nvidia_config(&Config::default().nvidia, &mut out);
+        assert!(out.is_empty());
+    }
+
     #[test]
     fn finds_the_config_argument_in_either_form() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
