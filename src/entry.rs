@@ -30,7 +30,7 @@ pub fn run(args: Vec<OsString>) -> Status {
             Status::Success
         }
         Ok(Invocation::Warn(text)) => {
-            eprintln!("{}", error_line::escape_controls(&text));
+            app::warn(&error_line::escape_controls(&text));
             Status::Success
         }
         Ok(Invocation::Nothing) => Status::Success,

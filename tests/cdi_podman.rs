@@ -553,7 +553,8 @@ fn podman_takes_an_imex_channel_and_a_gpus_drm_nodes() {
 /// `cdi-hook`, `createContainer` hooks without `env` calling
 /// `nvidia-cdi-hook` (here a link named so to this binary):
 /// `create-symlinks --link TARGET::LINK…`, `update-ldcache --folder DIR…`,
-/// `enable-cuda-compat`, `disable-device-node-modification` and `chmod`.
+/// `enable-cuda-compat`, `disable-device-node-modification` and `chmod`,
+/// then NVIDIA v1.19's and v1.20's newer forms.
 fn nvidias_shape(spec: &mut serde_json::Value, dir: &Path, links: &[String], driver: &str) {
     let hook_path = dir.join("nvidia-cdi-hook");
     let _ = std::fs::remove_file(&hook_path);
@@ -611,6 +612,23 @@ fn nvidias_shape(spec: &mut serde_json::Value, dir: &Path, links: &[String], dri
         hook(ldcache),
         hook(words(&["disable-device-node-modification"])),
         hook(words(&["chmod", "--mode", "755", "--path", "/dev/dri"])),
+        // v1.19's and v1.20's forms: enable-cuda-compat without a version
+        // and with Orin's flags, the application profile, and what a newer
+        // tool may write (an unknown hook, an unknown flag, noop): each
+        // warns or does nothing, and the container starts.
+        hook(words(&["enable-cuda-compat"])),
+        hook(words(&[
+            "enable-cuda-compat",
+            "--host-cuda-version=12.4",
+            "--cuda-compat-container-root=/usr/local/cuda/compat-orin",
+        ])),
+        hook(words(&["update-application-profile"])),
+        hook(words(&["check-requirements", "--cuda=12"])),
+        hook(words(&[
+            "disable-device-node-modification",
+            "--some-new-flag"
+        ])),
+        hook(words(&["noop"])),
     ]);
 }
 
@@ -653,6 +671,12 @@ fn podman_runs_a_spec_in_nvidias_format_through_nvidia_cdi_hook() {
             && log.contains("create-symlinks:")
             && !log.contains("CDI:"),
         "nvidia-cdi-hook ran at createContainer, our cdi-hook did not:{}",
+        run.describe()
+    );
+    assert!(
+        log.contains("Unsupported CDI hook: check-requirements")
+            && log.contains("Unsupported flag --some-new-flag"),
+        "the newer hooks were not warned about:{}",
         run.describe()
     );
     let keys = |r: &harness::runtime::run::Run| r.report.nodes.keys().cloned().collect::<Vec<_>>();

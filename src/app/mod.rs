@@ -367,6 +367,22 @@ pub fn run(operation: &Operation, overrides: &Overrides) -> Result<Outcome> {
     Ok(Outcome::Done)
 }
 
+/// Logs `text`, a front's warning that ends its run (a hook a newer tool
+/// wrote into a spec), where the default config sends the log: a runtime
+/// swallows a hook's stderr, and the log file is where its user looks.
+/// Bounded as a hook is; stderr alone when the config does not load.
+pub fn warn(text: &str) {
+    let loaded = deadline::bounded_load(
+        Some("nvidia-cdi-hook"),
+        || Config::load(None),
+        Config::deadline,
+    );
+    match loaded.map(|config| logging::init(&config.log)) {
+        Ok(Ok(())) => log::warn!("{text}"),
+        _ => eprintln!("{text}"),
+    }
+}
+
 /// The loaded configuration made ready: the log set up from it, then the
 /// front's notes logged. A runtime wrapper's failure is also written
 /// where its caller reads the runtime's errors.
