@@ -34,6 +34,9 @@ use harness::runtime::run::{serial, Run, RunFiles, RUN_LIMIT};
 use harness::runtime::runtimes::{podman_run_args, Runtime};
 use harness::simhost::{Fixture, Flavour, SimHost};
 
+#[path = "cdi_podman/nvidia_ctk.rs"]
+mod nvidia_ctk;
+
 /// Where Podman 4.3 reads transient specs; covered by a tmpfs in the run's namespace.
 const SPEC_DIR: &str = "/run/cdi";
 
@@ -67,6 +70,18 @@ struct CdiRun<'a> {
     wrapper: bool,
     /// Rewrites our generated spec (given the run's directory) before Podman reads it.
     reshape: Option<&'a Reshape<'a>>,
+    /// The spec made by `nvidia-ctk cdi generate` instead of our own command.
+    ctk: Option<CtkGenerate<'a>>,
+}
+
+/// How `nvidia-ctk cdi generate` makes a run's spec, reading the run's
+/// config as its default config file (as the spec's hook then does).
+struct CtkGenerate<'a> {
+    /// Its flags after `cdi generate --output SPEC`.
+    args: &'a [&'a str],
+    /// The config's driver root and dev root are an empty directory
+    /// instead of the host's: the spec works only on the roots its flags named.
+    roots_elsewhere: bool,
 }
 
 /// `/run/cdi` must exist to be covered; made here if the host lacks it,
@@ -147,10 +162,21 @@ fn run_cdi(case: &CdiRun) -> Run {
     let config = dir.join("hook-config.toml");
     let log = dir.join("hook.log");
     write_hook_config(case.host, &config, &log, "debug");
+    if case.ctk.as_ref().is_some_and(|ctk| ctk.roots_elsewhere) {
+        nvidia_ctk::roots_elsewhere(&config, &dir.join("no-driver"));
+    }
+    // The wrapper and `nvidia-ctk` read the default config: an overlay on
+    // /etc in the run's namespace carries it, leaving the host's /etc as it is.
+    let etc = dir.join("etc");
+    std::fs::create_dir_all(etc.join("upper/oci-nvidia-hook")).unwrap();
+    std::fs::create_dir_all(etc.join("work")).unwrap();
+    std::fs::copy(&config, etc.join("upper/oci-nvidia-hook/config.toml")).unwrap();
     let spec = dir.join("nvidia.yaml");
     if case.wrapper {
         // No spec: an empty file keeps the namespace set-up the same.
         std::fs::write(&spec, "").unwrap();
+    } else if let Some(ctk) = &case.ctk {
+        nvidia_ctk::generate(&dir, &etc, &spec, ctk.args);
     } else {
         generate(&config, &spec);
     }
@@ -161,12 +187,6 @@ fn run_cdi(case: &CdiRun) -> Run {
         // JSON is YAML: Podman reads it under the same name.
         std::fs::write(&spec, serde_json::to_vec_pretty(&value).unwrap()).unwrap();
     }
-    // The wrapper reads the default config: an overlay on /etc in the
-    // run's namespace carries it, leaving the host's /etc as it is.
-    let etc = dir.join("etc");
-    std::fs::create_dir_all(etc.join("upper/oci-nvidia-hook")).unwrap();
-    std::fs::create_dir_all(etc.join("work")).unwrap();
-    std::fs::copy(&config, etc.join("upper/oci-nvidia-hook/config.toml")).unwrap();
     let link = dir.join("nvidia-container-runtime");
     std::os::unix::fs::symlink(hook_binary(), &link).unwrap();
     let hooks_dir = dir.join("hooks.d");
@@ -185,7 +205,11 @@ fn run_cdi(case: &CdiRun) -> Run {
     let mut extra = Vec::new();
     for device in case.devices {
         extra.push("--device".to_string());
-        extra.push(format!("nvidia.com/gpu={device}"));
+        // A name of another kind comes qualified.
+        extra.push(match device.contains('=') {
+            true => device.to_string(),
+            false => format!("nvidia.com/gpu={device}"),
+        });
     }
     for channel in case.imex {
         extra.push("--device".to_string());
@@ -306,6 +330,7 @@ fn podman_takes_a_gpu_by_index() {
         imex: &[],
         wrapper: false,
         reshape: None,
+        ctk: None,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 0)], &[]);
 }
@@ -324,6 +349,7 @@ fn podman_takes_a_gpu_by_uuid() {
         imex: &[],
         wrapper: false,
         reshape: None,
+        ctk: None,
     });
     assert_cdi_gpus(&run, &host, &[gpu.minor], &[]);
 }
@@ -347,6 +373,7 @@ fn all_gpus(host: &SimHost, name: &str, reshape: Option<&Reshape>) -> Run {
         imex: &[],
         wrapper: false,
         reshape,
+        ctk: None,
     });
     if reshape.is_none() {
         let minors: Vec<u32> = host.facts.gpus.iter().map(|g| g.minor).collect();
@@ -369,6 +396,7 @@ fn podman_takes_two_devices_named_two_ways() {
         imex: &[],
         wrapper: false,
         reshape: None,
+        ctk: None,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 1), third.minor], &[]);
 }
@@ -402,6 +430,7 @@ fn podman_takes_a_mig_device() {
         imex: &[],
         wrapper: false,
         reshape: None,
+        ctk: None,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, parent)], &caps);
     let log = run.hook_log.as_deref().unwrap_or_default();
@@ -430,6 +459,7 @@ fn hooks_d_hooks_do_not_inject_a_second_time() {
         imex: &[],
         wrapper: false,
         reshape: None,
+        ctk: None,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 0)], &[]);
     let log = run.hook_log.as_deref().unwrap_or_default();
@@ -456,6 +486,7 @@ fn podman_with_the_runtime_wrapper_takes_a_gpu() {
         imex: &[],
         wrapper: true,
         reshape: None,
+        ctk: None,
     });
     assert_cdi_gpus(&run, &host, &[minor_of_index(&host, 1)], &[]);
     let log = run.hook_log.as_deref().unwrap_or_default();
@@ -484,6 +515,7 @@ fn podman_takes_an_imex_channel_and_a_gpus_drm_nodes() {
         imex: &["1"],
         wrapper: false,
         reshape: None,
+        ctk: None,
     });
     run.assert_completed();
     let node = |path: &str| {
@@ -720,6 +752,7 @@ fn podman_applies_the_wsl_spec() {
         imex: &[],
         wrapper: false,
         reshape: None,
+        ctk: None,
     });
     assert_wsl_injected(&run, &host, &[]);
 }
@@ -738,6 +771,7 @@ fn podman_with_the_runtime_wrapper_on_a_wsl_host() {
         imex: &[],
         wrapper: true,
         reshape: None,
+        ctk: None,
     });
     assert_wsl_injected(&run, &host, &[]);
 }

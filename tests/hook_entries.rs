@@ -223,6 +223,7 @@ fn the_hook_a_cdi_spec_gets_sets_env_and_runs_at_create_runtime() {
             capabilities: "compute,utility".into(),
             layout: ImageLayout::Debian,
             mig_layout: Some("0:1:0".into()),
+            roots: Default::default(),
         },
     };
     let spec = Spec {

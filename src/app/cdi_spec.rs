@@ -8,7 +8,7 @@ use super::{Error, Result};
 use crate::config::Config;
 use crate::planning::image::ImageLayout;
 use crate::specs::cdi::{self, Format, Options, Spec};
-use crate::specs::cdi_hook_args::SpecMade;
+use crate::specs::cdi_hook_args::{Roots, SpecMade};
 use crate::util::error_line::escape_controls;
 
 /// How `cdi generate` was asked to make the spec.
@@ -30,87 +30,88 @@ pub struct Generate {
     pub mode: cdi::Mode,
     /// Whether the spec has an `all` device (`nvidia-ctk`'s `--no-all-device` says no).
     pub all_device: bool,
+    /// The spec's kind; `None` for ours: `nvidia.com/gpu`, and
+    /// `management.nvidia.com/gpu` for [`cdi::Mode::Management`].
+    pub kind: Option<String>,
+    /// The devices it has, by index or UUID; `all` for every one, `none`
+    /// for a device holding no GPU (`nvidia-ctk`'s `--device-id`).
+    pub device_ids: Vec<String>,
+    /// Whether it carries its hook (`nvidia-ctk`'s `--disable-hook=all` says no).
+    pub hook: bool,
     /// Roots the caller named (`nvidia-ctk`'s `--driver-root`, `--dev-root`),
-    /// each of which must be the config's: the spec's hook reads the config
-    /// at container start.
-    pub roots: Vec<NamedRoot>,
+    /// read for this spec instead of the config's and recorded in its hook,
+    /// which reads the driver there at container start.
+    pub roots: Roots,
 }
 
-/// A root a caller named, which must be the configuration's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamedRoot {
-    /// Which one it is.
-    pub which: RootKind,
-    /// The directory given.
-    pub given: PathBuf,
-}
-
-/// The roots a spec is made for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RootKind {
-    /// The driver's files (`--driver-root`).
-    Driver,
-    /// The device nodes (`--dev-root`).
-    Dev,
-}
-
-impl NamedRoot {
-    /// Refuses a root other than `config`'s, naming the flag and the fix.
-    fn check(&self, config: &Config) -> Result<()> {
-        let (flag, configured, how) = match self.which {
-            RootKind::Driver => (
-                "--driver-root",
-                &config.driver.root,
-                format!(
-                    "nvidia-ctk config --in-place --set nvidia-container-cli.root={}",
-                    self.given.display()
-                ),
-            ),
-            RootKind::Dev => (
-                "--dev-root",
-                &config.driver.dev_root,
-                "set [driver] dev-root in the config file".to_string(),
-            ),
-        };
-        if self.given == *configured {
-            return Ok(());
+impl Generate {
+    /// What our own `cdi generate` asks unless told: every device and the
+    /// `all` device, the default names, our kind, the hook, the config's roots.
+    pub fn new(output: PathBuf, mode: cdi::Mode) -> Generate {
+        Generate {
+            output,
+            format: None,
+            strategies: DEFAULT_STRATEGIES.into(),
+            capabilities: None,
+            layout: ImageLayout::Debian,
+            remove_without_driver: false,
+            mode,
+            all_device: true,
+            kind: None,
+            device_ids: vec!["all".into()],
+            hook: true,
+            roots: Roots::default(),
         }
-        Err(Error::Usage(format!(
-            "{flag}={} differs from the config's {}, which the spec's hook reads at \
-             container start: {how}",
-            self.given.display(),
-            configured.display()
-        )))
     }
 }
 
-/// The specs for this host, made as `generate` asks, its hook reading the
+/// The kind of a management spec unless the caller names another, the one
+/// NVIDIA's GPU Operator gives its management spec: beside the GPU spec's
+/// `nvidia.com/gpu=all`, its `all` does not clash.
+pub const MANAGEMENT_KIND: &str = "management.nvidia.com/gpu";
+
+/// `config` with the roots `roots` names instead of its own.
+fn on_roots(config: &Config, roots: &Roots) -> Config {
+    let mut config = config.clone();
+    if let Some(root) = &roots.driver {
+        config.driver.root.clone_from(root);
+    }
+    if let Some(root) = &roots.dev {
+        config.driver.dev_root.clone_from(root);
+    }
+    config
+}
+
+/// The specs for this host, made as `ask` asks, its hook reading the
 /// config at `config_path` (absolute) when one was given.
-fn spec(
-    config: &Config,
-    config_path: Option<&Path>,
-    strategies: &str,
-    capabilities: Option<&str>,
-    layout: ImageLayout,
-    mode: cdi::Mode,
-    all_device: bool,
-) -> Result<cdi::Generated> {
-    let strategies = cdi::parse_strategies(strategies)?;
+fn spec(config: &Config, config_path: Option<&Path>, ask: &Generate) -> Result<cdi::Generated> {
+    let strategies = cdi::parse_strategies(&ask.strategies)?;
     let program = crate::util::this_program::path().map_err(|source| Error::Exe { source })?;
     let config_path = config_path
         .map(std::path::absolute)
         .transpose()
         .map_err(|source| Error::Exe { source })?;
+    let kind = ask.kind.clone().unwrap_or_else(|| {
+        match ask.mode {
+            cdi::Mode::Management => MANAGEMENT_KIND,
+            _ => cdi::spec::KIND,
+        }
+        .to_string()
+    });
     Ok(cdi::generate(
-        config,
+        &on_roots(config, &ask.roots),
         &Options {
-            mode,
+            mode: ask.mode,
             strategies,
-            capabilities: capabilities.map(str::to_string),
-            layout,
+            capabilities: ask.capabilities.clone(),
+            layout: ask.layout,
             program,
             config_path,
-            all_device,
+            all_device: ask.all_device,
+            kind,
+            device_ids: ask.device_ids.clone(),
+            hook: ask.hook,
+            roots: ask.roots.clone(),
         },
     )?)
 }
@@ -122,20 +123,9 @@ pub fn generate(
     ask: &Generate,
     out: &mut impl Write,
 ) -> Result<()> {
-    for root in &ask.roots {
-        root.check(config)?;
-    }
     let output = ask.output.as_path();
     let to_stdout = output == Path::new("-");
-    let cdi::Generated { gpus: spec, imex } = match spec(
-        config,
-        config_path,
-        &ask.strategies,
-        ask.capabilities.as_deref(),
-        ask.layout,
-        ask.mode,
-        ask.all_device,
-    ) {
+    let cdi::Generated { gpus: spec, imex } = match spec(config, config_path, ask) {
         Ok(generated) => generated,
         Err(Error::Cdi(why)) if ask.remove_without_driver && !to_stdout && why.driver_gone() => {
             return remove_stale(output, &why);
@@ -282,16 +272,11 @@ pub fn driver_of(spec: &Spec) -> Option<&str> {
 
 /// Prints the fully qualified names of the devices a spec for this host offers.
 pub fn list(config: &Config, strategies: &str, out: &mut impl Write) -> Result<()> {
-    let spec = spec(
-        config,
-        None,
-        strategies,
-        None,
-        ImageLayout::Debian,
-        cdi::Mode::Auto,
-        true,
-    )?
-    .gpus;
+    let ask = Generate {
+        strategies: strategies.into(),
+        ..Generate::new(PathBuf::from("-"), cdi::Mode::Auto)
+    };
+    let spec = spec(config, None, &ask)?.gpus;
     for device in &spec.devices {
         writeln!(out, "{}={}", spec.kind, device.name)?;
     }

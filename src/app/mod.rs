@@ -27,7 +27,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-pub use cdi_spec::{driver_of, Generate, NamedRoot, RootKind, DEFAULT_STRATEGIES};
+pub use cdi_spec::{driver_of, Generate, DEFAULT_STRATEGIES, MANAGEMENT_KIND};
 pub use doctor::Options as DoctorOptions;
 pub use list::Ask;
 
@@ -216,6 +216,8 @@ pub struct Overrides {
     pub log_file: Option<PathBuf>,
     /// The driver root, instead of the file's.
     pub driver_root: Option<PathBuf>,
+    /// The dev root, instead of the file's.
+    pub dev_root: Option<PathBuf>,
     /// The CUDA compat mode, instead of the file's.
     pub cuda_compat: Option<CompatMode>,
     /// The runtime wrapper's mode, instead of the file's.
@@ -229,6 +231,9 @@ impl Overrides {
     pub fn apply(&self, mut config: Config) -> Config {
         if let Some(root) = &self.driver_root {
             config.driver.root = root.clone();
+        }
+        if let Some(root) = &self.dev_root {
+            config.driver.dev_root = root.clone();
         }
         if let Some(level) = self.log_level {
             config.log.level = level;

@@ -5,6 +5,8 @@
 //! hook's fast command line, `cdi validate`, `cdi generate`'s log and the
 //! runtime wrapper's check for a spec it edited already all ask it.
 
+use std::path::PathBuf;
+
 use crate::planning::image::ImageLayout;
 
 /// The subcommand the hook runs.
@@ -25,6 +27,23 @@ const LAYOUT: &str = "--layout";
 /// The flag that records the host's MIG layout.
 const MIG_LAYOUT: &str = "--mig-layout";
 
+/// The flag that records a driver root other than the config's.
+const DRIVER_ROOT: &str = "--driver-root";
+
+/// The flag that records a dev root other than the config's.
+const DEV_ROOT: &str = "--dev-root";
+
+/// The roots a spec was made on where its maker named them (`nvidia-ctk cdi
+/// generate --driver-root`, `--dev-root`): the hook then reads the driver
+/// there too, whatever the config says. `None` is the config's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roots {
+    /// The driver's files.
+    pub driver: Option<PathBuf>,
+    /// The tree whose `dev/` holds the device nodes.
+    pub dev: Option<PathBuf>,
+}
+
 /// How a spec we generated was made: what its `cdi-hook` records on its
 /// command line, so the hook plans what the spec granted and refuses a spec
 /// of another driver.
@@ -39,6 +58,8 @@ pub struct SpecMade {
     /// The host's MIG instances when it was made ([`crate::host::driver::mig_layout`]):
     /// its MIG devices name those. `None` in a spec made before it was recorded.
     pub mig_layout: Option<String>,
+    /// The roots it was made on, where they are not the config's.
+    pub roots: Roots,
 }
 
 impl SpecMade {
@@ -55,6 +76,14 @@ impl SpecMade {
         if let Some(mig) = &self.mig_layout {
             args.extend([MIG_LAYOUT.into(), mig.clone()]);
         }
+        for (flag, root) in [
+            (DRIVER_ROOT, &self.roots.driver),
+            (DEV_ROOT, &self.roots.dev),
+        ] {
+            if let Some(root) = root {
+                args.extend([flag.into(), root.display().to_string()]);
+            }
+        }
         args
     }
 
@@ -66,9 +95,19 @@ impl SpecMade {
         else {
             return None;
         };
-        let mig_layout = match rest {
+        let (mig_layout, rest) = match rest {
+            [MIG_LAYOUT, mig, rest @ ..] if accept(mig) => (Some((*mig).to_string()), rest),
+            [MIG_LAYOUT, ..] => return None,
+            rest => (None, rest),
+        };
+        let (driver, rest) = match rest {
+            [DRIVER_ROOT, root, rest @ ..] if accept(root) => (Some(PathBuf::from(root)), rest),
+            [DRIVER_ROOT, ..] => return None,
+            rest => (None, rest),
+        };
+        let dev = match rest {
             [] => None,
-            [MIG_LAYOUT, mig] if accept(mig) => Some((*mig).to_string()),
+            [DEV_ROOT, root] if accept(root) => Some(PathBuf::from(root)),
             _ => return None,
         };
         if ![version, capabilities, layout].iter().all(|w| accept(w)) {
@@ -79,6 +118,7 @@ impl SpecMade {
             capabilities: (*capabilities).to_string(),
             layout: layout_named(layout)?,
             mig_layout,
+            roots: Roots { driver, dev },
         })
     }
 
@@ -125,6 +165,7 @@ mod tests {
             capabilities: "compute,utility".into(),
             layout: ImageLayout::Rpm,
             mig_layout: Some("0:1:0,0:2:0".into()),
+            roots: Roots::default(),
         };
         let args = made.args();
         let words: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -132,12 +173,36 @@ mod tests {
         // A spec made before the MIG layout was recorded still reads.
         let before = SpecMade {
             mig_layout: None,
-            ..made
+            ..made.clone()
         };
         assert_eq!(SpecMade::parse(&words[..6], |_| true), Some(before));
         assert_eq!(SpecMade::parse(&words[..7], |_| true), None);
         assert_eq!(SpecMade::parse(&words[..4], |_| true), None);
         assert_eq!(SpecMade::parse(&words, |w| w != "rpm"), None);
+        // Roots named when the spec was made read back, each alone or both.
+        for roots in [
+            Roots {
+                driver: Some("/run/nvidia/driver".into()),
+                dev: Some("/run/nvidia/driver".into()),
+            },
+            Roots {
+                driver: Some("/run/nvidia/driver".into()),
+                dev: None,
+            },
+            Roots {
+                driver: None,
+                dev: Some("/sim/devroot".into()),
+            },
+        ] {
+            let rooted = SpecMade {
+                roots,
+                ..made.clone()
+            };
+            let args = rooted.args();
+            let words: Vec<&str> = args.iter().map(String::as_str).collect();
+            assert_eq!(SpecMade::parse(&words, |_| true), Some(rooted));
+            assert_eq!(SpecMade::parse(&words[..words.len() - 1], |_| true), None);
+        }
         let mut hook = vec!["oci-nvidia-hook", HOOK_COMMAND, HOOK_STAGE];
         hook.extend(&words);
         assert_eq!(SpecMade::recorded_driver(&hook), Some(Some("535.261.03")));

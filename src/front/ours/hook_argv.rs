@@ -42,6 +42,8 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
                 capabilities: made.capabilities,
                 layout: made.layout.into(),
                 mig_layout: made.mig_layout,
+                driver_root: made.roots.driver,
+                dev_root: made.roots.dev,
             }
         }
         _ => return None,
@@ -79,6 +81,7 @@ mod tests {
             capabilities: "compute,utility".into(),
             layout: crate::planning::image::ImageLayout::Debian,
             mig_layout: Some("0:1:0,0:2:0".into()),
+            roots: Default::default(),
         };
         let written = made.args();
         let mut cdi = vec![HOOK_COMMAND, "createRuntime"];
@@ -94,6 +97,20 @@ mod tests {
             [&cdi[..], &["--config", "/etc/x.toml"]].concat(),
             [&["--config", "/etc/x.toml"], &cdi[..]].concat(),
         ];
+        let rooted = SpecMade {
+            roots: crate::specs::cdi_hook_args::Roots {
+                driver: Some("/run/nvidia/driver".into()),
+                dev: Some("/run/nvidia/driver".into()),
+            },
+            ..made.clone()
+        }
+        .args();
+        lines.push(
+            [HOOK_COMMAND, "createRuntime"]
+                .into_iter()
+                .chain(rooted.iter().map(String::as_str))
+                .collect(),
+        );
         let mut rpm = cdi.to_vec();
         rpm[7] = "rpm";
         lines.push(rpm);

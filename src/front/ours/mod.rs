@@ -92,6 +92,12 @@ pub enum Command {
         /// The host's MIG layout when the spec was made; another one now is refused.
         #[arg(long, value_name = "LAYOUT")]
         mig_layout: Option<String>,
+        /// The driver root the spec was made on, instead of the config's.
+        #[arg(long, value_name = "DIR")]
+        driver_root: Option<PathBuf>,
+        /// The dev root the spec was made on, instead of the config's.
+        #[arg(long, value_name = "DIR")]
+        dev_root: Option<PathBuf>,
     },
     /// Runtime mode: write a GPU container's devices, mounts and hook into its
     /// config.json on create/run, then exec the real runtime (runc) with these arguments.
@@ -278,13 +284,21 @@ pub fn parse(args: &[std::ffi::OsString]) -> Invocation {
     invocation(cli)
 }
 
-/// The operation `cli` asks for, `--config` its one override.
+/// The operation `cli` asks for, `--config` its one override, and the
+/// roots a spec's `cdi-hook` records where its spec was made on others.
 pub fn invocation(cli: Cli) -> Invocation {
+    let operation = operation(cli.command);
+    let roots = match &operation {
+        Operation::CdiHook { made, .. } => made.roots.clone(),
+        _ => Default::default(),
+    };
     let overrides = Overrides {
         config: cli.config,
+        driver_root: roots.driver,
+        dev_root: roots.dev,
         ..Overrides::default()
     };
-    Invocation::Run(operation(cli.command), overrides)
+    Invocation::Run(operation, overrides)
 }
 
 /// The operation a command names.
@@ -332,15 +346,12 @@ fn operation(command: Command) -> Operation {
                     mode,
                 },
         } => Operation::CdiGenerate(Generate {
-            output,
             format: format.map(Format::from),
             strategies: device_name_strategy,
             capabilities,
             layout: layout.into(),
             remove_without_driver,
-            mode: mode.into(),
-            all_device: true,
-            roots: Vec::new(),
+            ..Generate::new(output, mode.into())
         }),
         Command::Cdi {
             command: CdiCommand::List {
@@ -358,6 +369,8 @@ fn operation(command: Command) -> Operation {
             capabilities,
             layout,
             mig_layout,
+            driver_root,
+            dev_root,
         } => Operation::CdiHook {
             stage,
             made: crate::specs::cdi_hook_args::SpecMade {
@@ -365,6 +378,10 @@ fn operation(command: Command) -> Operation {
                 capabilities,
                 layout: layout.into(),
                 mig_layout,
+                roots: crate::specs::cdi_hook_args::Roots {
+                    driver: driver_root,
+                    dev: dev_root,
+                },
             },
         },
         Command::Runtime { args } => Operation::Runtime { args },

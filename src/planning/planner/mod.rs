@@ -547,6 +547,7 @@ impl Planned {
             capabilities: self.effective.request.capabilities.to_string(),
             layout: self.layout,
             mig_layout: Some(driver::mig_layout(&self.inventory.as_ref()?.mig_instances)),
+            roots: Default::default(),
         })
     }
 }
@@ -575,15 +576,28 @@ pub struct DevicePlan {
     pub plan: Plan,
 }
 
+/// Which devices a CDI spec plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecScope {
+    /// Each GPU and MIG device alone, and `all`.
+    EachDevice,
+    /// `all` only, with the MIG configuration and monitoring capabilities:
+    /// NVIDIA's management spec, for the GPU Operator's own pods, which
+    /// manage the GPUs (MIG layouts included) rather than compute on them.
+    /// No device is planned alone, so NVML is never asked.
+    Management,
+}
+
 /// The one planner call for a CDI spec: the host inventoried once, for
 /// `capabilities` (as `NVIDIA_DRIVER_CAPABILITIES` takes them); NVML asked
 /// when the host has MIG devices, which only it names; then each device
 /// planned alone for an image of `layout`, as a container given it would
-/// be. Refuses a host without GPUs.
+/// be (for [`SpecScope::EachDevice`]). Refuses a host without GPUs.
 pub fn plan_each_device(
     config: &Config,
     capabilities: &str,
     layout: ImageLayout,
+    scope: SpecScope,
 ) -> Result<EachDevice> {
     let flags = |devices: &str| -> Result<Effective> {
         effective(
@@ -603,11 +617,24 @@ pub fn plan_each_device(
             version: inventory.driver_version,
         });
     }
+    let image = image(config, &inventory, ImageSource::Layout(layout))?;
+    let common = build(&none, &mut inventory, &image)?;
+    let mut all = flags("all")?;
+    if scope == SpecScope::Management {
+        // The host's operator asks, for pods that manage the GPUs.
+        all.request.mig_config = true;
+        all.request.mig_monitor = true;
+        let all = build(&all, &mut inventory, &image)?;
+        return Ok(EachDevice {
+            inventory,
+            common,
+            devices: Vec::new(),
+            all,
+        });
+    }
     if !inventory.mig_instances.is_empty() {
         inventory.nvml()?;
     }
-    let image = image(config, &inventory, ImageSource::Layout(layout))?;
-    let common = build(&none, &mut inventory, &image)?;
     let gpus = inventory
         .gpus
         .iter()
@@ -624,7 +651,7 @@ pub fn plan_each_device(
         let plan = build(&effective, &mut inventory, &image)?;
         devices.push(DevicePlan { index, uuid, plan });
     }
-    let all = build(&flags("all")?, &mut inventory, &image)?;
+    let all = build(&all, &mut inventory, &image)?;
     Ok(EachDevice {
         inventory,
         common,

@@ -809,6 +809,7 @@ fn a_spec_made_on_another_mig_layout_is_refused_naming_both_and_the_command() {
             capabilities: "utility".into(),
             layout: ImageLayout::Debian,
             mig_layout: mig_layout.map(str::to_string),
+            roots: Default::default(),
         };
         let nodes = [GrantedNode {
             major: 195,

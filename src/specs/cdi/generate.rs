@@ -7,13 +7,14 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::edits::{self, Callback, VISIBLE_DEVICES_VOID};
-use super::spec::{required_version, ContainerEdits, Device, Spec, KIND};
+use super::spec::{required_version, ContainerEdits, Device, Spec};
 use super::{Error, Result};
 use crate::config::Config;
 use crate::host::driver::{Inventory, NodeRole, NodeState};
 use crate::planning::image::ImageLayout;
 use crate::planning::plan;
-use crate::planning::planner::{self, EachDevice, SpecMade};
+use crate::planning::planner::{self, DevicePlan, EachDevice, SpecMade, SpecScope};
+use crate::specs::cdi_hook_args::Roots;
 
 /// The kind of IMEX channel devices, as NVIDIA's: `nvidia.com/imex-channel=0`.
 pub const IMEX_KIND: &str = "nvidia.com/imex-channel";
@@ -25,6 +26,21 @@ pub enum NameStrategy {
     Index,
     /// `GPU-…` and `MIG-…`: what the Kubernetes device plugin passes.
     Uuid,
+    /// `gpu0`, and `mig0:1` for MIG devices: NVIDIA's `type-index`.
+    TypeIndex,
+}
+
+impl NameStrategy {
+    /// The name of the device `index` (`0`, or `0:1` for a MIG device)
+    /// and `uuid` by this strategy.
+    pub fn name(self, index: &str, uuid: &str) -> String {
+        match self {
+            NameStrategy::Index => index.to_string(),
+            NameStrategy::Uuid => uuid.to_string(),
+            NameStrategy::TypeIndex if index.contains(':') => format!("mig{index}"),
+            NameStrategy::TypeIndex => format!("gpu{index}"),
+        }
+    }
 }
 
 impl FromStr for NameStrategy {
@@ -34,6 +50,7 @@ impl FromStr for NameStrategy {
         match s {
             "index" => Ok(NameStrategy::Index),
             "uuid" => Ok(NameStrategy::Uuid),
+            "type-index" => Ok(NameStrategy::TypeIndex),
             other => Err(Error::NameStrategy {
                 value: other.to_string(),
             }),
@@ -46,11 +63,12 @@ impl fmt::Display for NameStrategy {
         f.write_str(match self {
             NameStrategy::Index => "index",
             NameStrategy::Uuid => "uuid",
+            NameStrategy::TypeIndex => "type-index",
         })
     }
 }
 
-/// Parses `index,uuid`: each name once, at least one.
+/// Parses `index,uuid` (or `type-index`): each name once, at least one.
 pub fn parse_strategies(value: &str) -> Result<Vec<NameStrategy>> {
     let mut strategies = Vec::new();
     for item in value.split(',').map(str::trim) {
@@ -64,7 +82,8 @@ pub fn parse_strategies(value: &str) -> Result<Vec<NameStrategy>> {
 
 /// Which kind of host a spec is made for (`--mode`): `auto` takes the
 /// host discovery found; `nvml` (a native driver) and `wsl` (a WSL2 host)
-/// insist, and refuse the other.
+/// insist, and refuse the other; `management` is NVIDIA's spec for the
+/// pods that manage a native driver's GPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Mode {
     /// Whatever the host is.
@@ -74,6 +93,9 @@ pub enum Mode {
     Nvml,
     /// A WSL2 host: `/dev/dxg`, `/usr/lib/wsl`.
     Wsl,
+    /// A native driver, one device `all` with every GPU's and the MIG
+    /// management nodes, and the driver's files.
+    Management,
 }
 
 impl fmt::Display for Mode {
@@ -82,6 +104,7 @@ impl fmt::Display for Mode {
             Mode::Auto => "auto",
             Mode::Nvml => "nvml",
             Mode::Wsl => "wsl",
+            Mode::Management => "management",
         })
     }
 }
@@ -103,7 +126,19 @@ pub struct Options {
     pub config_path: Option<std::path::PathBuf>,
     /// Whether the spec has an `all` device (NVIDIA's `--no-all-device` leaves it out).
     pub all_device: bool,
+    /// Its kind, `vendor/class`.
+    pub kind: String,
+    /// The devices it has, by index or UUID (`--device-id`): `all` for
+    /// every one, `none` for a device `none` holding no GPU.
+    pub device_ids: Vec<String>,
+    /// Whether it carries its hook (NVIDIA's `--disable-hook=all` says no).
+    pub hook: bool,
+    /// The roots it is made on where they are not the config's, for the hook.
+    pub roots: Roots,
 }
+
+/// The name of the device that holds no GPU (NVIDIA's `--device-id=none`).
+pub const NO_GPU_DEVICE: &str = "none";
 
 /// Generates the spec for this host, from the planner's plan for each device.
 pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
@@ -111,18 +146,26 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
         .capabilities
         .clone()
         .unwrap_or_else(|| config.supported().to_string());
+    let scope = match options.mode {
+        Mode::Management => SpecScope::Management,
+        Mode::Auto | Mode::Nvml | Mode::Wsl => SpecScope::EachDevice,
+    };
     let EachDevice {
         inventory,
         common,
         devices: planned,
         all,
-    } = planner::plan_each_device(config, &capabilities, options.layout)?;
+    } = planner::plan_each_device(config, &capabilities, options.layout, scope)?;
     let found = if inventory.wsl.is_some() {
         Mode::Wsl
     } else {
         Mode::Nvml
     };
-    if options.mode != Mode::Auto && options.mode != found {
+    let asked = match options.mode {
+        Mode::Management => Mode::Nvml,
+        mode => mode,
+    };
+    if asked != Mode::Auto && asked != found {
         return Err(Error::Mode {
             asked: options.mode,
             found,
@@ -130,24 +173,31 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
     }
 
     let mut devices = Vec::new();
-    for device in &planned {
+    for device in selected(&planned, &options.device_ids)? {
         let edits = ContainerEdits {
             device_nodes: edits::device_nodes(edits::nodes_beyond(&device.plan, &common)),
             ..ContainerEdits::default()
         };
         for strategy in &options.strategies {
-            let name = match strategy {
-                NameStrategy::Index => &device.index,
-                NameStrategy::Uuid => &device.uuid,
-            };
             devices.push(Device {
-                name: name.clone(),
+                name: strategy.name(&device.index, &device.uuid),
                 container_edits: edits.clone(),
                 ..Device::default()
             });
         }
     }
-    if options.all_device {
+    if options.device_ids.iter().any(|id| id == NO_GPU_DEVICE) {
+        // A device must edit something: the marker the spec sets anyway.
+        devices.push(Device {
+            name: NO_GPU_DEVICE.into(),
+            container_edits: ContainerEdits {
+                env: vec![VISIBLE_DEVICES_VOID.into()],
+                ..ContainerEdits::default()
+            },
+            ..Device::default()
+        });
+    }
+    if options.all_device || options.mode == Mode::Management {
         devices.push(Device {
             name: "all".into(),
             container_edits: ContainerEdits {
@@ -158,8 +208,11 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
         });
     }
 
-    // The IMEX channels, from the same inventory.
-    let imex = imex_spec(&inventory);
+    // The IMEX channels, from the same inventory; a management spec is one spec.
+    let imex = match options.mode {
+        Mode::Management => None,
+        _ => imex_spec(&inventory),
+    };
     let callback = Callback {
         program: options.program.clone(),
         config: options.config_path.clone(),
@@ -168,16 +221,17 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
             driver_version: inventory.driver_version,
             capabilities,
             layout: options.layout,
+            roots: options.roots.clone(),
         },
     };
     let mut spec = Spec {
         cdi_version: String::new(),
-        kind: KIND.into(),
+        kind: options.kind.clone(),
         devices,
         container_edits: ContainerEdits {
             env: vec![VISIBLE_DEVICES_VOID.into()],
             device_nodes: edits::device_nodes(&common.devices),
-            hooks: vec![callback.hook()],
+            hooks: options.hook.then(|| callback.hook()).into_iter().collect(),
             mounts: edits::mounts(&common),
             ..ContainerEdits::default()
         },
@@ -185,6 +239,31 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
     };
     spec.cdi_version = required_version(&spec).into();
     Ok(Generated { gpus: spec, imex })
+}
+
+/// The planned devices `ids` names (each by index or UUID; `all` for every
+/// one, `none` for none), in the planner's order; an id no device has is
+/// refused.
+fn selected<'a>(planned: &'a [DevicePlan], ids: &[String]) -> Result<Vec<&'a DevicePlan>> {
+    if ids.iter().any(|id| id == "all") {
+        return Ok(planned.iter().collect());
+    }
+    for id in ids.iter().filter(|id| *id != NO_GPU_DEVICE) {
+        if !planned.iter().any(|d| d.index == *id || d.uuid == *id) {
+            return Err(Error::UnknownDeviceId {
+                id: id.clone(),
+                known: planned
+                    .iter()
+                    .map(|d| d.index.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    }
+    Ok(planned
+        .iter()
+        .filter(|d| ids.iter().any(|id| d.index == *id || d.uuid == *id))
+        .collect())
 }
 
 /// The specs of one host, made from one inventory.
@@ -247,6 +326,51 @@ pub fn imex_spec(inventory: &Inventory) -> Option<Spec> {
 mod tests {
     use super::*;
     use crate::host::driver::Node;
+
+    #[test]
+    fn type_index_names_gpus_and_mig_devices_as_nvidias() {
+        // NVIDIA v1.20.0 `pkg/nvcdi/namer.go`: `gpu%d`, `mig%d:%d`; run
+        // side by side, `--device-name-strategy=type-index` named gpu0, gpu1.
+        let name = |index, uuid| NameStrategy::TypeIndex.name(index, uuid);
+        assert_eq!(name("0", "GPU-a"), "gpu0");
+        assert_eq!(name("1:2", "MIG-b"), "mig1:2");
+        assert_eq!(NameStrategy::Index.name("1:2", "MIG-b"), "1:2");
+        assert_eq!(NameStrategy::Uuid.name("1:2", "MIG-b"), "MIG-b");
+        assert_eq!(
+            parse_strategies("type-index,uuid,type-index").unwrap(),
+            [NameStrategy::TypeIndex, NameStrategy::Uuid]
+        );
+        assert!(parse_strategies("index,bogus").is_err());
+    }
+
+    #[test]
+    fn device_ids_select_by_index_or_uuid_and_refuse_what_the_host_lacks() {
+        let plan = |index: &str, uuid: &str| DevicePlan {
+            index: index.into(),
+            uuid: uuid.into(),
+            plan: plan::Plan::default(),
+        };
+        let planned = [plan("0", "GPU-a"), plan("1", "GPU-b"), plan("1:0", "MIG-c")];
+        let picked = |ids: &[&str]| -> Vec<String> {
+            let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+            selected(&planned, &ids)
+                .unwrap()
+                .iter()
+                .map(|d| d.index.clone())
+                .collect()
+        };
+        assert_eq!(picked(&["all"]), ["0", "1", "1:0"]);
+        // The planner's order, whatever the ids' order.
+        assert_eq!(picked(&["MIG-c", "0"]), ["0", "1:0"]);
+        assert!(picked(&["none"]).is_empty());
+        // NVIDIA: `failed to get device handle from index: Invalid Argument`.
+        let err = selected(&planned, &["7".to_string()]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no device \"7\" on this host to put in the spec: its devices are 0, 1, 1:0 \
+             (or their UUIDs), or all, or none"
+        );
+    }
 
     #[test]
     fn imex_spec_has_one_device_per_host_channel() {

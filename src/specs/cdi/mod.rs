@@ -26,7 +26,9 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use edits::{Callback, HOOK_COMMAND, HOOK_STAGE};
-pub use generate::{generate, parse_strategies, Generated, Mode, NameStrategy, Options, IMEX_KIND};
+pub use generate::{
+    generate, parse_strategies, Generated, Mode, NameStrategy, Options, IMEX_KIND, NO_GPU_DEVICE,
+};
 pub use output::{write_atomically, Format, DEFAULT_OUTPUT};
 pub use spec::Spec;
 
@@ -36,8 +38,15 @@ use name::Qualified;
 /// Why a spec could not be made or written.
 #[derive(Debug, Error)]
 pub enum Error {
-    #[error("unknown device name strategy {value:?}: use index, uuid, or both (index,uuid)")]
+    #[error("unknown device name strategy {value:?}: use index, uuid or type-index, or several (index,uuid)")]
     NameStrategy { value: String },
+    #[error("no device {id:?} on this host to put in the spec: its devices are {known} (or their UUIDs), or all, or none")]
+    UnknownDeviceId {
+        /// The id asked for.
+        id: String,
+        /// The host's devices by index.
+        known: String,
+    },
     #[error("--mode={asked} asked for, but this host is a {found} host (a WSL2 host has /dev/dxg and no /proc/driver/nvidia): use --mode={found} or auto")]
     Mode {
         asked: generate::Mode,

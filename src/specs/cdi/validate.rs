@@ -260,6 +260,7 @@ mod tests {
                 capabilities: "compute,utility".into(),
                 layout: ImageLayout::Debian,
                 mig_layout: Some("none".into()),
+                roots: Default::default(),
             },
         };
         let mut spec = Spec {
