@@ -732,12 +732,13 @@ fn only_the_application_layer_loads_the_config_and_sets_up_the_log() {
 
 /// The request policy settings of the configuration, which only the
 /// planner reads (and `config`, which defines them).
-const POLICY: [&str; 5] = [
+const POLICY: [&str; 6] = [
     ".accept_volume_mounts",
     ".accept_env_when_unprivileged",
     ".disable_require",
     ".grant_device_cgroup",
     ".ignore_imex_channel_requests",
+    ".no_additional_gids",
 ];
 
 #[test]

@@ -89,6 +89,7 @@ fn has_gpu_nodes(run: &Run) -> bool {
 /// key then stops an unprivileged image's `NVIDIA_VISIBLE_DEVICES=all`.
 /// A key whose request is not done here is logged on the first start.
 #[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn nvidias_hardening_holds_through_the_hooks_d_entry() {
     let env = [("NVIDIA_VISIBLE_DEVICES", "all")];
     let text = format!("{HARDENED}swarm-resource = \"DOCKER_RESOURCE_GPU\"\n");
@@ -116,6 +117,7 @@ fn nvidias_hardening_holds_through_the_hooks_d_entry() {
 /// With NVIDIA's volume-mount key, the device plugin's `/dev/null` mounts
 /// choose the GPU, under runc.
 #[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn nvidias_volume_mount_key_selects_gpus_by_mount() {
     let host = host();
     let gpu = host
@@ -170,6 +172,7 @@ fn nvidias_volume_mount_key_selects_gpus_by_mount() {
 /// `nvidia-container-cli.no-cgroups = true`: the nodes come, the device
 /// cgroup is left to the runtime, which granted nothing (EPERM).
 #[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn nvidias_no_cgroups_leaves_the_device_cgroup_alone() {
     let host = host();
     let env = [("NVIDIA_VISIBLE_DEVICES", "0")];

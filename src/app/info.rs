@@ -98,7 +98,7 @@ fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) 
     let drm = inv.drm.iter().flat_map(|d| &d.nodes);
     for node in inv.nodes.iter().chain(drm) {
         let state = match &node.state {
-            NodeState::Ok { mode } => format!("ok, mode {mode:04o}"),
+            NodeState::Ok { mode, .. } => format!("ok, mode {mode:04o}"),
             NodeState::Missing => "MISSING".to_string(),
             NodeState::Wrong(problem) => format!("WRONG: {problem}"),
         };

@@ -151,7 +151,10 @@ mod tests {
             major,
             minor,
             state: if ok {
-                NodeState::Ok { mode: 0o666 }
+                NodeState::Ok {
+                    mode: 0o666,
+                    gid: 0,
+                }
             } else {
                 NodeState::Missing
             },

@@ -90,6 +90,10 @@ pub struct Config {
     /// Never take IMEX channels from what a container carries (its
     /// variable or mounts); only an administrator's `--imex-channel`.
     pub ignore_imex_channel_requests: bool,
+    /// Give group-only device nodes (a render node's `0660 root:render`)
+    /// as they are: unopenable by a container's non-root user. NVIDIA's
+    /// `features.no-additional-gids-for-device-nodes`.
+    pub no_additional_gids: bool,
     /// NVIDIA's config file, read under ours (see [`nvidia`]); `""` for none.
     #[serde(deserialize_with = "optional_path")]
     pub nvidia_config: Option<PathBuf>,
@@ -217,6 +221,7 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             grant_device_cgroup: true,
             ignore_imex_channel_requests: false,
+            no_additional_gids: false,
             nvidia_config: Some(PathBuf::from(nvidia::DEFAULT_PATH)),
             nvidia: nvidia::Report::default(),
         }

@@ -117,7 +117,7 @@ pub const KEYS: [Key; 37] = [
     commented("features.disable-cuda-compat-lib-hook", Bool, "false", Ours(&["cuda-compat", "mode"], DisableCompat)),
     commented("features.disable-imex-channel-creation", Bool, "false", Unhonoured("requested IMEX channels always get their nodes")),
     commented("features.ignore-imex-channel-requests", Bool, "false", Ours(&["ignore-imex-channel-requests"], Same)),
-    commented("features.no-additional-gids-for-device-nodes", Bool, "false", NoEffect("no additional GIDs are added for device nodes")),
+    commented("features.no-additional-gids-for-device-nodes", Bool, "false", Ours(&["no-additional-gids"], Same)),
     commented("nvidia-container-cli.debug", Str, "\"/var/log/nvidia-container-toolkit.log\"", Ours(&["log", "file"], Same)),
     key("nvidia-container-cli.environment", List, "[]", Ours(&[], EmptyList(NO_CLI))),
     commented("nvidia-container-cli.ldcache", Str, "\"/etc/ld.so.cache\"", Unhonoured("the loader cache is read at the driver root's etc/ld.so.cache")),

@@ -56,8 +56,11 @@ pub struct DeviceNode {
     pub major: u32,
     /// Its minor number.
     pub minor: u32,
-    /// The host node's permission bits, copied.
+    /// The host node's permission bits, copied (the planner opens a
+    /// group-only node to the container's users).
     pub mode: u32,
+    /// The host node's group.
+    pub gid: u32,
 }
 
 /// What a bind mount carries, which decides its options and its place in listings.
@@ -355,6 +358,9 @@ pub struct Plan {
     /// Permission bits set on image entries (`nvidia-cdi-hook chmod`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub modes: Vec<ModeChange>,
+    /// Groups the container's process joins: those of group-only nodes it
+    /// was given (a render node's), for the runtime wrapper's edits.
+    pub additional_gids: Vec<u32>,
 }
 
 impl Plan {

@@ -101,6 +101,7 @@ mod tests {
                 major: 195,
                 minor: 255,
                 mode: 0o666,
+                gid: 0,
             }],
             mounts: vec![
                 mount(MountKind::Library, "/lib/libcuda.so.535"),

@@ -179,6 +179,7 @@ impl World {
                 major: 195,
                 minor: 0,
                 mode: 0o666,
+                gid: 0,
             }],
             mounts: vec![
                 Mount {
@@ -233,6 +234,7 @@ impl World {
                 data: crate::planning::plan::application_profile([0]).unwrap(),
             }],
             modes: Vec::new(),
+            additional_gids: Vec::new(),
         };
         World { dir, plan }
     }

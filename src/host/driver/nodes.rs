@@ -79,8 +79,9 @@ pub const IMEX_DIR: &str = "nvidia-caps-imex-channels";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "state", content = "detail")]
 pub enum NodeState {
-    /// A character device with the expected numbers; `mode` holds its permission bits.
-    Ok { mode: u32 },
+    /// A character device with the expected numbers; `mode` holds its
+    /// permission bits, `gid` its group.
+    Ok { mode: u32, gid: u32 },
     /// Nothing at the path.
     Missing,
     /// Something else: says what.
@@ -190,8 +191,13 @@ pub struct Node {
 pub enum Stat {
     /// Nothing there.
     Missing,
-    /// A character device.
-    Char { major: u32, minor: u32, mode: u32 },
+    /// A character device: its numbers, permission bits and group.
+    Char {
+        major: u32,
+        minor: u32,
+        mode: u32,
+        gid: u32,
+    },
     /// Something that is not a character device; names its kind.
     Other(&'static str),
 }
@@ -205,7 +211,8 @@ pub fn judge(stat: Stat, major: u32, minor: u32) -> NodeState {
             major: found_major,
             minor: found_minor,
             mode,
-        } if found_major == major && found_minor == minor => NodeState::Ok { mode },
+            gid,
+        } if found_major == major && found_minor == minor => NodeState::Ok { mode, gid },
         Stat::Char {
             major: found_major,
             minor: found_minor,
@@ -233,6 +240,7 @@ pub fn stat(path: &Path) -> io::Result<Stat> {
             major: nix::sys::stat::major(rdev) as u32,
             minor: nix::sys::stat::minor(rdev) as u32,
             mode: meta.mode() & 0o7777,
+            gid: meta.gid(),
         }
     } else if ft.is_symlink() {
         Stat::Other("symlink")
@@ -403,7 +411,12 @@ pub fn gated(dev_root: &Path) -> Vec<Node> {
                 let inner = Path::new(dir).join(name);
                 let host_path = dev.join(&inner);
                 let (major, minor, state) = match stat(&host_path) {
-                    Ok(Stat::Char { major, minor, mode }) => (major, minor, NodeState::Ok { mode }),
+                    Ok(Stat::Char {
+                        major,
+                        minor,
+                        mode,
+                        gid,
+                    }) => (major, minor, NodeState::Ok { mode, gid }),
                     Ok(Stat::Missing) => continue,
                     Ok(other) => (0, 0, judge(other, 0, 0)),
                     Err(e) => (0, 0, NodeState::Wrong(NodeProblem::stat(&e))),
@@ -433,11 +446,18 @@ mod tests {
                 major: 195,
                 minor: 0,
                 mode: 0o666,
+                gid: 44,
             },
             195,
             0,
         );
-        assert_eq!(state, NodeState::Ok { mode: 0o666 });
+        assert_eq!(
+            state,
+            NodeState::Ok {
+                mode: 0o666,
+                gid: 44
+            }
+        );
     }
 
     #[test]
@@ -447,6 +467,7 @@ mod tests {
                 major: 1,
                 minor: 3,
                 mode: 0o666,
+                gid: 0,
             },
             195,
             0,

@@ -92,6 +92,10 @@ pub(super) fn plan(
 
 /// Adds `node` to `plan` with permission bits `mode`, and its cgroup rule.
 pub(super) fn add_node(plan: &mut Plan, node: Node, mode: u32) {
+    let gid = match node.state {
+        NodeState::Ok { gid, .. } => gid,
+        NodeState::Missing | NodeState::Wrong(_) => 0,
+    };
     plan.cgroup_rules.push(CgroupRule {
         kind: 'c',
         major: node.major,
@@ -104,6 +108,7 @@ pub(super) fn add_node(plan: &mut Plan, node: Node, mode: u32) {
         major: node.major,
         minor: node.minor,
         mode,
+        gid,
     });
 }
 
@@ -160,7 +165,7 @@ fn imex(
                         path,
                         major,
                         minor: channel,
-                        state: NodeState::Ok { mode: IMEX_MODE },
+                        state: NodeState::Ok { mode: IMEX_MODE, gid: 0 },
                     },
                     IMEX_MODE,
                 ));
@@ -211,7 +216,7 @@ fn drm(plan: &mut Plan, inventory: &Inventory, devices: &[Selected<'_>]) -> Vec<
 fn usable<'a>(candidates: impl Iterator<Item = &'a Node>) -> Vec<(Node, u32)> {
     candidates
         .filter_map(|node| match &node.state {
-            NodeState::Ok { mode } => Some((node.clone(), *mode)),
+            NodeState::Ok { mode, .. } => Some((node.clone(), *mode)),
             NodeState::Missing => {
                 log::warn!("{} is missing: not given", node.host_path.display());
                 None
@@ -241,7 +246,7 @@ pub(super) fn required<'a>(node: Option<&'a Node>, path: &str) -> Result<(&'a No
         problem: "not known to the driver".into(),
     })?;
     match &node.state {
-        NodeState::Ok { mode } => Ok((node, *mode)),
+        NodeState::Ok { mode, .. } => Ok((node, *mode)),
         NodeState::Missing => Err(Error::NodeUnusable {
             path: node.host_path.clone(),
             problem: "it does not exist".into(),

@@ -29,7 +29,10 @@ fn node(role: NodeRole, name: &str, major: u32, minor: u32, state: NodeState) ->
 }
 
 fn ok() -> NodeState {
-    NodeState::Ok { mode: 0o666 }
+    NodeState::Ok {
+        mode: 0o666,
+        gid: 0,
+    }
 }
 
 fn lib(capability: Capability, prefix: &'static str, soname: &str, arch: &'static str) -> Library {

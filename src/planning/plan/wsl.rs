@@ -174,7 +174,10 @@ mod tests {
 
     #[test]
     fn all_gets_dxg_with_its_rule_and_every_file_at_its_own_path() {
-        let inventory = wsl_inventory(NodeState::Ok { mode: 0o666 });
+        let inventory = wsl_inventory(NodeState::Ok {
+            mode: 0o666,
+            gid: 0,
+        });
         let plan = build(&inventory, "all", "compute").unwrap();
         let devices: Vec<_> = plan
             .devices
@@ -238,7 +241,10 @@ mod tests {
     #[test]
     fn none_gets_the_files_without_dxg() {
         let plan = build(
-            &wsl_inventory(NodeState::Ok { mode: 0o666 }),
+            &wsl_inventory(NodeState::Ok {
+                mode: 0o666,
+                gid: 0,
+            }),
             "none",
             "compute",
         )
@@ -252,7 +258,10 @@ mod tests {
 
     #[test]
     fn a_gpu_by_index_a_missing_core_file_or_a_bad_dxg_is_refused_by_name() {
-        let inventory = wsl_inventory(NodeState::Ok { mode: 0o666 });
+        let inventory = wsl_inventory(NodeState::Ok {
+            mode: 0o666,
+            gid: 0,
+        });
         let err = build(&inventory, "0", "compute").unwrap_err();
         assert!(
             matches!(&err, Error::UnknownDevice { item, available } if item == "0" && available.starts_with("all")),

@@ -500,7 +500,7 @@ fn planned(
     left: LeftToOthers,
 ) -> Result<Planned> {
     let image = self::image(config, &inventory, image)?;
-    let mut plan = build(&effective, &mut inventory, &image)?;
+    let mut plan = build_for(config, &effective, &mut inventory, &image)?;
     left.take_from(&mut plan);
     Ok(Planned {
         effective,
@@ -510,6 +510,43 @@ fn planned(
         user_namespace: None,
         cdi_devices: None,
     })
+}
+
+/// [`build`]'s plan, its group-only nodes opened to the container's users
+/// ([`open_group_only_nodes`]).
+fn build_for(
+    config: &Config,
+    effective: &Effective,
+    inventory: &mut Inventory,
+    image: &Image,
+) -> Result<Plan> {
+    let mut plan = build(effective, inventory, image)?;
+    open_group_only_nodes(config, &mut plan);
+    Ok(plan)
+}
+
+/// A node only its group may use (`0660`, a render node's `root:render`)
+/// is one the container's non-root user cannot open, though the device
+/// cgroup grants it: as NVIDIA's toolkit since 1.19, the container's
+/// process joins the node's group (the runtime wrapper's
+/// `additionalGids`; never root's group), and the node made in the
+/// container gets the group's access for everyone, which reaches a
+/// container the hook or a CDI spec serves, whose process's groups
+/// nothing of ours sets. `no-additional-gids` keeps the host's modes.
+fn open_group_only_nodes(config: &Config, plan: &mut Plan) {
+    if config.no_additional_gids {
+        return;
+    }
+    for node in &mut plan.devices {
+        let group = node.mode & 0o060;
+        if group == 0 || node.mode & 0o006 == group >> 3 {
+            continue;
+        }
+        node.mode |= group >> 3;
+        if node.gid != 0 && !plan.additional_gids.contains(&node.gid) {
+            plan.additional_gids.push(node.gid);
+        }
+    }
 }
 
 /// What a runtime granted a container from a spec we generated (CDI, or
@@ -618,13 +655,13 @@ pub fn plan_each_device(
         });
     }
     let image = image(config, &inventory, ImageSource::Layout(layout))?;
-    let common = build(&none, &mut inventory, &image)?;
+    let common = build_for(config, &none, &mut inventory, &image)?;
     let mut all = flags("all")?;
     if scope == SpecScope::Management {
         // The host's operator asks, for pods that manage the GPUs.
         all.request.mig_config = true;
         all.request.mig_monitor = true;
-        let all = build(&all, &mut inventory, &image)?;
+        let all = build_for(config, &all, &mut inventory, &image)?;
         return Ok(EachDevice {
             inventory,
             common,
@@ -648,10 +685,10 @@ pub fn plan_each_device(
     let mut devices = Vec::new();
     for (index, uuid) in names {
         let effective = flags(&index)?;
-        let plan = build(&effective, &mut inventory, &image)?;
+        let plan = build_for(config, &effective, &mut inventory, &image)?;
         devices.push(DevicePlan { index, uuid, plan });
     }
-    let all = build(&all, &mut inventory, &image)?;
+    let all = build_for(config, &all, &mut inventory, &image)?;
     Ok(EachDevice {
         inventory,
         common,

@@ -319,7 +319,10 @@ fn mig_inventory() -> Inventory {
             host_path: format!("/sim/dev/nvidia-caps/nvidia-cap{minor}").into(),
             major: 508,
             minor,
-            state: crate::host::driver::NodeState::Ok { mode: 0o444 },
+            state: crate::host::driver::NodeState::Ok {
+                mode: 0o444,
+                gid: 0,
+            },
         });
     }
     inventory.mig = Some(vec![MigDevice {
@@ -887,4 +890,42 @@ fn ignored_imex_requests_come_from_no_container() {
     a.imex_channels = vec!["2".into()];
     let req = effective_of(&config, argv(&a, None)).request;
     assert_eq!(req.imex, ImexChannels::List(vec![2]));
+}
+
+/// NVIDIA 1.19's additional GIDs: a `0660` node of a group (a render
+/// node's) is opened to the container's users and its group joined; a
+/// `0666` one, root's group and `no-additional-gids` change nothing.
+#[test]
+fn group_only_nodes_are_opened_and_their_group_joined() {
+    let node = |mode: u32, gid: u32| plan::DeviceNode {
+        host_path: "/dev/dri/renderD128".into(),
+        path: "/dev/dri/renderD128".into(),
+        major: 226,
+        minor: 128,
+        mode,
+        gid,
+    };
+    let mut plan = Plan {
+        devices: vec![
+            node(0o660, 105),
+            node(0o666, 44),
+            node(0o660, 0),
+            node(0o600, 7),
+            node(0o660, 105),
+        ],
+        ..Plan::default()
+    };
+    let kept = plan.clone();
+    super::open_group_only_nodes(
+        &Config {
+            no_additional_gids: true,
+            ..Config::default()
+        },
+        &mut plan,
+    );
+    assert_eq!(plan, kept);
+    super::open_group_only_nodes(&Config::default(), &mut plan);
+    let modes: Vec<u32> = plan.devices.iter().map(|d| d.mode).collect();
+    assert_eq!(modes, [0o666, 0o666, 0o666, 0o600, 0o666]);
+    assert_eq!(plan.additional_gids, [105]);
 }

@@ -115,6 +115,7 @@ pub fn container_edits(plan: &Plan, callback: &Callback) -> ContainerEdits {
         device_nodes: device_nodes(&plan.devices),
         hooks: vec![callback.hook()],
         mounts: mounts(plan),
+        additional_gids: plan.additional_gids.clone(),
         ..ContainerEdits::default()
     }
 }
@@ -127,4 +128,44 @@ pub fn nodes_beyond<'a>(
     plan.devices
         .iter()
         .filter(move |node| !common.devices.iter().any(|c| c.path == node.path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planning::image::ImageLayout;
+
+    /// The runtime wrapper's edits carry the groups the planner joined
+    /// (NVIDIA 1.19's additional GIDs), and each node's mode as planned.
+    #[test]
+    fn the_wrappers_edits_carry_the_plans_groups_and_modes() {
+        let plan = Plan {
+            devices: vec![plan::DeviceNode {
+                host_path: "/dev/dri/renderD128".into(),
+                path: "/dev/dri/renderD128".into(),
+                major: 226,
+                minor: 128,
+                mode: 0o666,
+                gid: 105,
+            }],
+            additional_gids: vec![105],
+            ..Plan::default()
+        };
+        let callback = Callback {
+            program: "/usr/bin/oci-nvidia-hook".into(),
+            config: None,
+            made: SpecMade {
+                driver_version: "535.261.03".into(),
+                capabilities: "graphics".into(),
+                layout: ImageLayout::Debian,
+                mig_layout: None,
+                roots: Default::default(),
+            },
+        };
+        let edits = container_edits(&plan, &callback);
+        assert_eq!(edits.additional_gids, [105]);
+        assert_eq!(edits.device_nodes[0].file_mode, Some(0o666));
+        // A spec's device holds nodes, never a process's groups.
+        assert!(device_nodes(&plan.devices).iter().all(|n| n.gid.is_none()));
+    }
 }

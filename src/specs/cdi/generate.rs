@@ -284,7 +284,7 @@ pub fn imex_spec(inventory: &Inventory) -> Option<Spec> {
         .iter()
         .filter(|n| n.role == NodeRole::ImexChannel)
         .filter_map(|n| {
-            let NodeState::Ok { mode } = n.state else {
+            let NodeState::Ok { mode, gid } = n.state else {
                 log::warn!(
                     "{} left out of the IMEX spec: {:?}",
                     n.host_path.display(),
@@ -298,6 +298,7 @@ pub fn imex_spec(inventory: &Inventory) -> Option<Spec> {
                 major: n.major,
                 minor: n.minor,
                 mode,
+                gid,
             };
             Some(Device {
                 name: n.minor.to_string(),
@@ -377,8 +378,20 @@ mod tests {
         let mut inventory = crate::planning::plan::tests::inventory();
         assert_eq!(imex_spec(&inventory), None);
         for (minor, state) in [
-            (0, NodeState::Ok { mode: 0o666 }),
-            (5, NodeState::Ok { mode: 0o660 }),
+            (
+                0,
+                NodeState::Ok {
+                    mode: 0o666,
+                    gid: 0,
+                },
+            ),
+            (
+                5,
+                NodeState::Ok {
+                    mode: 0o660,
+                    gid: 0,
+                },
+            ),
             (6, NodeState::Missing),
         ] {
             inventory.nodes.push(Node {
