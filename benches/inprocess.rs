@@ -57,7 +57,10 @@ fn inventory(gpus: u32) -> Inventory {
         path: PathBuf::from(path),
         major,
         minor,
-        state: NodeState::Ok { mode: 0o666, gid: 0 },
+        state: NodeState::Ok {
+            mode: 0o666,
+            gid: 0,
+        },
     };
     let mut nodes = vec![
         node(NodeRole::Control, "/dev/nvidiactl".into(), 195, 255),

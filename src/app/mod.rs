@@ -210,6 +210,9 @@ impl Operation {
 pub struct Overrides {
     /// The config file to load instead of the default path.
     pub config: Option<PathBuf>,
+    /// `config` may be in NVIDIA's format (NVIDIA's hook's `-config`):
+    /// such a file is read as NVIDIA's, under our default file.
+    pub config_may_be_nvidias: bool,
     /// The log level, instead of the file's.
     pub log_level: Option<LogLevel>,
     /// The log file, instead of the file's.
@@ -227,6 +230,15 @@ pub struct Overrides {
 }
 
 impl Overrides {
+    /// The configuration these overrides name: the file `config`, read as
+    /// ours or, where it may be, as NVIDIA's.
+    fn load(&self) -> config::Result<Config> {
+        match (&self.config, self.config_may_be_nvidias) {
+            (Some(path), true) => Config::load_ours_or_nvidias(path),
+            (path, _) => Config::load(path.as_deref()),
+        }
+    }
+
     /// `config` with these overrides in it.
     pub fn apply(&self, mut config: Config) -> Config {
         if let Some(root) = &self.driver_root {
@@ -305,7 +317,7 @@ pub fn run(operation: &Operation, overrides: &Overrides) -> Result<Outcome> {
         Operation::ConfigEdit(_) => Ok(overrides.apply(Config::default())),
         _ => deadline::bounded_load(
             operation.waited_for(),
-            || Config::load(overrides.config.as_deref()).map(|c| overrides.apply(c)),
+            || overrides.load().map(|c| overrides.apply(c)),
             Config::deadline,
         ),
     };

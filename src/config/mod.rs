@@ -409,6 +409,33 @@ impl Config {
         }
     }
 
+    /// Loads `path`, which NVIDIA's hook's `-config` named: our own file,
+    /// or one in NVIDIA's format, read as NVIDIA's under our default file.
+    pub fn load_ours_or_nvidias(path: &Path) -> Result<Config> {
+        let text = read_text(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if !nvidia::is_nvidias(&text) {
+            return Config::parse(path, &text);
+        }
+        let default = Path::new(DEFAULT_PATH);
+        let ours = match read_text(default) {
+            Ok(ours) => {
+                Config::parse(default, &ours)?;
+                ours
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+            Err(source) => {
+                return Err(Error::Read {
+                    path: default.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        Config::with_nvidia(default, &ours, path, &text)
+    }
+
     /// Our file's text (already known valid) with NVIDIA's file's keys laid
     /// under it: where both set a thing, ours wins.
     pub fn with_nvidia(

@@ -145,6 +145,18 @@ pub const KEYS: [Key; 37] = [
     key("nvidia-ctk.path", Str, "\"nvidia-ctk\"", NoEffect("specs' hooks run this program, whatever name it is called by")),
 ];
 
+/// Whether `text` is a config file in NVIDIA's format: it parses, and a
+/// top-level key of it is one only NVIDIA's schema has.
+pub fn is_nvidias(text: &str) -> bool {
+    let Ok(table) = text.parse::<Table>() else {
+        return false;
+    };
+    table.keys().any(|top| {
+        top != "disable-require"
+            && all().any(|k| k.name == top || k.name.starts_with(&format!("{top}.")))
+    })
+}
+
 /// The key named `name`, if NVIDIA's schema has it.
 pub fn find(name: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name == name)
@@ -605,6 +617,24 @@ mod tests {
         let (table, report) = translate(Path::new("/d"), &parsed, &Table::new(), 0).unwrap();
         assert_eq!(report.unhonoured().count(), 0, "{report:?}");
         assert!(table.contains_key("runtime"));
+    }
+
+    /// NVIDIA's hook's `-config` names NVIDIA's format (the GPU
+    /// Operator's toolkit passes one); ours is told apart by its keys.
+    #[test]
+    fn nvidias_format_is_told_from_ours() {
+        assert!(is_nvidias(&default_file()));
+        assert!(is_nvidias(
+            "[nvidia-container-cli]\nroot = \"/run/nvidia/driver\"\n"
+        ));
+        assert!(is_nvidias(
+            "accept-nvidia-visible-devices-as-volume-mounts = true\n"
+        ));
+        assert!(!is_nvidias(
+            "disable-require = true\n[driver]\nroot = \"/\"\n"
+        ));
+        assert!(!is_nvidias(""));
+        assert!(!is_nvidias("[nvidia-container-cli\n"));
     }
 
     #[test]

@@ -6,9 +6,10 @@
 //! flags (`-config PATH`, `-debug`, `-version`, one or two dashes) before
 //! its command; `prestart` injects, `poststart` and `poststop` do nothing.
 //! Here `prestart` is our prestart hook, with our config file (the default
-//! path unless `-config` names another): the request is still read only
-//! from the container's `config.json`, never from the environment dockerd
-//! passes.
+//! path unless `-config` names another; a file in NVIDIA's format there,
+//! as the GPU Operator's toolkit passes, is read as NVIDIA's file under our
+//! default one): the request is still read only from the container's
+//! `config.json`, never from the environment dockerd passes.
 
 use std::path::PathBuf;
 
@@ -91,6 +92,7 @@ pub fn invocation(parsed: Parsed) -> Invocation {
             Operation::Prestart { entry: "prestart" },
             Overrides {
                 config,
+                config_may_be_nvidias: true,
                 notes: debug
                     .then(|| {
                         Note::debug(format!(
@@ -128,6 +130,20 @@ mod tests {
     #[test]
     fn dockers_call_is_our_prestart_hook_with_the_default_config() {
         assert_eq!(parse_args(&["prestart"]), Ok(prestart(None, false)));
+    }
+
+    /// NVIDIA's `-config` names a file of NVIDIA's format: the application
+    /// is told it may be one.
+    #[test]
+    fn the_config_flag_may_name_nvidias_file() {
+        let Invocation::Run(_, overrides) = invocation(prestart(Some("/etc/n.toml"), false)) else {
+            panic!("prestart runs");
+        };
+        assert!(overrides.config_may_be_nvidias);
+        assert_eq!(
+            overrides.config.as_deref(),
+            Some(std::path::Path::new("/etc/n.toml"))
+        );
     }
 
     #[test]
