@@ -424,7 +424,9 @@ fn ceiling_check(
             .ok()
         })
         .and_then(|i| i.compat);
-    if let Some(compat) = compat.filter(|c| c.cuda >= image) {
+    if let Some((compat, cuda)) =
+        compat.and_then(|c| c.cuda.filter(|&cuda| cuda >= image).map(|cuda| (c, cuda)))
+    {
         if model.and_then(ceiling::data_center) == Some(true) {
             out.push(Check::ok(
                 L,
@@ -432,7 +434,7 @@ fn ceiling_check(
                 format!(
                     "{both}, but it ships forward-compatibility libraries of driver {} \
                      (CUDA {}), which this data-center GPU can use",
-                    compat.driver_version, compat.cuda
+                    compat.driver_version, cuda
                 ),
             ));
             return;

@@ -73,8 +73,9 @@ pub struct Compat {
     pub dir: PathBuf,
     /// The driver version they come from, e.g. `550.54.15`.
     pub driver_version: String,
-    /// The CUDA version that driver supports.
-    pub cuda: CudaVersion,
+    /// The CUDA version that driver supports; `None` for a branch this
+    /// hook's table does not know (its CUDA is then never claimed).
+    pub cuda: Option<CudaVersion>,
     /// Their file names, each `<name>.so.<driver_version>`.
     pub files: Vec<String>,
 }
@@ -190,13 +191,14 @@ fn find_compat(root: &Root, dir_path: &Path, host: HostOffers<'_>) -> Result<Opt
             return Ok(None);
         }
     }
-    let Some(cuda) = cuda_of_driver(&version) else {
-        log::warn!(
-            "image's CUDA compat driver {version} is of a branch this hook does not know: ignored"
-        );
-        return Ok(None);
-    };
+    let cuda = cuda_of_driver(&version);
     if let HostOffers::Cuda(host_cuda) = host {
+        let Some(cuda) = cuda else {
+            log::warn!(
+                "image's CUDA compat driver {version} is of a branch this hook does not know the CUDA of: ignored"
+            );
+            return Ok(None);
+        };
         if cuda <= host_cuda {
             log::debug!(
                 "image's CUDA compat driver {version} supports CUDA {cuda}, not newer than the host's {host_cuda}: ignored"
@@ -314,7 +316,10 @@ pub fn cuda_of_driver(version: &str) -> Option<CudaVersion> {
     BRANCHES
         .iter()
         .rev()
-        .find(|(branch, _)| major >= *branch && major < branch + 10)
+        .enumerate()
+        // A branch past the table's last supports at least its CUDA.
+        .find(|(at, (branch, _))| major >= *branch && (*at == 0 || major < branch + 10))
+        .map(|(_, entry)| entry)
         .map(|(_, cuda)| CudaVersion(*cuda))
 }
 
@@ -359,7 +364,7 @@ mod tests {
         .unwrap();
         let found = inspect(dir.path()).compat.unwrap();
         assert_eq!(found.driver_version, "550.54.15");
-        assert_eq!(found.cuda, CudaVersion(12040));
+        assert_eq!(found.cuda, Some(CudaVersion(12040)));
         assert_eq!(
             found.files,
             [
@@ -395,11 +400,22 @@ mod tests {
         };
         let compat = found("12.2", "/opt/compat").unwrap();
         assert_eq!(compat.dir, Path::new("/opt/compat"));
-        assert_eq!(compat.cuda, CudaVersion(12040));
+        assert_eq!(compat.cuda, Some(CudaVersion(12040)));
         assert!(found("12.4", "/opt/compat").is_none());
         assert!(found("12.8", "/opt/compat").is_none());
         // The default directory holds none.
         assert!(found("12.2", COMPAT_DIR).is_none());
+    }
+
+    /// A branch past the table's last supports at least its CUDA; one
+    /// below or between the table's branches claims none.
+    #[test]
+    fn a_drivers_cuda_is_the_tables_or_a_lower_bound_past_it() {
+        assert_eq!(cuda_of_driver("535.261.03"), Some(CudaVersion(12020)));
+        assert_eq!(cuda_of_driver("580.65.06"), Some(CudaVersion(13000)));
+        assert_eq!(cuda_of_driver("610.10"), Some(CudaVersion(13000)));
+        assert_eq!(cuda_of_driver("333.88.99"), None);
+        assert_eq!(cuda_of_driver("440.1"), None);
     }
 
     #[test]

@@ -473,7 +473,7 @@ fn newer_compat_libraries_come_first_in_the_loader_cache() {
         compat: Some(crate::planning::image::Compat {
             dir: "/usr/local/cuda/compat".into(),
             driver_version: "550.54.15".into(),
-            cuda: crate::host::driver::CudaVersion(12040),
+            cuda: Some(crate::host::driver::CudaVersion(12040)),
             files: vec!["libcuda.so.550.54.15".into()],
         }),
     };

@@ -251,4 +251,99 @@ mod tests {
         let err = plan(&Config::default(), &bad, Some(root.path())).unwrap_err();
         assert!(err.to_string().contains("twelve"), "{err}");
     }
+
+    /// NVIDIA's `TestCompatLibs` table (cmd/nvidia-cdi-hook/cudacompat/
+    /// cudacompat_test.go, v1.17.5 to v1.20.0): which compat directory
+    /// `enable-cuda-compat --host-driver-version` names for each image.
+    /// NVIDIA's files are empty; ours are ELF headers, as ours checks them.
+    /// Where the compat directory is reached through a link, NVIDIA names
+    /// the directory it resolved to; ours names the one it was asked for,
+    /// which the loader resolves the same way inside the container.
+    #[test]
+    fn enable_cuda_compat_decides_as_nvidias_table() {
+        use goblin::elf::header::{ELFCLASS64, EM_X86_64, ET_DYN};
+        let so = crate::host::elf::tests::header(ELFCLASS64, EM_X86_64, ET_DYN);
+        /// (description, the image's files, the host's driver, the directory named).
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, Option<&'a str>);
+        let cases: [Case; 9] = [
+            ("empty root", &[], "222.55.66", None),
+            (
+                "compat lib is newer; no ldcache",
+                &[("usr/local/cuda/compat/libcuda.so.333.88.99", "")],
+                "222.55.66",
+                Some("/usr/local/cuda/compat"),
+            ),
+            (
+                "compat lib is newer; ldcache",
+                &[
+                    ("etc/ld.so.cache", "-"),
+                    ("usr/local/cuda/compat/libcuda.so.333.88.99", ""),
+                ],
+                "222.55.66",
+                Some("/usr/local/cuda/compat"),
+            ),
+            (
+                "compat lib is older",
+                &[("usr/local/cuda/compat/libcuda.so.111.88.99", "")],
+                "222.55.66",
+                None,
+            ),
+            (
+                "compat lib has the same major",
+                &[("usr/local/cuda/compat/libcuda.so.222.88.99", "")],
+                "222.55.66",
+                None,
+            ),
+            (
+                "numeric comparison is used",
+                &[("usr/local/cuda/compat/libcuda.so.222.88.99", "")],
+                "99.55.66",
+                Some("/usr/local/cuda/compat"),
+            ),
+            (
+                "driver version empty",
+                &[("usr/local/cuda/compat/libcuda.so.222.88.99", "")],
+                "",
+                None,
+            ),
+            (
+                "symlinks are followed",
+                &[
+                    ("etc/alternatives/cuda/compat/libcuda.so.333.88.99", ""),
+                    ("usr/local/cuda", "symlink=/etc/alternatives/cuda"),
+                ],
+                "222.55.66",
+                Some("/usr/local/cuda/compat"),
+            ),
+            (
+                "symlinks stay in the container",
+                &[
+                    ("compat/libcuda.so.333.88.99", ""),
+                    ("usr/local/cuda", "symlink=../../../../../../"),
+                ],
+                "222.55.66",
+                Some("/usr/local/cuda/compat"),
+            ),
+        ];
+        for (description, contents, host, expected) in cases {
+            let root = tempfile::tempdir().unwrap();
+            for (name, content) in contents {
+                let path = root.path().join(name);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                match content.strip_prefix("symlink=") {
+                    Some(target) => std::os::unix::fs::symlink(target, &path).unwrap(),
+                    None if name.contains("libcuda") => std::fs::write(&path, &so).unwrap(),
+                    None => std::fs::write(&path, content).unwrap(),
+                }
+            }
+            let kind = HookEdits::EnableCudaCompat {
+                host_driver_version: (!host.is_empty()).then(|| host.to_string()),
+                host_cuda_version: None,
+                container_root: None,
+            };
+            let planned = plan(&Config::default(), &kind, Some(root.path())).unwrap();
+            let named = planned.files.first().map(|f| f.data.trim_end().to_string());
+            assert_eq!(named.as_deref(), expected, "{description}");
+        }
+    }
 }

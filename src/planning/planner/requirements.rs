@@ -50,7 +50,7 @@ fn check_requirements(
     let mut facts = Facts {
         driver: inventory.driver_version.clone(),
         cuda,
-        compat_cuda: image.compat.as_ref().map(|c| c.cuda),
+        compat_cuda: image.compat.as_ref().and_then(|c| c.cuda),
         device: None,
     };
     let mut checked: Vec<u32> = Vec::new();
