@@ -96,8 +96,8 @@ fn inventory(gpus: u32) -> Inventory {
     ]
     .into_iter()
     .map(|(capability, prefix)| Library {
-        capability,
-        prefix,
+        capability: Some(capability),
+        prefix: prefix.to_string(),
         soname: format!("{prefix}.1"),
         arch: "x86_64",
         path: PathBuf::from(format!("/sim/usr/lib/x86_64-linux-gnu/{prefix}.535.261.03")),

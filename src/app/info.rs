@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::Result;
 use crate::config::Config;
-use crate::host::driver::{CudaVersion, Inventory, NodeState};
+use crate::host::driver::{CudaVersion, Inventory, Library, NodeState};
 use crate::planning::planner;
 use crate::planning::request::{Capabilities, Capability};
 
@@ -52,6 +52,18 @@ pub fn run(config: &Config, json: bool, out: &mut impl Write) -> Result<()> {
         return Ok(());
     }
     write_text(&inventory, cuda.ok(), out)
+}
+
+/// One library's line: its file, SONAME and architecture.
+fn write_library(lib: &Library, out: &mut impl Write) -> Result<()> {
+    writeln!(
+        out,
+        "    {} ({}, {})",
+        lib.path.display(),
+        lib.soname,
+        lib.arch
+    )?;
+    Ok(())
 }
 
 fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) -> Result<()> {
@@ -118,14 +130,8 @@ fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) 
             continue;
         }
         writeln!(out, "  {capability}:")?;
-        for lib in inv.libraries_of(capability) {
-            writeln!(
-                out,
-                "    {} ({}, {})",
-                lib.path.display(),
-                lib.soname,
-                lib.arch
-            )?;
+        for lib in inv.libraries_of(Some(capability)) {
+            write_library(lib, out)?;
         }
         let missing: Vec<String> = inv
             .missing_libraries
@@ -141,6 +147,13 @@ fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) 
             .collect();
         if !missing.is_empty() {
             writeln!(out, "    missing: {}", missing.join(", "))?;
+        }
+    }
+    let mut unplaced = inv.libraries_of(None).peekable();
+    if unplaced.peek().is_some() {
+        writeln!(out, "  every capability (no known family):")?;
+        for lib in unplaced {
+            write_library(lib, out)?;
         }
     }
 

@@ -307,6 +307,9 @@ pub struct DriverConfig {
     /// it found in the driver root (see `driver::snapshot`); `""` keeps none.
     #[serde(deserialize_with = "optional_path")]
     pub snapshot_dir: Option<PathBuf>,
+    /// Directories inside the driver root searched for the driver's
+    /// libraries, before the standard ones, where its loader cache lists none.
+    pub library_search_paths: Vec<PathBuf>,
 }
 
 /// Where snapshots go unless the config says otherwise: memory, emptied at boot.
@@ -320,6 +323,7 @@ impl Default for DriverConfig {
             proc_root: PathBuf::from("/proc"),
             sys_root: PathBuf::from("/sys"),
             snapshot_dir: Some(PathBuf::from(DEFAULT_SNAPSHOT_DIR)),
+            library_search_paths: Vec::new(),
         }
     }
 }
@@ -479,7 +483,11 @@ impl Config {
             ("driver.proc-root", &self.driver.proc_root),
             ("driver.sys-root", &self.driver.sys_root),
         ];
-        for (key, value) in roots {
+        let search = self.driver.library_search_paths.iter();
+        for (key, value) in roots
+            .into_iter()
+            .chain(search.map(|p| ("driver.library-search-paths", p)))
+        {
             if !value.is_absolute() {
                 return Err(Error::Invalid {
                     path: path.to_path_buf(),

@@ -12,6 +12,13 @@ pub struct LibrarySpec {
     pub prefix: &'static str,
     /// Whether the capability is useless without it: its absence is an error, not a warning.
     pub core: bool,
+    /// Whether its absence is reported: true for libnvidia-container's
+    /// lists, false for what newer drivers and other packages add.
+    pub expected: bool,
+    /// Whether its file carries the driver's version (`libcuda.so.535.261.03`);
+    /// one that does not (`libnvidia-egl-gbm.so.1.1.0`) is only taken from
+    /// a directory holding the running driver's versioned libraries.
+    pub versioned: bool,
 }
 
 const fn lib(capability: Capability, prefix: &'static str) -> LibrarySpec {
@@ -19,20 +26,41 @@ const fn lib(capability: Capability, prefix: &'static str) -> LibrarySpec {
         capability,
         prefix,
         core: false,
+        expected: true,
+        versioned: true,
     }
 }
 
 const fn core(capability: Capability, prefix: &'static str) -> LibrarySpec {
     LibrarySpec {
-        capability,
-        prefix,
         core: true,
+        ..lib(capability, prefix)
+    }
+}
+
+/// A family newer drivers ship, taken when there, never reported missing.
+const fn newer(capability: Capability, prefix: &'static str) -> LibrarySpec {
+    LibrarySpec {
+        expected: false,
+        ..lib(capability, prefix)
+    }
+}
+
+/// A library versioned on its own (an EGL platform, NVVM 7.0), taken when
+/// there beside the running driver's libraries.
+const fn unversioned(capability: Capability, prefix: &'static str) -> LibrarySpec {
+    LibrarySpec {
+        versioned: false,
+        ..newer(capability, prefix)
     }
 }
 
 use Capability::{Compute, Display, Graphics, Ngx, Utility, Video};
 
-/// Every library we inject, by capability (NVIDIA's lists).
+/// Every library family we know, by capability: libnvidia-container's
+/// lists first, then what newer drivers ship (NVIDIA's v1.18-1.20 CDI
+/// discoverers and the drivers' own file lists). A driver library of no
+/// family here goes with every capability ([`library_for`] says `None`).
 pub const LIBRARIES: &[LibrarySpec] = &[
     core(Utility, "libnvidia-ml.so"),
     lib(Utility, "libnvidia-cfg.so"),
@@ -68,6 +96,25 @@ pub const LIBRARIES: &[LibrarySpec] = &[
     lib(Graphics, "libnvidia-glvkspirv.so"),
     lib(Graphics, "libnvidia-cbl.so"),
     lib(Ngx, "libnvidia-ngx.so"),
+    // NVVM 7.0, kept beside the newer NVVM for older CUDA (NVIDIA v1.20).
+    unversioned(Compute, "libnvidia-nvvm70.so"),
+    newer(Utility, "libnvidia-sandboxutils.so"),
+    // Vulkan's present layer (nvidia_layers.json, 575+), its producer,
+    // Vulkan SC, NVAPI.
+    newer(Graphics, "libnvidia-present.so"),
+    newer(Graphics, "libnvidia-vulkan-producer.so"),
+    newer(Graphics, "libnvidia-vksc-core.so"),
+    newer(Graphics, "libnvidia-api.so"),
+    // The EGL external platforms the egl_external_platform.d files name.
+    unversioned(Graphics, "libnvidia-egl-gbm.so"),
+    unversioned(Graphics, "libnvidia-egl-wayland.so"),
+    unversioned(Graphics, "libnvidia-egl-wayland2.so"),
+    unversioned(Graphics, "libnvidia-egl-xcb.so"),
+    unversioned(Graphics, "libnvidia-egl-xlib.so"),
+    // nvidia-settings' toolkit plugins: of the desktop, not of a container's work.
+    newer(Display, "libnvidia-gtk2.so"),
+    newer(Display, "libnvidia-gtk3.so"),
+    newer(Display, "libnvidia-wayland-client.so"),
 ];
 
 /// A cheap first test of a SONAME against [`LIBRARIES`]: every prefix there
@@ -91,6 +138,35 @@ pub fn library_for(soname: &str) -> Option<&'static LibrarySpec> {
     })
 }
 
+/// The development link name of a library of no known family: its SONAME
+/// up to `.so` (`libnvidia-foo.so.1` gives `libnvidia-foo.so`); `None` for a
+/// name that is not `lib<name>.so[.<suffix>]`.
+pub fn dev_name(soname: &str) -> Option<&str> {
+    let at = soname.find(".so")?;
+    let rest = &soname[at + 3..];
+    let name = &soname[..at + 3];
+    (name.len() > 6 && name.starts_with("lib") && (rest.is_empty() || rest.starts_with('.')))
+        .then_some(name)
+}
+
+/// Directories of the driver root searched for the driver's libraries when
+/// its loader cache lists none of them (Talos, NixOS-style hosts): NVIDIA's
+/// library search paths (internal/lookup/library.go) for `arch`.
+pub fn search_dirs(arch: &str) -> [String; 6] {
+    [
+        "/usr/lib64".to_string(),
+        format!("/usr/lib/{arch}-linux-gnu"),
+        format!("/usr/lib/{arch}-linux-gnu/nvidia/current"),
+        "/lib64".to_string(),
+        format!("/lib/{arch}-linux-gnu"),
+        format!("/lib/{arch}-linux-gnu/nvidia/current"),
+    ]
+}
+
+/// The subdirectory of a driver library directory that holds the VDPAU
+/// driver (`vdpau/libvdpau_nvidia.so.<version>`), scanned with it.
+pub const VDPAU_DIR: &str = "vdpau";
+
 /// A program we inject, by capability (NVIDIA's lists).
 pub const BINARIES: &[(Capability, &str)] = &[
     (Utility, "nvidia-smi"),
@@ -107,17 +183,29 @@ pub const BINARY_DIRS: &[&str] = &["usr/bin", "usr/sbin", "bin", "sbin"];
 /// The driver's version in a [`CONFIGS`] place, for files named after it.
 pub const VERSION: &str = "{version}";
 
+/// The host architecture's name (`x86_64`, `aarch64`) in a [`CONFIGS`] place.
+pub const ARCH: &str = "{arch}";
+
 /// Files beside the libraries that a capability needs: the loader
 /// configuration of graphics (the Vulkan and EGL ICDs, the EGL external
 /// platforms), display's X server driver and GLX module, compute's OpenCL
 /// ICD. Each comes with the places a distribution may keep it, in order of
-/// preference; [`VERSION`] stands for the driver's version.
+/// preference; [`VERSION`] stands for the driver's version, [`ARCH`] for
+/// the host architecture's.
 pub const CONFIGS: &[(Capability, &[&str])] = &[
     (
         Graphics,
         &[
             "etc/vulkan/icd.d/nvidia_icd.json",
             "usr/share/vulkan/icd.d/nvidia_icd.json",
+        ],
+    ),
+    // The architecture's own ICD file, beside the plain one (NVIDIA v1.18).
+    (
+        Graphics,
+        &[
+            "etc/vulkan/icd.d/nvidia_icd.{arch}.json",
+            "usr/share/vulkan/icd.d/nvidia_icd.{arch}.json",
         ],
     ),
     (
@@ -136,6 +224,13 @@ pub const CONFIGS: &[(Capability, &[&str])] = &[
     ),
     // The EGL external platforms (Wayland, GBM, X11), as NVIDIA's graphics
     // discoverer mounts them (internal/discover/graphics.go).
+    (
+        Graphics,
+        &[
+            "etc/egl/egl_external_platform.d/09_nvidia_wayland2.json",
+            "usr/share/egl/egl_external_platform.d/09_nvidia_wayland2.json",
+        ],
+    ),
     (
         Graphics,
         &[
@@ -261,7 +356,7 @@ mod tests {
     fn compute_libraries_are_nvidias_list() {
         let compute: Vec<&str> = LIBRARIES
             .iter()
-            .filter(|s| s.capability == Compute)
+            .filter(|s| s.capability == Compute && s.expected)
             .map(|s| s.prefix)
             .collect();
         assert_eq!(
@@ -281,6 +376,46 @@ mod tests {
                 "libnvidia-tileiras.so",
             ]
         );
+    }
+
+    #[test]
+    fn newer_families_are_placed_by_their_use() {
+        let family = |soname: &str| library_for(soname).map(|s| (s.capability, s.versioned));
+        assert_eq!(
+            family("libnvidia-nvvm70.so.4"),
+            Some((Compute, false)),
+            "not taken for libnvidia-nvvm"
+        );
+        assert_eq!(
+            library_for("libnvidia-nvvm.so.4").map(|s| s.prefix),
+            Some("libnvidia-nvvm.so")
+        );
+        assert_eq!(
+            family("libnvidia-present.so.575.57.08"),
+            Some((Graphics, true))
+        );
+        for egl in ["gbm", "wayland", "wayland2", "xcb", "xlib"] {
+            let soname = format!("libnvidia-egl-{egl}.so.1");
+            assert_eq!(family(&soname), Some((Graphics, false)), "{egl}");
+        }
+        assert_eq!(library_for("libnvidia-foo.so.535.261.03"), None);
+        assert!(LIBRARIES.iter().filter(|s| !s.expected).all(|s| !s.core));
+    }
+
+    #[test]
+    fn unknown_libraries_are_linked_by_their_name_up_to_so() {
+        assert_eq!(dev_name("libnvidia-foo.so.1"), Some("libnvidia-foo.so"));
+        assert_eq!(dev_name("libnvidia-foo.so"), Some("libnvidia-foo.so"));
+        assert_eq!(dev_name("libnvidia-foo.sox.1"), None);
+        assert_eq!(dev_name("nvidia.so.1"), None);
+        assert_eq!(dev_name("lib.so.1"), None);
+    }
+
+    #[test]
+    fn search_dirs_are_the_architectures_own() {
+        let dirs = search_dirs("aarch64");
+        assert!(dirs.contains(&"/usr/lib/aarch64-linux-gnu/nvidia/current".to_string()));
+        assert!(dirs.iter().all(|d| !d.contains("x86_64")));
     }
 
     #[test]

@@ -169,14 +169,24 @@ pub fn ipcs(root: &DriverRoot, scope: &Capabilities) -> Vec<Ipc> {
 }
 
 /// The [`catalog::CONFIGS`] files of `scope` (ICDs, X server modules),
-/// the first existing place for each, named for driver `version`.
-pub fn configs(root: &DriverRoot, version: &str, scope: &Capabilities) -> Vec<HostFile> {
+/// the first existing place for each, named for driver `version` and
+/// architecture `host`.
+pub fn configs(
+    root: &DriverRoot,
+    version: &str,
+    host: Arch,
+    scope: &Capabilities,
+) -> Vec<HostFile> {
     catalog::CONFIGS
         .iter()
         .filter(|(capability, _)| scope.contains(*capability))
         .filter_map(|&(capability, places)| {
             places.iter().find_map(|inner| {
-                let inner = Path::new("/").join(inner.replace(catalog::VERSION, version));
+                let inner = Path::new("/").join(
+                    inner
+                        .replace(catalog::VERSION, version)
+                        .replace(catalog::ARCH, host.name),
+                );
                 let resolved = lookup(root, &inner)?;
                 resolved.metadata.is_file().then_some(HostFile {
                     capability: Some(capability),
@@ -341,16 +351,42 @@ mod tests {
         assert!(configs(
             &root,
             "535.261.03",
+            X86_64,
             &Capabilities::parse("utility").unwrap()
         )
         .is_empty());
         let found = configs(
             &root,
             "535.261.03",
+            X86_64,
             &Capabilities::parse("graphics").unwrap(),
         );
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].path, etc);
+    }
+
+    /// NVIDIA v1.18: the architecture's own Vulkan ICD file comes beside
+    /// the plain one, and another architecture's does not.
+    #[test]
+    fn the_architectures_vulkan_icd_comes_beside_the_plain_one() {
+        let (_d, root) = root();
+        let plain = write(&root, "/usr/share/vulkan/icd.d/nvidia_icd.json", b"{}");
+        let own = write(
+            &root,
+            "/usr/share/vulkan/icd.d/nvidia_icd.x86_64.json",
+            b"{}",
+        );
+        write(
+            &root,
+            "/usr/share/vulkan/icd.d/nvidia_icd.aarch64.json",
+            b"{}",
+        );
+        let graphics = Capabilities::parse("graphics").unwrap();
+        let found: Vec<PathBuf> = configs(&root, "535.261.03", X86_64, &graphics)
+            .into_iter()
+            .map(|f| f.path)
+            .collect();
+        assert_eq!(found, [plain, own]);
     }
 
     /// graphics_test.go: the EGL external platform files come with graphics.
@@ -365,6 +401,7 @@ mod tests {
         let found = configs(
             &root,
             "535.261.03",
+            X86_64,
             &Capabilities::parse("display").unwrap(),
         );
         assert_eq!(found.len(), 1);

@@ -5,6 +5,8 @@
 //! resolved inside the driver root, kept only if its file name carries the
 //! running kernel module's version, and checked to be an ELF shared object of
 //! the entry's architecture. Nothing outside the driver root is ever used.
+//! The catalogue's families are found here; what else the driver ships
+//! beside them is found by scanning their directories ([`super::scan`]).
 
 use std::path::{Path, PathBuf};
 
@@ -20,10 +22,12 @@ use crate::planning::request::{Capabilities, Capability};
 /// A driver library found on the host, ready to inject.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Library {
-    /// The capability that brings it.
-    pub capability: Capability,
-    /// The catalogue prefix it matched, which is also its development link name.
-    pub prefix: &'static str,
+    /// The capability that brings it; `None` for a driver library of no
+    /// known family, which every capability brings.
+    pub capability: Option<Capability>,
+    /// Its development link name: the catalogue prefix it matched, or its
+    /// SONAME up to `.so` ([`catalog::dev_name`]).
+    pub prefix: String,
     /// The name programs load it by, e.g. `libcuda.so.1`.
     pub soname: String,
     /// Its architecture.
@@ -43,31 +47,76 @@ pub struct MissingLibrary {
     pub core: bool,
 }
 
-/// Picks the libraries of `scope` out of `entries` for the host architecture,
-/// and for its 32-bit one when `compat32` is in scope.
+impl Library {
+    /// A library named `soname` at `path`, placed by its family
+    /// ([`classify`]); `None` where `scope` does not bring it or the name
+    /// is no library's.
+    pub fn new(soname: &str, arch: Arch, path: PathBuf, scope: &Capabilities) -> Option<Library> {
+        let (capability, prefix) = classify(soname)?;
+        wanted(capability, scope).then(|| Library {
+            capability,
+            prefix,
+            soname: soname.to_string(),
+            arch: arch.name,
+            path,
+        })
+    }
+
+    /// Whether a container asking for `caps` gets it.
+    pub fn wanted_by(&self, caps: &Capabilities) -> bool {
+        wanted(self.capability, caps)
+    }
+}
+
+/// A library's capability and development link name, from its SONAME: a
+/// known family's, or, for a driver library of none, no capability (every
+/// capability brings it) and its name up to `.so`.
+pub fn classify(soname: &str) -> Option<(Option<Capability>, String)> {
+    match catalog::library_for(soname) {
+        Some(spec) => Some((Some(spec.capability), spec.prefix.to_string())),
+        None => Some((None, catalog::dev_name(soname)?.to_string())),
+    }
+}
+
+/// Whether `caps` brings a library of `capability`; one of no family
+/// comes with any capability but compat32, which only widens the others.
+fn wanted(capability: Option<Capability>, caps: &Capabilities) -> bool {
+    match capability {
+        Some(c) => caps.contains(c),
+        None => caps.iter().any(|c| c != Capability::Compat32),
+    }
+}
+
+/// The architectures libraries are taken for: the host's, and its 32-bit
+/// one when `compat32` is in scope.
+pub fn archs(host: Arch, scope: &Capabilities) -> impl Iterator<Item = Arch> {
+    let compat32 = scope
+        .contains(Capability::Compat32)
+        .then(|| host.compat32())
+        .flatten();
+    [Some(host), compat32].into_iter().flatten()
+}
+
+/// Picks the libraries of `scope`'s catalogue families out of `entries`
+/// for the host architecture, and for its 32-bit one when `compat32` is in
+/// scope.
 pub fn select(
     root: &DriverRoot,
     entries: &[LdCacheEntry],
     version: &str,
     host: Arch,
     scope: &Capabilities,
-) -> (Vec<Library>, Vec<MissingLibrary>) {
-    let compat32 = scope
-        .contains(Capability::Compat32)
-        .then(|| host.compat32())
-        .flatten();
+) -> Vec<Library> {
     let suffix = format!(".so.{version}");
     let mut found: Vec<Library> = Vec::new();
     for entry in entries.iter().filter(|e| e.is_elf()) {
-        let Some(arch) = [Some(host), compat32]
-            .into_iter()
-            .flatten()
-            .find(|a| a.cache_flags == entry.arch())
-        else {
+        let Some(arch) = archs(host, scope).find(|a| a.cache_flags == entry.arch()) else {
             continue;
         };
-        let Some(spec) =
-            catalog::library_for(&entry.soname).filter(|s| scope.contains(s.capability))
+        // A family versioned on its own is only taken beside the running
+        // driver's libraries, by the scan.
+        let Some(spec) = catalog::library_for(&entry.soname)
+            .filter(|s| s.versioned && scope.contains(s.capability))
         else {
             continue;
         };
@@ -90,17 +139,23 @@ pub fn select(
             }
             None if !elf_ok(entry, &path, arch) => {}
             None => found.push(Library {
-                capability: spec.capability,
-                prefix: spec.prefix,
+                capability: Some(spec.capability),
+                prefix: spec.prefix.to_string(),
                 soname: entry.soname.clone(),
                 arch: arch.name,
                 path,
             }),
         }
     }
-    let missing = catalog::LIBRARIES
+    found
+}
+
+/// The libraries of `scope` that libnvidia-container lists and `found`
+/// lacks for the host architecture.
+pub fn missing(found: &[Library], host: Arch, scope: &Capabilities) -> Vec<MissingLibrary> {
+    catalog::LIBRARIES
         .iter()
-        .filter(|spec| scope.contains(spec.capability))
+        .filter(|spec| spec.expected && scope.contains(spec.capability))
         .filter(|spec| {
             !found
                 .iter()
@@ -111,13 +166,12 @@ pub fn select(
             prefix: spec.prefix,
             core: spec.core,
         })
-        .collect();
-    (found, missing)
+        .collect()
 }
 
 /// Resolves one cache entry and returns its real file if it is of the running
 /// driver and a regular file; says why not in the log.
-fn candidate(root: &DriverRoot, entry: &LdCacheEntry, suffix: &str) -> Option<PathBuf> {
+pub(super) fn candidate(root: &DriverRoot, entry: &LdCacheEntry, suffix: &str) -> Option<PathBuf> {
     let resolved = match root.resolve(entry.path.as_ref()) {
         Ok(r) => r,
         Err(Error::NotFound { .. }) => {
@@ -233,13 +287,10 @@ mod tests {
         }
 
         fn select_on(&self, host: Arch, caps: &str) -> (Vec<Library>, Vec<MissingLibrary>) {
-            select(
-                &self.root,
-                &self.entries,
-                V,
-                host,
-                &Capabilities::parse(caps).unwrap(),
-            )
+            let scope = Capabilities::parse(caps).unwrap();
+            let found = select(&self.root, &self.entries, V, host, &scope);
+            let missing = missing(&found, host, &scope);
+            (found, missing)
         }
     }
 
@@ -485,6 +536,33 @@ mod tests {
         let (libs, _) = host.select("compute");
         assert_eq!(libs.len(), 1);
         assert_eq!(libs[0].soname, "libcuda.so.1");
+    }
+
+    #[test]
+    fn a_family_versioned_on_its_own_is_left_to_the_scan() {
+        let mut host = Host::new();
+        host.file("/usr/lib/libnvidia-nvvm70.so.4", &so64());
+        host.entry(
+            X86,
+            "libnvidia-nvvm70.so.4",
+            "/usr/lib/libnvidia-nvvm70.so.4",
+        );
+        let (libs, missing) = host.select("compute");
+        assert!(libs.is_empty(), "{libs:?}");
+        assert!(missing.iter().all(|m| m.prefix != "libnvidia-nvvm70.so"));
+    }
+
+    #[test]
+    fn a_library_is_classified_by_its_soname() {
+        assert_eq!(
+            classify("libnvidia-nvvm70.so.4"),
+            Some((Some(Capability::Compute), "libnvidia-nvvm70.so".into()))
+        );
+        assert_eq!(
+            classify("libnvidia-brandnew.so.1"),
+            Some((None, "libnvidia-brandnew.so".into()))
+        );
+        assert_eq!(classify("nvidia"), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod mig;
 pub mod nodes;
 pub mod proc;
 pub mod root;
+pub mod scan;
 pub mod snapshot;
 pub mod wsl;
 
@@ -246,9 +247,10 @@ impl Inventory {
         let mig_instances = mig::instances(&nvidia, &gpus)?;
 
         let root = DriverRoot::new(&config.root);
+        let search = &config.library_search_paths;
         let (files, unstored) = match snapshot_dir {
-            Some(dir) => root_files_snapshotted(&root, dir, &driver_version, scope)?,
-            None => (root_files(&root, &driver_version, scope)?, None),
+            Some(dir) => root_files_snapshotted(&root, dir, &driver_version, scope, search)?,
+            None => (root_files(&root, &driver_version, scope, search)?, None),
         };
         // Daemons come and go: their sockets are looked for every time.
         let ipcs = files::ipcs(&root, scope);
@@ -393,21 +395,34 @@ impl Inventory {
         self.drm.iter().find(|d| d.bus.eq_ignore_ascii_case(bus))
     }
 
-    /// Libraries of `capability`.
-    pub fn libraries_of(&self, capability: Capability) -> impl Iterator<Item = &Library> {
+    /// Libraries of `capability`; of `None`, the driver's libraries of no
+    /// known family, which every capability brings.
+    pub fn libraries_of(&self, capability: Option<Capability>) -> impl Iterator<Item = &Library> {
         self.libraries
             .iter()
             .filter(move |l| l.capability == capability)
     }
 }
 
-/// What the driver root holds for `scope`: libraries (from its cache),
-/// programs, firmware and ICD files.
-fn root_files(root: &DriverRoot, version: &str, scope: &Capabilities) -> Result<RootFiles> {
+/// What the driver root holds for `scope`: libraries (from its cache, and
+/// beside them, or from `search` and the standard directories where the
+/// cache has none of them), programs, firmware and ICD files.
+fn root_files(
+    root: &DriverRoot,
+    version: &str,
+    scope: &Capabilities,
+    search: &[PathBuf],
+) -> Result<RootFiles> {
     let host = Arch::host();
-    let (cache, cache_path) = read_cache(root)?;
-    let (libraries, missing_libraries) =
-        libraries::select(root, &cache.entries, version, host, scope);
+    let (mut libraries, cache) = match read_cache(root)? {
+        Some((cache, path)) => (
+            libraries::select(root, &cache.entries, version, host, scope),
+            Some(path),
+        ),
+        None => (Vec::new(), None),
+    };
+    scan::extend(root, &mut libraries, version, host, scope, search);
+    let missing_libraries = libraries::missing(&libraries, host, scope);
     let (binaries, missing_binaries) = files::binaries(root, host, scope);
     Ok(RootFiles {
         libraries,
@@ -415,8 +430,8 @@ fn root_files(root: &DriverRoot, version: &str, scope: &Capabilities) -> Result<
         binaries,
         missing_binaries,
         firmware: files::firmware(root, version),
-        configs: files::configs(root, version, scope),
-        cache: cache_path,
+        configs: files::configs(root, version, host, scope),
+        cache,
     })
 }
 
@@ -451,12 +466,14 @@ fn root_files_snapshotted(
     dir: &Path,
     version: &str,
     scope: &Capabilities,
+    search: &[PathBuf],
 ) -> Result<(RootFiles, Option<Unstored>)> {
     if let Err(e) = snapshot::allowed() {
         log::debug!("inventory snapshot: {e}");
-        return Ok((root_files(root, version, scope)?, None));
+        return Ok((root_files(root, version, scope, search)?, None));
     }
-    let key = snapshot::Key::new(root.path(), scope.to_string(), Arch::host(), version);
+    let key =
+        snapshot::Key::new(root.path(), scope.to_string(), Arch::host(), version).searching(search);
     match snapshot::load(dir, &key) {
         Ok(files) => {
             log::debug!(
@@ -476,7 +493,7 @@ fn root_files_snapshotted(
         }
         Err(e) => log::debug!("inventory snapshot: {e}"),
     }
-    let files = root_files(root, version, scope)?;
+    let files = root_files(root, version, scope, search)?;
     let unstored = Unstored {
         dir: dir.to_path_buf(),
         key,
@@ -491,11 +508,17 @@ fn root_files_snapshotted(
 const MAX_CACHE: usize = 64 * 1024 * 1024;
 
 /// Reads and parses `<root>/etc/ld.so.cache`, resolved inside the root;
-/// with the host path it resolved to.
-fn read_cache(root: &DriverRoot) -> Result<(LdCache, PathBuf)> {
+/// with the host path it resolved to. `None` where the root has none, as
+/// on hosts whose loader is configured otherwise (NixOS); the libraries
+/// are then searched for.
+fn read_cache(root: &DriverRoot) -> Result<Option<(LdCache, PathBuf)>> {
     let inner = Path::new("/etc/ld.so.cache");
     let path = match root.resolve(inner) {
         Ok(resolved) => resolved.host,
+        Err(Error::NotFound { .. }) => {
+            log::debug!("{} has no loader cache", root.path().display());
+            return Ok(None);
+        }
         Err(e) => {
             return Err(Error::Read {
                 path: root.host_path(inner),
@@ -516,7 +539,7 @@ fn read_cache(root: &DriverRoot) -> Result<(LdCache, PathBuf)> {
             .is_some()
     };
     match LdCache::parse_where(&data, ours) {
-        Ok(cache) => Ok((cache, path)),
+        Ok(cache) => Ok(Some((cache, path))),
         Err(source) => Err(Error::LdCache { path, source }),
     }
 }

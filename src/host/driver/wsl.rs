@@ -341,8 +341,8 @@ pub fn libraries(wsl: &Wsl, host: Arch) -> (Vec<Library>, Vec<MissingLibrary>) {
         .filter_map(|f| {
             let spec = spec_of(f.name)?;
             Some(Library {
-                capability: spec.capability,
-                prefix: spec.prefix,
+                capability: Some(spec.capability),
+                prefix: spec.prefix.to_string(),
                 soname: spec.soname?.to_string(),
                 arch: host.name,
                 path: f.path.clone(),
@@ -391,6 +391,7 @@ mod tests {
             proc_root: dir.join("proc"),
             sys_root: dir.join("sys"),
             snapshot_dir: None,
+            library_search_paths: Vec::new(),
         }
     }
 
@@ -486,7 +487,7 @@ mod tests {
         let cuda = libs.iter().find(|l| l.prefix == "libcuda.so").unwrap();
         assert_eq!(
             (cuda.soname.as_str(), cuda.capability),
-            ("libcuda.so.1", Capability::Compute)
+            ("libcuda.so.1", Some(Capability::Compute))
         );
         assert!(missing.iter().all(|m| !m.core), "{missing:?}");
     }

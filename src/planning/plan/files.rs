@@ -41,7 +41,7 @@ pub(super) fn plan(plan: &mut Plan, inventory: &Inventory, request: &Request, im
         let libs = inventory
             .libraries
             .iter()
-            .filter(|l| l.arch == arch.name && caps.contains(l.capability));
+            .filter(|l| l.arch == arch.name && l.wanted_by(caps));
         for lib in libs {
             plan.add_library(lib, *arch, dir);
             // GBM loads its backend by this name (NVIDIA's graphics
@@ -143,7 +143,7 @@ impl Plan {
         let entries: Vec<LoaderEntry> = inventory
             .libraries
             .iter()
-            .filter(|l| l.arch == host.name && caps.contains(l.capability))
+            .filter(|l| l.arch == host.name && l.wanted_by(caps))
             .filter_map(|lib| {
                 let file = format!("{}.{}", lib.prefix, compat.driver_version);
                 compat.files.contains(&file).then(|| LoaderEntry {
@@ -185,7 +185,7 @@ impl Plan {
         }
         if lib.prefix != lib.soname {
             self.symlinks.push(Symlink {
-                path: dir.join(lib.prefix),
+                path: dir.join(&lib.prefix),
                 target: PathBuf::from(&lib.soname),
             });
         }

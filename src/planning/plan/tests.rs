@@ -42,8 +42,8 @@ fn lib(capability: Capability, prefix: &'static str, soname: &str, arch: &'stati
         "x86_64-linux-gnu"
     };
     Library {
-        capability,
-        prefix,
+        capability: Some(capability),
+        prefix: prefix.into(),
         soname: soname.into(),
         arch,
         path: PathBuf::from(format!("/sim/driver/usr/lib/{dir}/{prefix}.535.261.03")),

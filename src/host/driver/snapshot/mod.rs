@@ -6,10 +6,11 @@
 //!
 //! A snapshot is used only if everything it was made from is unchanged:
 //! its key (this build, the driver root, the capabilities looked for, the
-//! architecture and the running driver's version, read live from procfs)
-//! must match, and every path discovery examined (the root, each directory
-//! walked, each link read, each file whose header or content was read, the
-//! cache) must `lstat` to the same device, inode, type, mode, size, mtime
+//! architecture, the running driver's version, read live from procfs, and
+//! the configured library search paths) must match, and every path
+//! discovery examined (the root, each directory walked or whose entries
+//! were read, each link read, each file whose header or content was read,
+//! the cache) must `lstat` to the same device, inode, type, mode, size, mtime
 //! and ctime. A file or link added, removed, renamed or rewritten under the
 //! root changes the ctime of an examined directory or of the file itself,
 //! and no one can set a ctime back. A snapshot is written only when every
@@ -57,7 +58,7 @@ use stamps::{is_normal, CheckedDirs, NormalRoot, Stamp};
 
 use super::catalog;
 use super::files::HostFile;
-use super::libraries::{Library, MissingLibrary};
+use super::libraries::{classify, Library, MissingLibrary};
 use super::Error;
 use crate::host::elf::Arch;
 use crate::planning::request::Capability;
@@ -65,7 +66,7 @@ use crate::util::atomic;
 use crate::util::hostfile;
 
 /// What this build writes; a snapshot of another build or format is ignored.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// How old every examined path must be before a snapshot of it is written:
 /// more than any filesystem's timestamp granularity.
@@ -107,8 +108,9 @@ pub struct RootFiles {
     pub firmware: Vec<HostFile>,
     /// Graphics ICD files.
     pub configs: Vec<HostFile>,
-    /// The driver root's loader cache the libraries were found in, as resolved.
-    pub cache: PathBuf,
+    /// The driver root's loader cache the libraries were found in, as
+    /// resolved; `None` where it has none (the libraries were searched for).
+    pub cache: Option<PathBuf>,
 }
 
 /// What a snapshot must have been made for.
@@ -126,6 +128,8 @@ pub struct Key {
     pub arch: String,
     /// The running driver's version.
     pub driver: String,
+    /// The configured library search paths (`driver.library-search-paths`).
+    pub search: Vec<PathBuf>,
 }
 
 impl Key {
@@ -138,6 +142,16 @@ impl Key {
             scope,
             arch: arch.name.to_string(),
             driver: driver.to_string(),
+            search: Vec::new(),
+        }
+    }
+
+    /// The same key for discovery that searches `search` where the cache
+    /// lists no driver library: another list finds other libraries.
+    pub fn searching(self, search: &[PathBuf]) -> Key {
+        Key {
+            search: search.to_vec(),
+            ..self
         }
     }
 
@@ -198,7 +212,7 @@ fn unseal<'d>(path: &Path, data: &'d [u8]) -> Result<&'d [u8]> {
 /// A library as the file holds it.
 #[derive(Debug, Serialize, Deserialize)]
 struct LibraryRecord {
-    capability: Capability,
+    capability: Option<Capability>,
     prefix: String,
     soname: String,
     arch: String,
@@ -224,7 +238,7 @@ struct Snapshot {
     missing_binaries: Vec<String>,
     firmware: Vec<HostFile>,
     configs: Vec<HostFile>,
-    cache: PathBuf,
+    cache: Option<PathBuf>,
 }
 
 /// The snapshot for `key` in `dir`, if there is one, it is safe to read,
@@ -268,8 +282,9 @@ pub fn load(dir: &Path, key: &Key) -> Result<RootFiles> {
         return Err(Error::SnapshotOtherKey { path });
     }
     let files = decode(&path, snapshot.libraries, snapshot.missing_libraries, key)?;
-    let inputs: Vec<&Path> = [key.root.as_path(), snapshot.cache.as_path()]
+    let inputs: Vec<&Path> = [Some(key.root.as_path()), snapshot.cache.as_deref()]
         .into_iter()
+        .flatten()
         .chain(files.libraries.iter().map(|l| l.path.as_path()))
         .chain(
             [&snapshot.binaries, &snapshot.firmware, &snapshot.configs]
@@ -381,7 +396,8 @@ pub fn discard(dir: &Path, key: &Key) -> Result<()> {
     }
 }
 
-/// The libraries of a snapshot, their names mapped back to the catalogue's.
+/// The libraries of a snapshot, their names mapped back to the
+/// catalogue's; each library's family must be the one its SONAME gives.
 fn decode(
     path: &Path,
     libraries: Vec<LibraryRecord>,
@@ -412,9 +428,12 @@ fn decode(
         libraries: libraries
             .into_iter()
             .map(|l| {
+                if classify(&l.soname) != Some((l.capability, l.prefix.clone())) {
+                    return Err(unknown("library family", &l.prefix));
+                }
                 Ok(Library {
                     capability: l.capability,
-                    prefix: prefix(&l.prefix)?,
+                    prefix: l.prefix,
                     soname: l.soname,
                     arch: arch(&l.arch)?,
                     path: l.path,
@@ -435,7 +454,7 @@ fn decode(
         missing_binaries: Vec::new(),
         firmware: Vec::new(),
         configs: Vec::new(),
-        cache: PathBuf::new(),
+        cache: None,
     })
 }
 
@@ -487,7 +506,7 @@ fn store_at(
             .iter()
             .map(|l| LibraryRecord {
                 capability: l.capability,
-                prefix: l.prefix.to_string(),
+                prefix: l.prefix.clone(),
                 soname: l.soname.clone(),
                 arch: l.arch.to_string(),
                 path: l.path.clone(),

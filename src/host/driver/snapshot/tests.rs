@@ -45,8 +45,8 @@ impl Host {
             .unwrap();
         let files = RootFiles {
             libraries: vec![Library {
-                capability: Capability::Compute,
-                prefix: "libcuda.so",
+                capability: Some(Capability::Compute),
+                prefix: "libcuda.so".into(),
                 soname: "libcuda.so.1".into(),
                 arch: Arch::host().name,
                 path: resolved.host,
@@ -60,7 +60,7 @@ impl Host {
             missing_binaries: vec!["nvidia-debugdump"],
             firmware,
             configs: Vec::new(),
-            cache: cache.host,
+            cache: Some(cache.host),
         };
         let key = Key::new(&root, "compute,utility".into(), Arch::host(), "535.261.03");
         Host {
@@ -341,7 +341,8 @@ fn a_path_normal_and_under_the_root_is_still_resolved_inside_it() {
     host.store();
     // Only the inputs stamped, not the directories on the way: so that
     // nothing but resolving inside the root can tell.
-    let inputs: Vec<String> = [&host.root, &host.files.cache]
+    let cache = host.files.cache.as_ref().unwrap();
+    let inputs: Vec<String> = [&host.root, cache]
         .into_iter()
         .chain(host.files.libraries.iter().map(|l| &l.path))
         .chain(host.files.binaries.iter().map(|b| &b.path))
@@ -442,7 +443,7 @@ fn a_snapshot_with_a_partial_stamp_list_is_refused() {
     let shown = |p: &Path| p.to_string_lossy().to_string();
     let inputs = [
         ("the root", shown(&host.root)),
-        ("the cache", shown(&host.files.cache)),
+        ("the cache", shown(host.files.cache.as_ref().unwrap())),
         ("a library", host.library_path()),
         ("a program", shown(&host.files.binaries[0].path)),
         ("a firmware file", shown(&host.files.firmware[0].path)),
