@@ -133,7 +133,8 @@ lint:
 # and hosts set up for NVIDIA's runtime (nvidia-container-runtime) call, and
 # nvidia-ctk, which NVIDIA's setup instructions run, and nvidia-cdi-hook,
 # which the hooks of CDI specs made by NVIDIA's tools call.
-# Do not install over NVIDIA's toolkit: the links would replace its tools.
+# Do not install over NVIDIA's toolkit: the links would replace its tools,
+# and the nvidia-cdi-refresh unit links its refresh units.
 COMPAT_NAMES := nvidia-container-runtime-hook nvidia-container-cli nvidia-container-runtime nvidia-ctk nvidia-cdi-hook
 
 # The binary is static: no loader reads LD_PRELOAD and its relatives from
@@ -143,6 +144,7 @@ install: build install-units
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oci-nvidia-hook
 	install -D -m 0644 hooks.d/oci-nvidia-hook.json $(DESTDIR)/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json
 	for name in $(COMPAT_NAMES); do ln -sf oci-nvidia-hook $(DESTDIR)$(PREFIX)/bin/$$name; done
+	for unit in service path; do ln -sf oci-nvidia-hook-cdi.$$unit $(DESTDIR)$(UNITDIR)/nvidia-cdi-refresh.$$unit; done
 
 # The CDI refresh units and udev rule (docs/cdi.md), their binary path
 # rewritten from the packages' /usr/bin to $(PREFIX)/bin. Installs files

@@ -288,6 +288,23 @@ fn containerd_starts_on_the_config_runtime_configure_wrote() {
 /// mount namespace whose `/etc` overlay holds `config` as the default
 /// config file; its stdout, after it succeeded.
 fn with_default_config(dir: &Path, config: &Path, name: &str, args: &[&str]) -> String {
+    let out = run_with_default_config(dir, config, name, args);
+    assert!(
+        out.status.is_some_and(|s| s.success()),
+        "{name} {args:?}: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    out.stdout
+}
+
+/// [`with_default_config`]'s run, however it ended.
+fn run_with_default_config(
+    dir: &Path,
+    config: &Path,
+    name: &str,
+    args: &[&str],
+) -> harness::runtime::process::Finished {
     fs::create_dir_all(dir.join("upper/oci-nvidia-hook")).unwrap();
     fs::create_dir_all(dir.join("work")).unwrap();
     fs::copy(config, dir.join("upper/oci-nvidia-hook/config.toml")).unwrap();
@@ -307,14 +324,7 @@ fn with_default_config(dir: &Path, config: &Path, name: &str, args: &[&str]) -> 
         .arg(dir.join("work"))
         .arg(&link)
         .args(args);
-    let out = run_bounded(cmd, RUN_LIMIT);
-    assert!(
-        out.status.is_some_and(|s| s.success()),
-        "{name} {args:?}: {}{}",
-        out.stdout,
-        out.stderr
-    );
-    out.stdout
+    run_bounded(cmd, RUN_LIMIT)
 }
 
 /// A fresh work directory `ctk/NAME` and a config for `host` in it, as the
@@ -501,5 +511,113 @@ fn system_create_dev_char_symlinks_links_the_drivers_nodes() {
     );
     assert!(printed.contains(":0 -> "), "{printed}");
     assert!(!fresh.exists());
+    remove_tree_safely(&work);
+}
+
+/// `nvidia-ctk system create-device-nodes --control-devices` (the GPU
+/// Operator's MIG manager's call), into a dev root of its own, never the
+/// host's `/dev`: the four control nodes with the simulated host's majors
+/// and NVIDIA's mode, kept as they are on a second run, and a file of
+/// another kind at a node's name refused on one line and left alone.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn system_create_device_nodes_makes_the_control_nodes_in_the_dev_root() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    require_root();
+    let _serial = serial();
+    let host = SimHost::shared(Fixture::synthetic(2));
+    let (work, config) = fresh_work(&host, "device-nodes");
+    let root = work.join("root");
+    let dev = root.join("dev");
+    fs::create_dir_all(&dev).unwrap();
+    let uvm = host.facts.uvm_major;
+    let expected: [(&str, u32, u32); 4] = [
+        ("nvidiactl", 195, 255),
+        ("nvidia-modeset", 195, 254),
+        ("nvidia-uvm", uvm, 0),
+        ("nvidia-uvm-tools", uvm, 1),
+    ];
+    let args = [
+        "system",
+        "create-device-nodes",
+        "--control-devices",
+        "--dev-root",
+        &path_str(&root),
+    ];
+    // A node already there with its numbers is kept, mode and all.
+    let ctl = dev.join("nvidiactl");
+    let mknod = Command::new("mknod")
+        .args(["-m", "0600"])
+        .arg(&ctl)
+        .args(["c", "195", "255"])
+        .status()
+        .unwrap();
+    assert!(mknod.success());
+    let kept = fs::symlink_metadata(&ctl).unwrap().ino();
+    let mut inodes = Vec::new();
+    for run in 0..2 {
+        with_default_config(&work, &config, "nvidia-ctk", &args);
+        let mut now = Vec::new();
+        for (name, major, minor) in expected {
+            let meta = fs::symlink_metadata(dev.join(name)).unwrap();
+            assert!(meta.file_type().is_char_device(), "{name}");
+            let rdev = meta.rdev();
+            assert_eq!(
+                (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev)),
+                (u64::from(major), u64::from(minor)),
+                "{name}"
+            );
+            let mode = if name == "nvidiactl" { 0o600 } else { 0o666 };
+            assert_eq!(meta.mode() & 0o7777, mode, "{name}, run {run}");
+            now.push(meta.ino());
+        }
+        assert_eq!(now[0], kept, "the host's own nvidiactl is kept");
+        inodes.push(now);
+    }
+    assert_eq!(inodes[0], inodes[1], "a second run keeps every node");
+
+    // Another kind of file at a node's name: refused, on one line, untouched.
+    let tools = dev.join("nvidia-uvm-tools");
+    fs::remove_file(&tools).unwrap();
+    fs::write(&tools, b"not a node").unwrap();
+    let out = run_with_default_config(&work, &config, "nvidia-ctk", &args);
+    assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{}", out.stderr);
+    let line = out.stderr.trim();
+    assert!(
+        !line.contains('\n')
+            && line.contains(&format!(
+                "refusing to replace {}: it is a regular file, not a character device",
+                tools.display()
+            )),
+        "{line}"
+    );
+    assert_eq!(fs::read(&tools).unwrap(), b"not a node");
+
+    // --dry-run prints the mknods and makes nothing.
+    let fresh = work.join("fresh");
+    fs::create_dir_all(fresh.join("dev")).unwrap();
+    let printed = with_default_config(
+        &work,
+        &config,
+        "nvidia-ctk",
+        &[
+            "system",
+            "create-device-nodes",
+            "--control-devices",
+            "--driver-root",
+            &path_str(&fresh),
+            "--dry-run",
+        ],
+    );
+    assert_eq!(
+        printed,
+        format!(
+            "mknod --mode=0666 {0}/nvidiactl c 195 255\nmknod --mode=0666 {0}/nvidia-modeset c 195 254\n\
+             mknod --mode=0666 {0}/nvidia-uvm c {1} 0\nmknod --mode=0666 {0}/nvidia-uvm-tools c {1} 1\n",
+            fresh.join("dev").display(),
+            uvm
+        )
+    );
+    assert_eq!(fs::read_dir(fresh.join("dev")).unwrap().count(), 0);
     remove_tree_safely(&work);
 }

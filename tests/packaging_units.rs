@@ -35,6 +35,11 @@ const UDEV_RULE: &str = "packaging/udev/90-oci-nvidia-hook-cdi.rules";
 const PACKAGED_BINARY: &str = "/usr/bin/oci-nvidia-hook";
 /// Where runtimes look for the spec, as `cdi generate` writes it by default.
 const DEFAULT_OUTPUT: &str = "/var/run/cdi/nvidia.yaml";
+/// The variable of NVIDIA's environment file that names the spec's path.
+const OUTPUT_VARIABLE: &str = "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH";
+/// The service's step after the spec: the /dev/char links, as nvidia-ctk.
+const DEV_CHAR_STEP: &str =
+    "@/usr/bin/oci-nvidia-hook nvidia-ctk system create-dev-char-symlinks --dev-char-path /dev/char";
 /// What the service's condition and the generator both read first.
 const DRIVER_VERSION_FILE: &str = "/proc/driver/nvidia/version";
 /// systemd's own system units, which the analyzer resolves dependencies in.
@@ -78,13 +83,20 @@ fn directives(text: &str, section: &str, key: &str) -> Vec<String> {
     found
 }
 
-/// The one `ExecStart` of `unit`'s text, split as systemd splits it: the
-/// line is held to plain words (no quotes, escapes, variables or
-/// specifiers), so splitting at blanks is what systemd does.
+/// The one `ExecStart` of `unit`'s text, split as systemd splits it, each
+/// `${NAME}` replaced by the unit's own `Environment=NAME=` value (what it
+/// is when no environment file sets it): the line is otherwise held to
+/// plain words (no quotes, escapes, other variables or specifiers), so
+/// splitting at blanks is what systemd does.
 fn exec_start(text: &str) -> Vec<String> {
     let lines = directives(text, "Service", "ExecStart");
     assert_eq!(lines.len(), 1, "one ExecStart: {lines:?}");
-    let line = &lines[0];
+    let mut line = lines[0].clone();
+    for set in directives(text, "Service", "Environment") {
+        let (name, value) = set.split_once('=').expect("Environment=NAME=VALUE");
+        line = line.replace(&format!("${{{name}}}"), value);
+    }
+    let line = &line;
     assert!(
         !line.contains(['"', '\'', '\\', '$', '%', ';'])
             && !line.starts_with(['-', '@', '+', '!', ':']),
@@ -321,6 +333,75 @@ fn the_udev_rule_and_the_units_name_each_other() {
     }
 }
 
+/// NVIDIA's environment file, read if it is there, and the one variable
+/// of it that means something here, the spec's path, defaulting to where
+/// runtimes read it.
+#[test]
+fn the_service_reads_nvidias_environment_file_for_the_specs_path() {
+    let service = shipped(SERVICE);
+    assert_eq!(
+        directives(&service, "Service", "EnvironmentFile"),
+        ["-/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"],
+        "NVIDIA's file, a missing one fine ('-')"
+    );
+    assert_eq!(
+        directives(&service, "Service", "Environment"),
+        [format!("{OUTPUT_VARIABLE}={DEFAULT_OUTPUT}")]
+    );
+    let line = &directives(&service, "Service", "ExecStart")[0];
+    assert!(
+        line.ends_with(&format!("--output ${{{OUTPUT_VARIABLE}}}")),
+        "{line}"
+    );
+}
+
+/// After every refresh the service links the driver's nodes in /dev/char,
+/// through the binary's nvidia-ctk front, never failing the refresh.
+#[test]
+fn the_service_links_the_drivers_nodes_in_dev_char() {
+    assert_eq!(
+        directives(&shipped(SERVICE), "Service", "ExecStartPost"),
+        [format!("-{DEV_CHAR_STEP}")]
+    );
+}
+
+/// The compat package gives the units NVIDIA's names as links beside them,
+/// which systemd takes as aliases without any `systemctl enable`:
+/// `systemctl restart nvidia-cdi-refresh` and `systemctl status
+/// nvidia-cdi-refresh.path` work once it is installed.
+#[test]
+fn the_compat_package_links_nvidias_unit_names_to_the_units() {
+    assert_eq!(
+        nvidia_unit_links(),
+        [
+            (
+                "nvidia-cdi-refresh.service".to_string(),
+                SERVICE.to_string()
+            ),
+            ("nvidia-cdi-refresh.path".to_string(), PATH_UNIT.to_string()),
+        ]
+    );
+}
+
+/// The unit links of `packaging/files`: (NVIDIA's name, our unit), each in
+/// the compat package, which conflicts with NVIDIA's toolkit.
+fn nvidia_unit_links() -> Vec<(String, String)> {
+    let files = fs::read_to_string(repo().join("packaging/files")).unwrap();
+    files
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|cols| cols.len() == 6 && cols[3] == "link" && cols[4].starts_with("${unitdir}/"))
+        .map(|cols| {
+            assert_eq!(cols[0], "oci-nvidia-hook-compat", "{cols:?}");
+            (
+                cols[4]["${unitdir}/".len()..].to_string(),
+                cols[5].to_string(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn exec_start_writes_the_spec_runtimes_read_from_the_simulated_host() {
@@ -384,8 +465,10 @@ struct UserManager {
 }
 
 impl UserManager {
-    /// Starts one whose units come from `config/systemd/user` under `dir`.
-    fn start(dir: &Path) -> UserManager {
+    /// Starts one whose units come from `config/systemd/user` under `dir`,
+    /// with `etc` laid over `/etc` in its namespace (the default config
+    /// file the binary's nvidia-ctk front reads).
+    fn start(dir: &Path, etc: &Path) -> UserManager {
         for tool in ["unshare", "nsenter", "mount"] {
             require_tool(tool, "util-linux / mount");
         }
@@ -406,9 +489,15 @@ impl UserManager {
         fs::set_permissions(&runtime, fs::Permissions::from_mode(0o700)).unwrap();
         let log = dir.join("manager.log");
         let log_file = fs::File::create(&log).unwrap();
+        let etc_work = dir.join("etc-work");
+        fs::create_dir_all(&etc_work).unwrap();
         let script = format!(
             "mount -t tmpfs tmpfs /run/systemd && mkdir /run/systemd/system && \
-             mount -t tmpfs tmpfs /proc/driver && exec {SYSTEMD} --user --log-target=console"
+             mount -t tmpfs tmpfs /proc/driver && \
+             mount -t overlay onh-etc -o lowerdir=/etc,upperdir={},workdir={} /etc && \
+             exec {SYSTEMD} --user --log-target=console",
+            etc.display(),
+            etc_work.display()
         );
         let child = Command::new("unshare")
             .args(["-m", "--propagation", "private", "sh", "-c", &script])
@@ -562,17 +651,57 @@ fn systemd_runs_the_service_on_ldconfig_and_it_removes_the_spec_when_the_driver_
     fs::create_dir_all(units.join(format!("{SERVICE}.d"))).unwrap();
     let service = replace_once(
         &shipped(SERVICE),
+        &format!("{PACKAGED_BINARY} cdi generate"),
         &format!(
-            "{PACKAGED_BINARY} cdi generate --remove-without-driver --output {DEFAULT_OUTPUT}"
-        ),
-        &format!(
-            "{} --config {} cdi generate --remove-without-driver --output {}",
+            "{} --config {} cdi generate",
             binary.display(),
-            sim.config.display(),
-            output.display()
+            sim.config.display()
         ),
     );
+    // NVIDIA's environment file names the output; the unit's own default
+    // is moved too, so that a file not read shows and writes nothing of
+    // the host's.
+    let env_file = out_dir.0.join("nvidia-cdi-refresh.env");
+    fs::write(
+        &env_file,
+        format!(
+            "# as NVIDIA's says\n{OUTPUT_VARIABLE}={}\n",
+            output.display()
+        ),
+    )
+    .unwrap();
+    let unread = out_dir.0.join("default.yaml");
+    let service = replace_once(
+        &service,
+        &format!("Environment={OUTPUT_VARIABLE}={DEFAULT_OUTPUT}"),
+        &format!("Environment={OUTPUT_VARIABLE}={}", unread.display()),
+    );
+    let service = replace_once(
+        &service,
+        "EnvironmentFile=-/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env",
+        &format!("EnvironmentFile=-{}", env_file.display()),
+    );
+    // The /dev/char links go to a directory of the test's.
+    let char_dir = out_dir.0.join("char");
+    let service = replace_once(
+        &service,
+        DEV_CHAR_STEP,
+        &DEV_CHAR_STEP
+            .replace(PACKAGED_BINARY, &binary.display().to_string())
+            .replace("/dev/char", &char_dir.display().to_string()),
+    );
+    for line in service.lines().filter(|l| !l.starts_with('#')) {
+        assert!(
+            !line.contains("/dev/char") && !line.contains(DEFAULT_OUTPUT),
+            "the test's unit would write the host's files: {line}"
+        );
+    }
     fs::write(units.join(SERVICE), service).unwrap();
+    // The nvidia-ctk front reads the default config file: the simulated
+    // host's, in the manager's /etc.
+    let etc = dir.path().join("etc-upper");
+    fs::create_dir_all(etc.join("oci-nvidia-hook")).unwrap();
+    fs::copy(&sim.config, etc.join("oci-nvidia-hook/config.toml")).unwrap();
     // The manager has no journal: keep what the service prints.
     fs::write(
         units.join(format!("{SERVICE}.d/log.conf")),
@@ -594,7 +723,7 @@ fn systemd_runs_the_service_on_ldconfig_and_it_removes_the_spec_when_the_driver_
     );
     fs::write(units.join(PATH_UNIT), path).unwrap();
 
-    let manager = UserManager::start(dir.path());
+    let manager = UserManager::start(dir.path(), &etc);
     let why = |m: &UserManager| {
         format!(
             "{SERVICE}: {}\n{}\nservice log: {}\nmanager log: {}",
@@ -660,9 +789,10 @@ fn systemd_runs_the_service_on_ldconfig_and_it_removes_the_spec_when_the_driver_
     std::thread::sleep(Duration::from_millis(300));
     assert!(!output.exists(), "{PATH_UNIT} fired on being started");
 
-    // No driver: it runs, succeeds, and writes nothing.
+    // No driver: it runs, succeeds, and writes nothing, no link either.
     fs::rename(&version, &unloaded).unwrap();
     run_service(&["systemctl", "--user", "start", SERVICE], false);
+    assert!(!char_dir.exists(), "/dev/char links without a driver");
     fs::rename(&unloaded, &version).unwrap();
     let load = manager.in_namespace(&[
         "sh",
@@ -687,6 +817,28 @@ fn systemd_runs_the_service_on_ldconfig_and_it_removes_the_spec_when_the_driver_
     let spec: serde_yaml::Value = serde_yaml::from_slice(&fs::read(&output).unwrap()).unwrap();
     let devices = spec["devices"].as_sequence().expect("devices").len();
     assert_eq!(devices, 8 * 2 + 1, "{}", why(&manager));
+    assert!(
+        !unread.exists(),
+        "the environment file's path was not taken"
+    );
+    // The driver's nodes got their /dev/char links.
+    let dev = Path::new(&sim.facts.dev_root).join("dev");
+    let mut links = vec![("195:255".to_string(), dev.join("nvidiactl"))];
+    for gpu in &sim.facts.gpus {
+        links.push((
+            format!("195:{}", gpu.minor),
+            dev.join(format!("nvidia{}", gpu.minor)),
+        ));
+    }
+    for (name, node) in links {
+        // Relative where the links sit beside the nodes' directory, as here.
+        assert_eq!(
+            fs::canonicalize(char_dir.join(&name)).ok(),
+            Some(node),
+            "/dev/char/{name}: {}",
+            why(&manager)
+        );
+    }
 
     // The config changes: a new spec replaces the old one.
     let before = fs::metadata(&output).unwrap().ino();
@@ -714,9 +866,35 @@ fn systemd_runs_the_service_on_ldconfig_and_it_removes_the_spec_when_the_driver_
     command.extend(removal[1..].iter().map(String::as_str));
     run_service(&command, false);
 
-    // It loads again (udev's SYSTEMD_WANTS starts the service): a spec again.
+    // The compat package is installed: NVIDIA's names, as links beside the
+    // units, answer for them once its postinst's daemon-reload ran (no
+    // enable needed).
+    for (alias, unit) in nvidia_unit_links() {
+        std::os::unix::fs::symlink(&unit, units.join(&alias)).unwrap();
+    }
+    let reload = manager.systemctl(&["daemon-reload"]);
+    assert!(reload.status.success(), "daemon-reload: {reload:?}");
+    for (alias, unit) in nvidia_unit_links() {
+        let id = manager.systemctl(&["show", "-p", "Id", &alias]);
+        assert_eq!(
+            String::from_utf8_lossy(&id.stdout).trim(),
+            format!("Id={unit}"),
+            "{alias}: {id:?}"
+        );
+    }
+    let status = manager.systemctl(&["status", "--no-pager", "nvidia-cdi-refresh.path"]);
+    assert!(
+        status.status.success(),
+        "status nvidia-cdi-refresh.path: {status:?}"
+    );
+
+    // It loads again (udev's SYSTEMD_WANTS starts the service), and NVIDIA's
+    // name restarts it: a spec again.
     module(true);
-    run_service(&["systemctl", "--user", "start", SERVICE], true);
+    run_service(
+        &["systemctl", "--user", "restart", "nvidia-cdi-refresh"],
+        true,
+    );
 
     // The driver's packages are removed, the module still loaded: its
     // libraries go and ldconfig runs last. The path unit fires, the spec goes.

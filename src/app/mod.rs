@@ -11,6 +11,7 @@
 //! log itself, and none knows which front asked.
 
 mod cdi_spec;
+pub mod device_nodes;
 mod doctor;
 pub mod engine;
 mod info;
@@ -59,6 +60,24 @@ pub enum Error {
     Hook(#[from] hook::Error),
     #[error("cannot make the /dev/char link {path}: {source}")]
     DevChar { path: PathBuf, source: io::Error },
+    #[error("cannot make the NVIDIA control device nodes: {path} lists no {name} major (the module is not loaded; --load-kernel-modules loads it)")]
+    NoDeviceMajor { path: PathBuf, name: &'static str },
+    #[error("refusing to replace {path}: it {problem}; remove it to have it made")]
+    NodeInTheWay {
+        path: PathBuf,
+        problem: driver::NodeProblem,
+    },
+    #[error("cannot open {path} to make device nodes in: {source}")]
+    DevDir { path: PathBuf, source: io::Error },
+    #[error("cannot make {path} (c {major}:{minor}): {source}")]
+    Mknod {
+        path: PathBuf,
+        major: u32,
+        minor: u32,
+        source: io::Error,
+    },
+    #[error("{command} failed: {reason}")]
+    Modprobe { command: String, reason: String },
     #[error("refusing to run as hook stage {stage:?}: oci-nvidia-hook runs only at prestart or createRuntime (in the runtime's namespaces, before pivot_root)")]
     Stage { stage: String },
     #[error("refusing to run the CDI hook at stage {stage:?}: it runs only at createRuntime (in the runtime's namespaces, before pivot_root)")]
@@ -171,6 +190,8 @@ pub enum Operation {
     ConfigEdit(settings::Edit),
     /// The `/dev/char` links of the driver's nodes (`nvidia-ctk system create-dev-char-symlinks`).
     DevCharSymlinks(system::DevCharLinks),
+    /// The driver's control device nodes (`nvidia-ctk system create-device-nodes`).
+    DeviceNodes(device_nodes::DeviceNodes),
     /// A hook stage the hook refuses to run at.
     RefusedStage {
         /// The stage given.
@@ -200,6 +221,7 @@ impl Operation {
             | Operation::EngineConfigure(_)
             | Operation::ConfigEdit(_)
             | Operation::DevCharSymlinks(_)
+            | Operation::DeviceNodes(_)
             | Operation::RefusedStage { .. } => None,
         }
     }
@@ -371,6 +393,9 @@ pub fn run(operation: &Operation, overrides: &Overrides) -> Result<Outcome> {
         Operation::ConfigEdit(edit) => settings::run(edit, &mut out)?,
         Operation::DevCharSymlinks(asked) => {
             system::create_dev_char_symlinks(&config, asked, &mut out)?
+        }
+        Operation::DeviceNodes(asked) => {
+            device_nodes::create_device_nodes(&config, asked, &device_nodes::LinuxCalls, &mut out)?
         }
         Operation::RefusedStage { stage } => {
             return Err(Error::Stage {

@@ -6,7 +6,8 @@
 //! GPUs of containers running under the systemd cgroup driver on its next
 //! `daemon-reload` ("Failed to initialize NVML: Unknown Error"). This is
 //! NVIDIA's documented remedy, made from the same inventory as everything
-//! else: no module is loaded, no node is made.
+//! else: no module is loaded, no node is made, and without a loaded driver
+//! there is nothing to link.
 
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -19,7 +20,7 @@ use nix::unistd::symlinkat;
 
 use super::{Error, Result};
 use crate::config::Config;
-use crate::host::driver::{Node, NodeRole, NodeState};
+use crate::host::driver::{self, Node, NodeRole, NodeState};
 use crate::planning::planner;
 use crate::planning::request::Capabilities;
 
@@ -82,7 +83,19 @@ pub fn create_dev_char_symlinks(
     asked: &DevCharLinks,
     out: &mut impl Write,
 ) -> Result<()> {
-    let inventory = planner::inventory(config, &Capabilities::empty())?;
+    let inventory = match planner::inventory(config, &Capabilities::empty()) {
+        Ok(inventory) => inventory,
+        // As NVIDIA's: no driver, no nodes of it, nothing to link. The
+        // refresh service runs this after every start, with or without one.
+        Err(planner::Error::Driver(driver::Error::NotLoaded { path })) => {
+            log::info!(
+                "no NVIDIA driver is loaded ({} does not exist): no /dev/char link to make",
+                path.display()
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let wanted = links(&inventory.nodes, &asked.dev_char_path, asked.create_all);
     let dir_path = &asked.dev_char_path;
     if asked.dry_run {
@@ -159,6 +172,26 @@ mod tests {
                 NodeState::Missing
             },
         }
+    }
+
+    #[test]
+    fn without_a_loaded_driver_there_is_nothing_to_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::default();
+        config.driver.proc_root = dir.path().join("proc");
+        let asked = DevCharLinks {
+            dev_char_path: dir.path().join("char"),
+            create_all: false,
+            dry_run: false,
+        };
+        let mut out = Vec::new();
+        create_dev_char_symlinks(&config, &asked, &mut out).unwrap();
+        assert!(out.is_empty());
+        assert!(!asked.dev_char_path.exists(), "no directory made either");
+        // Any other failure of the inventory still fails.
+        std::fs::create_dir_all(dir.path().join("proc/driver/nvidia")).unwrap();
+        std::fs::write(dir.path().join("proc/driver/nvidia/version"), "garbled").unwrap();
+        assert!(create_dev_char_symlinks(&config, &asked, &mut out).is_err());
     }
 
     #[test]

@@ -10,5 +10,6 @@ pub mod alarm;
 pub mod alloc;
 pub mod bpf;
 pub mod mount;
+pub mod node;
 pub mod process;
 pub mod signal;

@@ -634,16 +634,19 @@ fn lintian_finds_nothing_unexplained() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let overrides =
-        std::fs::read_to_string(repo().join("packaging/debian/oci-nvidia-hook.lintian-overrides"))
-            .unwrap();
-    let lines: Vec<&str> = overrides.lines().collect();
-    for (i, line) in lines.iter().enumerate() {
-        if line.starts_with("oci-nvidia-hook") {
-            assert!(
-                i > 0 && lines[i - 1].starts_with('#'),
-                "the override {line:?} has no comment saying why"
-            );
+    for package in ["oci-nvidia-hook", "oci-nvidia-hook-compat"] {
+        let overrides = std::fs::read_to_string(
+            repo().join(format!("packaging/debian/{package}.lintian-overrides")),
+        )
+        .unwrap();
+        let lines: Vec<&str> = overrides.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if line.starts_with("oci-nvidia-hook") {
+                assert!(
+                    i > 0 && lines[i - 1].starts_with('#'),
+                    "the override {line:?} has no comment saying why"
+                );
+            }
         }
     }
 }

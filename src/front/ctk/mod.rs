@@ -58,7 +58,7 @@ pub enum Command {
         #[command(subcommand)]
         command: cdi::CdiCommand,
     },
-    /// The host's system: the /dev/char links of the driver's device nodes.
+    /// The host's system: the driver's device nodes and their /dev/char links.
     System {
         /// What to do.
         #[command(subcommand)]
@@ -135,6 +135,13 @@ fn read(ctk: Ctk) -> Result<Invocation> {
             let (asked, notes) = args.read();
             overrides.notes = notes;
             Operation::DevCharSymlinks(asked)
+        }
+        Command::System {
+            command: system::SystemCommand::CreateDeviceNodes(args),
+        } => {
+            let (asked, notes) = args.read();
+            overrides.notes = notes;
+            Operation::DeviceNodes(asked)
         }
         // `nvidia-ctk hook` runs as a runtime's hook: bounded as every hook is.
         Command::Hook { command } => Operation::NvidiaHook {
