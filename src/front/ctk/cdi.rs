@@ -294,8 +294,14 @@ fn note_ignored(args: &GenerateArgs, notes: &mut Vec<Note>) {
             path.display()
         )));
     }
+    if !args.library_search_path.is_empty() {
+        notes.push(info(format!(
+            "--library-search-path={} ignored: set driver.library-search-paths in the config, \
+             which the spec's hook reads too at container start",
+            args.library_search_path.join(",")
+        )));
+    }
     for (flag, values) in [
-        ("--library-search-path", &args.library_search_path),
         ("--csv.file", &args.csv_file),
         ("--csv.ignore-pattern", &args.csv_ignore_pattern),
     ] {

@@ -352,7 +352,7 @@ fn flags_without_a_meaning_here_are_noted_never_silent() {
         ("--ldconfig-path=/sbin/ldconfig", "never runs ldconfig"),
         (
             "--library-search-path=/usr/lib/aarch64-linux-gnu/tegra",
-            "csv mode",
+            "driver.library-search-paths",
         ),
         ("--csv.file=/etc/x.csv", "csv mode"),
         ("--csv.ignore-pattern=*.so", "csv mode"),
