@@ -55,7 +55,7 @@ pub struct Configure {
     pub config: Option<PathBuf>,
     /// The drop-in to write instead of changing the main config; "" for none.
     pub drop_in_config: Option<String>,
-    /// The engine's executable, for reading its config through it.
+    /// The engine's executable, for reading its config through it (`command`).
     pub executable_path: Option<String>,
     /// `config-file`, or `oci-hook` for a hooks.d file.
     pub config_mode: Option<String>,
@@ -79,21 +79,27 @@ pub struct Configure {
 /// first to `out` with `--dry-run`).
 pub fn configure(args: &Configure, out: &mut impl Write) -> Result<()> {
     let engine = args.runtime;
-    match args.config_source.as_str() {
-        "file" => {}
-        "command" => {
+    let from_command = match (args.config_source.as_str(), engine) {
+        ("file", _) => false,
+        ("command", Engine::Containerd) => true,
+        ("command", Engine::Docker) => {
+            log::warn!("--config-source=command is not supported for docker: using file");
+            false
+        }
+        ("command", Engine::Crio) => {
             return Err(Error::Usage(format!(
-                "--config-source=command is not supported: the config is read from its file ({})",
+                "--config-source=command is supported for containerd only: CRI-O's config is \
+                 read from its file ({})",
                 main_config(args).display()
             )))
         }
-        other => {
+        (other, _) => {
             return Err(Error::Usage(format!(
-                "unrecognized --config-source {other:?}: file is the one supported"
+                "unrecognized --config-source {other:?}: one of command, file"
             )))
         }
-    }
-    if let Some(path) = &args.executable_path {
+    };
+    if let Some(path) = args.executable_path.as_ref().filter(|_| !from_command) {
         log::warn!("--executable-path={path} ignored: the config is read from its file");
     }
     match args.config_mode.as_deref() {
@@ -126,7 +132,13 @@ pub fn configure(args: &Configure, out: &mut impl Write) -> Result<()> {
             text: docker::add_runtime(&config, text, &runtime)?,
             path: config.clone(),
         }],
-        Engine::Containerd => containerd::add_runtime(&config, text, drop_in.as_deref(), &runtime)?,
+        Engine::Containerd => {
+            let dump = match from_command {
+                true => Some(containerd::dump(args.executable_path.as_deref(), &config)?),
+                false => None,
+            };
+            containerd::add_runtime(&config, text, dump.as_ref(), drop_in.as_deref(), &runtime)?
+        }
         Engine::Crio => vec![crio::add_runtime(
             &config,
             text,
@@ -403,5 +415,54 @@ mod tests {
             "/usr/bin/nvidia-container-runtime-hook"
         );
         assert_eq!(hook["stages"], serde_json::json!(["prestart"]));
+    }
+
+    #[test]
+    fn config_source_command_copies_from_containerds_dump() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("containerd");
+        std::fs::write(
+            &program,
+            "#!/bin/sh\n[ \"$1 $3 $4\" = '--config config dump' ] || exit 1\n\
+             printf '%s\\n' 'version = 3' \
+             \"[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\" \
+             \"runtime_type = 'io.containerd.runc.v2'\" \
+             \"[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\" \
+             'SystemdCgroup = true'\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let config = dir.path().join("config.toml");
+        let drop_in = dir.path().join("conf.d/99-nvidia.toml");
+        run(&[
+            "--runtime=containerd",
+            &format!("--config={}", config.display()),
+            &format!("--drop-in-config={}", drop_in.display()),
+            "--config-source=command",
+            &format!("--executable-path={}", program.display()),
+            "--nvidia-runtime-path=/opt/bin/nvidia-container-runtime",
+        ])
+        .unwrap();
+        let nvidia: toml::Table =
+            toml::from_str(&std::fs::read_to_string(&drop_in).unwrap()).unwrap();
+        assert_eq!(nvidia["version"].as_integer(), Some(3));
+        let ours =
+            &nvidia["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["nvidia"];
+        assert_eq!(ours["options"]["SystemdCgroup"].as_bool(), Some(true));
+        assert_eq!(ours["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
+        assert_eq!(
+            std::fs::read_to_string(&config).unwrap(),
+            format!(
+                "version = 3\nimports = [\"{}/conf.d/*.toml\"]\n",
+                dir.path().display()
+            )
+        );
+        let err = run(&["--runtime=crio", "--config-source=command"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("--config-source=command is supported for containerd only"),
+            "{err}"
+        );
     }
 }

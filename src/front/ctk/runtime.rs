@@ -33,13 +33,15 @@ pub struct ConfigureArgs {
     /// /etc/crio/crio.conf.d/99-nvidia.conf; none for Docker].
     #[arg(long, value_name = "FILE")]
     pub drop_in_config: Option<String>,
-    /// The engine's executable, for reading its config through it: ignored, the file is read.
+    /// The engine's executable that --config-source=command runs [default:
+    /// containerd, from the system directories].
     #[arg(long, value_name = "PATH")]
     pub executable_path: Option<String>,
     /// config-file (the default), or oci-hook to write a hooks.d file instead.
     #[arg(long, value_name = "MODE")]
     pub config_mode: Option<String>,
-    /// Where the engine's current config comes from: only file is supported.
+    /// Where the engine's current config comes from: file, or command
+    /// (containerd's `config dump`).
     #[arg(long, default_value = "file", value_name = "SOURCE")]
     pub config_source: String,
     /// The hooks.d file --config-mode=oci-hook writes [default: stdout].

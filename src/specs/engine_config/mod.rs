@@ -48,6 +48,15 @@ pub enum Error {
     },
     #[error("{path}: containerd config version {version} is not 1, 2 or 3; left untouched")]
     Version { path: PathBuf, version: String },
+    #[error("`{command}` failed: {reason}")]
+    Dump { command: String, reason: String },
+    #[error(
+        "{name} not found in {}: name the engine's program with --executable-path",
+        crate::util::this_program::SYSTEM_PATH
+    )]
+    NoExecutable { name: String },
+    #[error("--executable-path {path}: {reason}")]
+    Executable { path: String, reason: &'static str },
     #[error("cannot create directory {path}: {source}")]
     CreateDir { path: PathBuf, source: io::Error },
     #[error(transparent)]

@@ -1,6 +1,7 @@
 //! Debian roots made by `debootstrap` and entered with `pivot_root`: the
 //! one way the suites run another Debian's tools (tests/bullseye.rs: an old
-//! glibc and runc; tests/trixie.rs: Debian 13's engines) without touching
+//! glibc and runc; tests/trixie.rs: Debian 13's engines; tests/containerd2.rs:
+//! sid's containerd 2.x and runc 1.3) without touching
 //! the host's apt sources or `/etc`.
 //!
 //! A root is made once into `/var/cache/oci-nvidia-hook/<suite>` (outside
@@ -27,6 +28,10 @@ use crate::runtime::runtimes::find_tool;
 
 /// Where the roots are kept between runs.
 const CACHE: &str = "/var/cache/oci-nvidia-hook";
+
+/// The suites whose mirror serves a frozen snapshot, its Release file past
+/// its `Valid-Until` (shared/TESTBED.md): apt inside them is told so.
+const FROZEN: [&str; 1] = ["sid"];
 
 /// A Debian root made by debootstrap, ready to enter.
 #[derive(Clone, Debug)]
@@ -132,6 +137,14 @@ impl DebRoot {
         )
         .expect("write policy-rc.d");
         fs::set_permissions(&policy, fs::Permissions::from_mode(0o755)).unwrap();
+        if FROZEN.contains(&self.suite) {
+            fs::write(
+                dir.join("etc/apt/apt.conf.d/99oci-nvidia-hook-frozen-mirror"),
+                "// tests/harness debroot: the mirror serves a frozen snapshot\n\
+                 Acquire::Check-Valid-Until \"false\";\n",
+            )
+            .expect("write the apt configuration");
+        }
         self.chroot_script(
             r#"export DEBIAN_FRONTEND=noninteractive
 apt-get -q -y update
@@ -248,4 +261,19 @@ pub const TRIXIE_ENGINES: [&str; 9] = [
 /// The Debian 13 (trixie) root with [`TRIXIE_ENGINES`].
 pub fn trixie() -> DebRoot {
     DebRoot::ensure("trixie", &TRIXIE_ENGINES)
+}
+
+/// Debian sid's containerd 2.1 (config version 3) and runc 1.3, with what
+/// the CRI client needs, in one cached root.
+pub const SID_ENGINES: [&str; 5] = [
+    "containerd",
+    "runc",
+    "python3-grpcio",
+    "python3-protobuf",
+    "protobuf-compiler",
+];
+
+/// The Debian sid root with [`SID_ENGINES`].
+pub fn sid() -> DebRoot {
+    DebRoot::ensure("sid", &SID_ENGINES)
 }

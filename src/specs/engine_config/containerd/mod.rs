@@ -4,18 +4,31 @@
 //! `io.containerd.cri.v1.runtime`), as the runc v2 shim running our
 //! wrapper (`options.BinaryName`). Its settings are copied from the
 //! config's default runtime, `runc` or `crun`, as NVIDIA's tool does, so
-//! that `SystemdCgroup` and the like carry over. With a drop-in (version 2
-//! and later), the runtime goes into that file alone and the main config
-//! gains the `imports` line that loads it; comments and every other
-//! setting of the main config stay as they were. What containerd makes of
-//! its files, imports merged, is read by [`Config::load`].
+//! that `SystemdCgroup` and the like carry over; a copy without a
+//! `runtime_type` gets the runc v2 shim's (containerd 2.x fails every pod
+//! of a handler without one: "container.Runtime.Name must be set").
+//!
+//! With a drop-in (version 2 and later), the runtime goes into that file
+//! and the main config gains the `imports` line that loads it; comments
+//! and every other setting of the main config stay as they were. What the
+//! drop-in holds follows how the version merges it: version 2 (containerd
+//! 1.x) replaces whole plugin sections, so its drop-in carries a copy of
+//! the main config's CRI section; version 3 (containerd 2.x) merges key by
+//! key, so its drop-in holds our runtime alone (and `default_runtime_name`
+//! and `enable_cdi` when asked), and later edits to the main config still
+//! apply. The settings and, for a config that has none, the version may
+//! come from `containerd config dump` ([`Dump`], `--config-source=command`).
+//! What containerd makes of its files, imports merged, is read by
+//! [`Config::load`].
 
+mod dump;
 mod load;
 
 use std::path::Path;
 
-use toml_edit::{value, DocumentMut, Item, Table};
+use toml_edit::{value, DocumentMut, Item, Table, TableLike};
 
+pub use dump::{dump, Dump};
 pub use load::{Config, Handler};
 
 use super::{
@@ -38,17 +51,41 @@ const DEFAULT_VERSION: i64 = 2;
 /// The files to write so that containerd (its config at `config`, now
 /// `text`, `None` when missing) runs `runtime`: the drop-in (when one is
 /// given and the config's version has drop-ins) and then the main config,
-/// if it changes.
+/// if it changes. With `dump`, the runtime's settings are copied from
+/// containerd's effective config, whose version also stands for a main
+/// config that states none.
 pub fn add_runtime(
     config: &Path,
     text: Option<&str>,
+    dump: Option<&Dump>,
     drop_in: Option<&Path>,
     runtime: &Runtime,
 ) -> Result<Vec<Output>> {
     let mut main = parse_toml(config, text)?;
-    let version = version_of(&main, config)?;
+    let (version, source) = match dump {
+        None => {
+            let version = version_of(&main, config)?;
+            (version, source_runtime(&main, plugin_name(version)))
+        }
+        Some(dump) => {
+            let effective = parse_toml(Path::new(&dump.command), Some(&dump.text))?;
+            let dumped = version_of(&effective, Path::new(&dump.command))?;
+            let version = match main.get("version") {
+                None if main.as_table().is_empty() => dumped,
+                _ => version_of(&main, config)?,
+            };
+            if version != dumped {
+                log::warn!(
+                    "{} is version {version} but `{}` is version {dumped}: the runtime's settings \
+                     are copied from the dump",
+                    config.display(),
+                    dump.command
+                );
+            }
+            (version, source_runtime(&effective, plugin_name(dumped)))
+        }
+    };
     let plugin = plugin_name(version);
-    let source = source_runtime(&main, plugin);
     let drop_in = match drop_in {
         Some(path) if version == 1 => {
             log::warn!(
@@ -67,13 +104,22 @@ pub fn add_runtime(
             text: main.to_string(),
         }]);
     };
-    let mut nvidia = drop_in_base(&main, plugin, runtime.set_as_default);
+    let mut nvidia = if version >= 3 {
+        DocumentMut::new()
+    } else {
+        drop_in_base(&main, plugin, runtime.set_as_default)
+    };
     add_to(&mut nvidia, drop_in, version, source, runtime)?;
     let mut outputs = vec![Output {
         path: drop_in.to_path_buf(),
         text: nvidia.to_string(),
     }];
-    if ensure_import(&mut main, config, version, &import_pattern(drop_in))? {
+    // Keys of the main config outlive a version 3 drop-in: ours as the
+    // default goes from there too.
+    let unset = version >= 3
+        && !runtime.set_as_default
+        && unset_default(&mut main, plugin, config, runtime.name);
+    if ensure_import(&mut main, config, version, &import_pattern(drop_in))? || unset {
         outputs.push(Output {
             path: config.to_path_buf(),
             text: main.to_string(),
@@ -82,14 +128,14 @@ pub fn add_runtime(
     Ok(outputs)
 }
 
-/// What a drop-in starts from. containerd merges an imported file by whole
-/// plugin sections, not keys (its issue 5837): a drop-in's CRI section
-/// replaces the main config's, and a `runtimes` table there replaces the
-/// built-in list. So the drop-in carries a copy of the main config's CRI
-/// section, and the default runtime (`runc` unless the config names
-/// another; ours when `ours_default`) stays listed; without them
-/// containerd 1.7 refuses to load the CRI plugin ("no corresponding
-/// runtime configured").
+/// What a version 2 drop-in starts from. containerd 1.x merges an
+/// imported file by whole plugin sections, not keys (its issue 5837): a
+/// drop-in's CRI section replaces the main config's, and a `runtimes`
+/// table there replaces the built-in list. So the drop-in carries a copy
+/// of the main config's CRI section, and the default runtime (`runc`
+/// unless the config names another; ours when `ours_default`) stays
+/// listed; without them containerd 1.7 refuses to load the CRI plugin ("no
+/// corresponding runtime configured").
 fn drop_in_base(main: &DocumentMut, plugin: &str, ours_default: bool) -> DocumentMut {
     let mut doc = DocumentMut::new();
     let mut section = get_table(main.as_table(), &["plugins", plugin])
@@ -176,10 +222,44 @@ fn source_runtime(doc: &DocumentMut, plugin: &str) -> Option<Table> {
     let runtimes = get_table(doc.as_table(), &containerd)?
         .get("runtimes")?
         .as_table_like()?;
-    low_level_runtimes(default)
+    let mut copy = low_level_runtimes(default)
         .into_iter()
         .find_map(|name| runtimes.get(name)?.as_table_like())
-        .map(fresh_copy)
+        .map(fresh_copy)?;
+    // NVIDIA 1.20 (their issue 1956): containerd 2.x names no shim for a
+    // runtime without one, and every pod of it fails.
+    if copy
+        .get("runtime_type")
+        .and_then(Item::as_str)
+        .is_none_or(str::is_empty)
+    {
+        copy.insert("runtime_type", value(RUNC_V2));
+    }
+    Some(copy)
+}
+
+/// Removes `default_runtime_name` from `doc` (the file at `path`) when it
+/// names `name`, as NVIDIA's tool does since 1.18 for a runtime not asked
+/// to be the default; whether it did.
+fn unset_default(doc: &mut DocumentMut, plugin: &str, path: &Path, name: &str) -> bool {
+    let keys = ["plugins", plugin, "containerd", "default_runtime_name"];
+    if get_str(doc.as_table(), &keys) != Some(name) {
+        return false;
+    }
+    let removed = ["plugins", plugin, "containerd"]
+        .iter()
+        .try_fold(doc.as_table_mut() as &mut dyn TableLike, |table, key| {
+            table.get_mut(key)?.as_table_like_mut()
+        })
+        .and_then(|containerd| containerd.remove("default_runtime_name"))
+        .is_some();
+    if removed {
+        log::info!(
+            "{}: {name} is no longer containerd's default runtime (--nvidia-set-as-default=false)",
+            path.display()
+        );
+    }
+    removed
 }
 
 /// Registers `runtime` in `doc` (the file at `path`), its settings from
@@ -227,6 +307,8 @@ fn add_to(
     if runtime.set_as_default {
         let containerd = table_at(doc.as_table_mut(), &keys[..3], path)?;
         set(containerd, "default_runtime_name", runtime.name);
+    } else {
+        unset_default(doc, plugin, path, runtime.name);
     }
     if runtime.enable_cdi {
         set(
@@ -281,7 +363,7 @@ mod tests {
 
     /// `text` with `runtime` added to the main config itself.
     fn in_place(text: &str, runtime: &Runtime) -> toml::Table {
-        let out = add_runtime(Path::new("/c.toml"), Some(text), None, runtime).unwrap();
+        let out = add_runtime(Path::new("/c.toml"), Some(text), None, None, runtime).unwrap();
         assert_eq!(out.len(), 1);
         toml::from_str(&out[0].text).unwrap()
     }
@@ -393,6 +475,7 @@ mod tests {
             let out = add_runtime(
                 Path::new("/etc/containerd/config.toml"),
                 Some(&main),
+                None,
                 Some(Path::new("/etc/containerd/conf.d/99-nvidia.toml")),
                 &runtime,
             )
@@ -442,7 +525,7 @@ mod tests {
             ("version = 2\nimports = [\"/another/path/*.toml\"]\n", None),
         ];
         for (main, expected) in cases {
-            let out = add_runtime(Path::new("/c.toml"), Some(main), drop_in, &TEST).unwrap();
+            let out = add_runtime(Path::new("/c.toml"), Some(main), None, drop_in, &TEST).unwrap();
             assert_eq!(out.get(1).map(|o| o.text.as_str()), expected, "{main}");
         }
     }
@@ -451,6 +534,7 @@ mod tests {
     fn a_missing_config_becomes_version_2_with_the_import() {
         let out = add_runtime(
             Path::new("/c.toml"),
+            None,
             None,
             Some(Path::new("/etc/containerd/conf.d/99-nvidia.toml")),
             &TEST,
@@ -472,6 +556,7 @@ mod tests {
         let out = add_runtime(
             Path::new("/c.toml"),
             Some(main),
+            None,
             Some(Path::new("/d/99-nvidia.toml")),
             &TEST,
         )
@@ -502,6 +587,7 @@ mod tests {
         let out = add_runtime(
             Path::new("/c.toml"),
             Some(main),
+            None,
             Some(Path::new("/d/99-nvidia.toml")),
             &TEST,
         )
@@ -537,7 +623,7 @@ mod tests {
             set_as_default: true,
             ..TEST
         };
-        let out = add_runtime(Path::new("/c.toml"), Some(main), None, &runtime).unwrap();
+        let out = add_runtime(Path::new("/c.toml"), Some(main), None, None, &runtime).unwrap();
         let text = &out[0].text;
         assert!(
             text.starts_with(
@@ -588,11 +674,258 @@ mod tests {
             let err = add_runtime(
                 Path::new("/c.toml"),
                 Some(text),
+                None,
                 Some(Path::new("/d/x.toml")),
                 &TEST,
             )
             .unwrap_err();
             assert_eq!(err.to_string(), message, "{text}");
         }
+    }
+
+    /// `main` with `runtime` added through the drop-in `/d/99-nvidia.toml`
+    /// (and `dump` as the effective config): the drop-in and, when it
+    /// changed, the main config.
+    fn with_drop_in(main: &str, dump: Option<&str>, runtime: &Runtime) -> (String, Option<String>) {
+        let dump = dump.map(|text| Dump {
+            command: "containerd --config /c.toml config dump".into(),
+            text: text.into(),
+        });
+        let out = add_runtime(
+            Path::new("/c.toml"),
+            Some(main),
+            dump.as_ref(),
+            Some(Path::new("/d/99-nvidia.toml")),
+            runtime,
+        )
+        .unwrap();
+        (out[0].text.clone(), out.get(1).map(|o| o.text.clone()))
+    }
+
+    // NVIDIA v1.20 (their issue 1956), seen with their nvidia-ctk 1.20
+    // side by side: a copied runc without `runtime_type` gives ours the
+    // runc v2 shim's, where containerd 2.x would name none.
+    #[test]
+    fn a_copied_runtime_without_a_runtime_type_gets_the_runc_v2_shim() {
+        for (version, plugin) in [
+            (2, "io.containerd.grpc.v1.cri"),
+            (3, "io.containerd.cri.v1.runtime"),
+        ] {
+            for runc in ["", "runtime_type = \"\"\n"] {
+                let main = format!(
+                    "version = {version}\n[plugins.\"{plugin}\".containerd.runtimes.runc]\n{runc}\
+                     [plugins.\"{plugin}\".containerd.runtimes.runc.options]\nSystemdCgroup = true\n"
+                );
+                let parsed = in_place(&main, &TEST);
+                let runtimes = &parsed["plugins"][plugin]["containerd"]["runtimes"];
+                assert_eq!(
+                    runtimes["test"]["runtime_type"].as_str(),
+                    Some("io.containerd.runc.v2"),
+                    "{main}"
+                );
+                assert_eq!(
+                    runtimes["test"]["options"]["SystemdCgroup"].as_bool(),
+                    Some(true)
+                );
+                // The administrator's runc itself is left as it is.
+                assert_eq!(
+                    runtimes["runc"]
+                        .get("runtime_type")
+                        .and_then(|t| t.as_str()),
+                    (!runc.is_empty()).then_some(""),
+                    "{main}"
+                );
+                let (drop_in, _) = with_drop_in(&main, None, &TEST);
+                let drop_in = table(&drop_in);
+                assert_eq!(
+                    drop_in["plugins"][plugin]["containerd"]["runtimes"]["test"]["runtime_type"]
+                        .as_str(),
+                    Some("io.containerd.runc.v2")
+                );
+            }
+        }
+        // A runtime_type of the administrator's own is kept (NVIDIA's
+        // TestAddRuntime "options from runc are imported").
+        let parsed = in_place(
+            "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc]\n\
+             runtime_type = \"io.containerd.runsc.v1\"\n",
+            &TEST,
+        );
+        assert_eq!(
+            parsed["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["test"]
+                ["runtime_type"]
+                .as_str(),
+            Some("io.containerd.runsc.v1")
+        );
+    }
+
+    // NVIDIA's TestAddRuntimeWithDropIn ("v3 config creates drop-in
+    // configuration": the main tree unchanged, the drop-in holding the
+    // runtime) and TestConfig_EnableCDI (enable_cdi in the drop-in only).
+    // containerd 2.x merges imports key by key: a copy of the main
+    // config's section there would override the administrator's later
+    // edits to it.
+    #[test]
+    fn a_version_3_drop_in_holds_our_runtime_alone() {
+        let main = r#"version = 3
+imports = []
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "registry.k8s.io/pause:3.10"
+[plugins."io.containerd.cri.v1.runtime"]
+  enable_cdi = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        SystemdCgroup = true
+"#;
+        let (drop_in, changed) = with_drop_in(main, None, &TEST);
+        assert_eq!(
+            drop_in,
+            "version = 3\n\n\
+             [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.test]\n\
+             runtime_type = \"io.containerd.runc.v2\"\n\n\
+             [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.test.options]\n\
+             SystemdCgroup = true\n\
+             BinaryName = \"/usr/bin/test\"\n"
+        );
+        assert_eq!(
+            changed.as_deref(),
+            Some(
+                main.replace("imports = []", "imports = [\"/d/*.toml\"]")
+                    .as_str()
+            )
+        );
+        let asked = Runtime {
+            set_as_default: true,
+            enable_cdi: true,
+            ..TEST
+        };
+        let (drop_in, _) = with_drop_in(main, None, &asked);
+        let cri = &table(&drop_in)["plugins"]["io.containerd.cri.v1.runtime"];
+        assert_eq!(cri["enable_cdi"].as_bool(), Some(true));
+        assert_eq!(
+            cri["containerd"]["default_runtime_name"].as_str(),
+            Some("test")
+        );
+        let keys: Vec<&String> = cri["containerd"]["runtimes"]
+            .as_table()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(keys, ["test"], "{drop_in}");
+    }
+
+    // NVIDIA's RemoveRuntime (engine/containerd/config.go) drops a
+    // default_runtime_name naming the runtime; since 1.18 configure does
+    // so for a runtime not asked to be the default.
+    #[test]
+    fn ours_as_the_default_is_removed_unless_asked_for() {
+        let v2 = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n\
+                  default_runtime_name = \"test\"\n";
+        let parsed = in_place(v2, &TEST);
+        let containerd = &parsed["plugins"]["io.containerd.grpc.v1.cri"]["containerd"];
+        assert!(
+            containerd.get("default_runtime_name").is_none(),
+            "{parsed:?}"
+        );
+        // In a version 2 drop-in's copy of the section (which replaces the
+        // main config's), runc stays listed as the built-in default.
+        let (drop_in, _) = with_drop_in(v2, None, &TEST);
+        let containerd = &table(&drop_in)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"];
+        assert!(
+            containerd.get("default_runtime_name").is_none(),
+            "{drop_in}"
+        );
+        // Version 3: the main config's key would outlive the drop-in, so it
+        // goes from there; the rest of the main config stays.
+        let v3 = "version = 3\n# ours\n[plugins.\"io.containerd.cri.v1.runtime\".containerd]\n\
+                  default_runtime_name = \"test\" # set by hand\nsnapshotter = \"overlayfs\"\n";
+        let (drop_in, main) = with_drop_in(v3, None, &TEST);
+        assert!(!drop_in.contains("default_runtime_name"), "{drop_in}");
+        assert_eq!(
+            main.as_deref(),
+            Some(
+                "version = 3\nimports = [\"/d/*.toml\"]\n# ours\n\
+                 [plugins.\"io.containerd.cri.v1.runtime\".containerd]\nsnapshotter = \"overlayfs\"\n"
+            )
+        );
+        // Another runtime as the default, or ours when asked, stays.
+        let other = v3.replace("\"test\"", "\"crun\"");
+        let (_, main) = with_drop_in(&other, None, &TEST);
+        assert!(main.unwrap().contains("default_runtime_name = \"crun\""));
+        let asked = Runtime {
+            set_as_default: true,
+            ..TEST
+        };
+        let parsed = in_place(&v3.replace("\"test\"", "\"runc\""), &asked);
+        assert_eq!(
+            parsed["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["default_runtime_name"]
+                .as_str(),
+            Some("test")
+        );
+    }
+
+    // --config-source=command: the settings come from what `containerd
+    // config dump` prints (its built-in runc included), and its version
+    // stands for a main config that has none; the files are written as
+    // with a file source.
+    #[test]
+    fn the_dump_gives_the_settings_and_the_version_of_an_empty_config() {
+        let dump = r#"version = 3
+root = '/var/lib/containerd'
+[plugins.'io.containerd.cri.v1.runtime'.containerd]
+  default_runtime_name = 'runc'
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = 'io.containerd.runc.v2'
+    sandboxer = 'podsandbox'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      BinaryName = ''
+      SystemdCgroup = true
+"#;
+        let (drop_in, main) = with_drop_in("", Some(dump), &TEST);
+        let parsed = table(&drop_in);
+        assert_eq!(parsed["version"].as_integer(), Some(3));
+        let test =
+            &parsed["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["test"];
+        assert_eq!(test["sandboxer"].as_str(), Some("podsandbox"));
+        assert_eq!(test["options"]["SystemdCgroup"].as_bool(), Some(true));
+        assert_eq!(
+            test["options"]["BinaryName"].as_str(),
+            Some("/usr/bin/test")
+        );
+        assert_eq!(
+            main.as_deref(),
+            Some("version = 3\nimports = [\"/d/*.toml\"]\n")
+        );
+        // A main config with a version keeps it; the settings still come
+        // from the dump.
+        let (drop_in, _) = with_drop_in("version = 2\n", Some(dump), &TEST);
+        let parsed = table(&drop_in);
+        assert_eq!(parsed["version"].as_integer(), Some(2));
+        assert_eq!(
+            parsed["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["test"]
+                ["options"]["SystemdCgroup"]
+                .as_bool(),
+            Some(true)
+        );
+        // A dump that is not TOML is refused by its command.
+        let err = add_runtime(
+            Path::new("/c.toml"),
+            None,
+            Some(&Dump {
+                command: "containerd config dump".into(),
+                text: "[plugins\n".into(),
+            }),
+            None,
+            &TEST,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("containerd config dump:1: not valid TOML"),
+            "{err}"
+        );
     }
 }

@@ -142,6 +142,16 @@ pub fn pause_archive(dir: &Path) -> PathBuf {
     tar
 }
 
+/// Imports the pause image and `rootfs` as `image` (archives made in
+/// `dir`) into containerd's Kubernetes namespace.
+pub fn import_pod_images(daemons: &Daemons, rootfs: &Path, image: &str, dir: &Path) {
+    fs::create_dir_all(dir).unwrap();
+    import_k8s_image(daemons, &pause_archive(dir));
+    let tar = dir.join("image.tar");
+    image_archive(rootfs, image, &[], &tar);
+    import_k8s_image(daemons, &tar);
+}
+
 /// Imports a Docker archive into containerd's Kubernetes namespace.
 pub fn import_k8s_image(daemons: &Daemons, tar: &Path) {
     let out = daemons.ctr(K8S_NAMESPACE, &["images", "import", &path_str(tar)]);
@@ -269,6 +279,31 @@ pub fn run_pod(daemons: &Daemons, request: &PodRequest, hook_log: &Path) -> PodO
     };
     let run = collect_run(request.name, container, elapsed, &out_dir, hook_log);
     PodOutcome { run, answer }
+}
+
+/// [`run_pod`], its CreateContainer and StartContainer times printed;
+/// fails the test when the runtime still lists the pod or its container
+/// once they were removed.
+pub fn run_pod_leaving_nothing(
+    daemons: &Daemons,
+    request: &PodRequest,
+    hook_log: &Path,
+) -> PodOutcome {
+    let outcome = run_pod(daemons, request, hook_log);
+    eprintln!(
+        "{}: CreateContainer {:.0} ms, StartContainer {:.0} ms",
+        request.name,
+        outcome.call_ms("CreateContainer"),
+        outcome.call_ms("StartContainer")
+    );
+    assert_eq!(
+        outcome.answer["left"],
+        json!({"pods": 0, "containers": 0}),
+        "{}: the runtime still lists what was removed: {}",
+        request.name,
+        outcome.answer
+    );
+    outcome
 }
 
 /// The device plugin's own spec (kind `k8s.device-plugin.nvidia.com/gpu`,

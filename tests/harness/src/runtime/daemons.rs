@@ -86,77 +86,8 @@ pub struct CriSetup<'a> {
 impl Daemons {
     /// Starts both daemons in a private namespace under `dir`.
     pub fn start(dir: &Path, setup: &DaemonSetup) -> Daemons {
-        if setup.root.is_none() {
-            for tool in ["containerd", "dockerd", "ctr", "unshare", "nsenter"] {
-                require_tool(tool);
-            }
-            assert!(
-                Path::new("/usr/bin/docker").is_file(),
-                "/usr/bin/docker (Debian's docker.io) is missing: run integration/install-deps"
-            );
-        }
-        remove_tree_safely(dir);
-        fs::create_dir_all(dir.join("etc-upper/oci-nvidia-hook")).unwrap();
-        fs::create_dir_all(dir.join("etc-work")).unwrap();
-        fs::copy(
-            setup.hook_config,
-            dir.join("etc-upper/oci-nvidia-hook/config.toml"),
-        )
-        .expect("copy the hook config");
-        for (rel, file) in setup.etc_files {
-            let to = dir.join("etc-upper").join(rel);
-            fs::create_dir_all(to.parent().expect("a file under /etc")).unwrap();
-            fs::copy(file, &to).unwrap_or_else(|e| panic!("copy {} to {rel}: {e}", file.display()));
-        }
+        let mut daemons = Daemons::hold(dir, setup);
         let bin = dir.join("bin");
-        fs::create_dir_all(&bin).unwrap();
-        for name in setup.links {
-            symlink(hook_binary(), bin.join(name)).unwrap();
-        }
-        let tag = format!("onh{}", std::process::id());
-        let run_dirs_before = RUN_DIRS.iter().map(|d| Path::new(d).exists()).collect();
-
-        // The holder: a private mount namespace with the overlay on /etc.
-        let ready = dir.join("ready");
-        const HOLD: &str =
-            "mount -t overlay onh-etc -o lowerdir=/etc,upperdir=\"$1\",workdir=\"$2\" /etc \
-             && { [ -z \"$4\" ] || { mkdir -p /etc/cdi && mount --bind \"$4\" /etc/cdi; }; } \
-             && touch \"$3\" && exec sleep infinity";
-        let (upper, work) = (
-            path_str(&dir.join("etc-upper")),
-            path_str(&dir.join("etc-work")),
-        );
-        let cdi = setup.cdi_dir.map(path_str).unwrap_or_default();
-        let hold = [
-            "sh",
-            "-c",
-            HOLD,
-            "sh",
-            &upper,
-            &work,
-            &path_str(&ready),
-            &cdi,
-        ];
-        let mut holder = match setup.root {
-            // The repository (simulated hosts, bundles, this binary) at its own path.
-            Some(root) => root.command(&Entry::binding(&[repo()]), &hold),
-            None => {
-                let mut cmd = Command::new("unshare");
-                cmd.args(["-m", "--propagation", "private"]).args(hold);
-                cmd
-            }
-        };
-        let holder = holder.stdin(Stdio::null()).spawn().expect("run unshare");
-        let mut daemons = Daemons {
-            dir: dir.to_path_buf(),
-            tag,
-            holder,
-            containerd: None,
-            dockerd: None,
-            run_dirs_before,
-            in_root: setup.root.is_some(),
-        };
-        daemons.wait_for(&ready, "the holder's /etc overlay");
 
         let config = dir.join("containerd.toml");
         let plugins = match &setup.cri {
@@ -200,16 +131,7 @@ impl Daemons {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             nvidia_ctk(dir, &args);
         }
-        let containerd = daemons
-            .in_namespace("containerd")
-            .arg("--config")
-            .arg(&config)
-            .stdout(log_file(&dir.join("containerd.log")))
-            .stderr(log_file(&dir.join("containerd.log")))
-            .spawn()
-            .expect("start containerd");
-        daemons.containerd = Some(containerd);
-        daemons.wait_for(&daemons.containerd_socket(), "containerd's socket");
+        daemons.start_containerd(&config);
         if setup.cri.is_some() {
             return daemons;
         }
@@ -273,6 +195,108 @@ impl Daemons {
             std::thread::sleep(Duration::from_millis(100));
         }
         daemons
+    }
+
+    /// Their private namespace alone, under `dir`: the `/etc` overlay with
+    /// the hook config and `etc_files`, our `links` in `bin/`; no daemon
+    /// yet ([`Daemons::start_containerd`]).
+    pub fn hold(dir: &Path, setup: &DaemonSetup) -> Daemons {
+        if setup.root.is_none() {
+            for tool in ["containerd", "dockerd", "ctr", "unshare", "nsenter"] {
+                require_tool(tool);
+            }
+            assert!(
+                Path::new("/usr/bin/docker").is_file(),
+                "/usr/bin/docker (Debian's docker.io) is missing: run integration/install-deps"
+            );
+        }
+        remove_tree_safely(dir);
+        fs::create_dir_all(dir.join("etc-upper/oci-nvidia-hook")).unwrap();
+        fs::create_dir_all(dir.join("etc-work")).unwrap();
+        fs::copy(
+            setup.hook_config,
+            dir.join("etc-upper/oci-nvidia-hook/config.toml"),
+        )
+        .expect("copy the hook config");
+        for (rel, file) in setup.etc_files {
+            let to = dir.join("etc-upper").join(rel);
+            fs::create_dir_all(to.parent().expect("a file under /etc")).unwrap();
+            fs::copy(file, &to).unwrap_or_else(|e| panic!("copy {} to {rel}: {e}", file.display()));
+        }
+        let bin = dir.join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        for name in setup.links {
+            symlink(hook_binary(), bin.join(name)).unwrap();
+        }
+        let tag = format!("onh{}", std::process::id());
+        let run_dirs_before = RUN_DIRS.iter().map(|d| Path::new(d).exists()).collect();
+
+        // The holder: a private mount namespace with the overlay on /etc.
+        let ready = dir.join("ready");
+        const HOLD: &str =
+            "mount -t overlay onh-etc -o lowerdir=/etc,upperdir=\"$1\",workdir=\"$2\" /etc \
+             && { [ -z \"$4\" ] || { mkdir -p /etc/cdi && mount --bind \"$4\" /etc/cdi; }; } \
+             && touch \"$3\" && exec sleep infinity";
+        let (upper, work) = (
+            path_str(&dir.join("etc-upper")),
+            path_str(&dir.join("etc-work")),
+        );
+        let cdi = setup.cdi_dir.map(path_str).unwrap_or_default();
+        let hold = [
+            "sh",
+            "-c",
+            HOLD,
+            "sh",
+            &upper,
+            &work,
+            &path_str(&ready),
+            &cdi,
+        ];
+        let mut holder = match setup.root {
+            // The repository (simulated hosts, bundles, this binary) at its own path.
+            Some(root) => root.command(&Entry::binding(&[repo()]), &hold),
+            None => {
+                let mut cmd = Command::new("unshare");
+                cmd.args(["-m", "--propagation", "private"]).args(hold);
+                cmd
+            }
+        };
+        let holder = holder.stdin(Stdio::null()).spawn().expect("run unshare");
+        let daemons = Daemons {
+            dir: dir.to_path_buf(),
+            tag,
+            holder,
+            containerd: None,
+            dockerd: None,
+            run_dirs_before,
+            in_root: setup.root.is_some(),
+        };
+        daemons.wait_for(&ready, "the holder's /etc overlay");
+        daemons
+    }
+
+    /// Starts containerd in their namespace on `config` (a path there) and
+    /// waits for its socket.
+    pub fn start_containerd(&mut self, config: &Path) {
+        let log = self.dir.join("containerd.log");
+        let containerd = self
+            .in_namespace("containerd")
+            .arg("--config")
+            .arg(config)
+            .stdout(log_file(&log))
+            .stderr(log_file(&log))
+            .spawn()
+            .expect("start containerd");
+        self.containerd = Some(containerd);
+        self.wait_for(&self.containerd_socket(), "containerd's socket");
+    }
+
+    /// Stops containerd (its shims' cgroups go when the daemons are dropped).
+    pub fn stop_containerd(&mut self) {
+        if let Some(child) = self.containerd.take() {
+            stop(child);
+        }
+        let _ = fs::remove_file(self.containerd_socket());
     }
 
     /// The PATH dockerd and ctr run with: our links first.
