@@ -88,6 +88,27 @@ pub(super) fn check(host: &HostRoot, cdi_specs: bool, out: &mut Vec<Check>) -> C
     for handler in config.handlers.iter().filter(|h| gpu_handler(h)) {
         let name = handler.name.as_str();
         let default = config.default.as_deref() == Some(name);
+        if handler.runtime_type.is_none() {
+            // containerd 2.x fails every pod of such a handler ("container.Runtime.Name
+            // must be set"; NVIDIA's issue 1956); 1.x runs it as runc v2.
+            let found = format!("runtime handler {name:?} has no runtime_type");
+            let remedy = "`nvidia-ctk runtime configure --runtime=containerd` (which fills it) \
+                          or add runtime_type = \"io.containerd.runc.v2\", and restart containerd";
+            out.push(match config.version >= 3 {
+                true => Check::fail(
+                    L,
+                    "containerd runtime",
+                    format!("{found}: containerd 2.x refuses its pods"),
+                    remedy,
+                ),
+                false => Check::warn(
+                    L,
+                    "containerd runtime",
+                    format!("{found}: containerd 2.x would refuse its pods"),
+                    remedy,
+                ),
+            });
+        }
         let Some(binary) = &handler.binary else {
             out.push(Check::warn(
                 L,
@@ -139,6 +160,26 @@ mod tests {
             "{}",
             handler.found
         );
+        // A version 3 handler without runtime_type fails: containerd 2.x refuses it.
+        let v3 = "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n\
+                  BinaryName = \"/usr/local/bin/nvidia-container-runtime\"\n";
+        fs::write(
+            host.path(crate::specs::engine_config::containerd::DEFAULT_CONFIG),
+            v3,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        check(&host, true, &mut out);
+        let typeless = out
+            .iter()
+            .find(|c| c.found.contains("has no runtime_type"))
+            .unwrap_or_else(|| panic!("{out:?}"));
+        assert_eq!(typeless.status, super::super::Status::Fail);
+        fs::write(
+            host.path(crate::specs::engine_config::containerd::DEFAULT_CONFIG),
+            V2,
+        )
+        .unwrap();
         // The wrapper gone: the handler fails.
         fs::remove_file(bin.join("nvidia-container-runtime")).unwrap();
         let mut out = Vec::new();

@@ -27,6 +27,8 @@ pub struct Handler {
     pub name: String,
     /// `options.BinaryName`, the OCI runtime the runc shim runs.
     pub binary: Option<String>,
+    /// `runtime_type`, the shim; containerd 2.x refuses a handler without one.
+    pub runtime_type: Option<String>,
 }
 
 /// containerd's effective configuration, as far as GPUs go.
@@ -171,6 +173,11 @@ impl Config {
                     .and_then(|o| o.get("BinaryName"))
                     .and_then(|b| b.as_str())
                     .filter(|b| !b.is_empty())
+                    .map(str::to_string),
+                runtime_type: runtime
+                    .get("runtime_type")
+                    .and_then(|t| t.as_str())
+                    .filter(|t| !t.is_empty())
                     .map(str::to_string),
             })
             .collect();
