@@ -297,6 +297,17 @@ pub(super) fn reaches(engines: &Engines<'_>, out: &mut Vec<Check>) {
             Some(true) if engines.cdi_ours => {
                 ways.push("CDI (`docker run --device nvidia.com/gpu=…`, features.cdi)".into())
             }
+            // Docker 29 sends `--gpus` through CDI too (moby PR 50228) when
+            // features.cdi is on and nvidia-cdi-hook is installed.
+            Some(true) => out.push(Check::warn(
+                L,
+                "Docker CDI",
+                "features.cdi is on but no CDI spec of oci-nvidia-hook's exists: \
+                 `--device nvidia.com/gpu=…` fails, and so does `--gpus` from Docker 29 \
+                 on, which takes the CDI path where nvidia-cdi-hook is installed",
+                "`systemctl start oci-nvidia-hook-cdi` (the refresh unit), or \
+                 `oci-nvidia-hook cdi generate --output /var/run/cdi/nvidia.yaml`",
+            )),
             // Not a warning: the spec may be there for another engine.
             Some(false) | None if engines.cdi_ours => {
                 note = " (not CDI: features.cdi is not set in daemon.json, so Docker before \
@@ -497,6 +508,33 @@ mod tests {
             .found;
         assert!(!containerd_ways.contains("CDIDevices"), "{containerd_ways}");
         assert!(!out.iter().any(|c| c.name == "CRI-O reaches GPUs"));
+        assert!(!out.iter().any(|c| c.name == "Docker CDI"));
+        // features.cdi on and no spec of ours: Docker 29's `--gpus` would
+        // take the CDI path and find nothing; the check names the command.
+        let cdi_docker = Docker {
+            hook_ours: true,
+            running: true,
+            cdi: Some(true),
+            ..Docker::default()
+        };
+        let out = reached(&Engines {
+            docker: &cdi_docker,
+            containerd: &containerd,
+            crio: None,
+            hooks_d: false,
+            cdi_ours: false,
+            plugin_spec: false,
+        });
+        let warned = out.iter().find(|c| c.name == "Docker CDI").unwrap();
+        assert_eq!(warned.status, super::super::Status::Warn);
+        assert!(
+            warned
+                .remedy
+                .as_deref()
+                .unwrap_or_default()
+                .contains("cdi generate"),
+            "{warned:?}"
+        );
         // An engine configured but wired to nothing of ours warns.
         let idle = Docker {
             configured: true,
