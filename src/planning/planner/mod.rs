@@ -298,6 +298,9 @@ pub enum UserNamespace {
     /// costs no look), since its bundle may not say (rootless Podman's
     /// `config.json` has none).
     Process(u32),
+    /// This process's own: a container manager runs us from its hook in the
+    /// container's namespaces (`nvidia-container-cli configure` without `--pid`).
+    OwnProcess,
 }
 
 /// The procfs a container's process is looked at in: always the real one
@@ -377,6 +380,7 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
     }
     let user_namespace = match user_namespace {
         UserNamespace::Process(pid) => crate::planning::userns::detect(Path::new(PROC), pid)?,
+        UserNamespace::OwnProcess => crate::planning::userns::detect_own(Path::new(PROC))?,
         UserNamespace::Declared => None,
     };
     // Its /dev cannot hold usable device nodes: the host's are bound.
