@@ -168,7 +168,8 @@ fn info_on_the_real_535_host_is_nvidias_layout_with_unknown_nvml_facts() {
 fn info_on_a_host_whose_nvml_answers_names_brand_and_architecture_as_nvidia_does() {
     let host = SimHost::fresh("nvml-brands", Fixture::synthetic(2).mig());
     // GPU 1 a Tesla-branded Ampere board; GPU 0 stays an H100, whose NVML
-    // brand (NVIDIA) NVIDIA's CLI has no name for.
+    // brand (NVIDIA) NVIDIA's 1.17 CLI prints as `Nvidia` (seen beside it
+    // on the same simulated host).
     let conf = find_file(&host.path("driver"), "nvml-mock.conf");
     let text = fs::read_to_string(&conf).unwrap();
     let edited: Vec<String> = text
@@ -187,7 +188,7 @@ fn info_on_a_host_whose_nvml_answers_names_brand_and_architecture_as_nvidia_does
 
     let rows = expected_rows(&host, |i| match i {
         1 => ("Tesla".into(), "8.0".into()),
-        _ => ("Unknown".into(), "9.0".into()),
+        _ => ("Nvidia".into(), "9.0".into()),
     });
     let out = nvidia_cli(&host.config, &["info"]);
     assert!(out.status.success(), "{out:?}");
