@@ -293,13 +293,10 @@ impl LeftToOthers {
 pub enum UserNamespace {
     /// As the request source says: its bundle's `user` namespace; none for flags.
     Declared,
-    /// The container's process, by pid: looked at in `/proc` once the
-    /// request is known to ask for a GPU (a container that asks for none
-    /// costs no look), since its bundle may not say (rootless Podman's
-    /// `config.json` has none).
+    /// The container's process, by pid, looked at once the request asks for
+    /// a GPU: its bundle may not say (rootless Podman's has none).
     Process(u32),
-    /// This process's own: a container manager runs us from its hook in the
-    /// container's namespaces (`nvidia-container-cli configure` without `--pid`).
+    /// This process's own (`nvidia-container-cli configure` without `--pid`).
     OwnProcess,
 }
 
