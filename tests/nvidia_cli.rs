@@ -168,7 +168,8 @@ fn info_on_the_real_535_host_is_nvidias_layout_with_unknown_nvml_facts() {
 fn info_on_a_host_whose_nvml_answers_names_brand_and_architecture_as_nvidia_does() {
     let host = SimHost::fresh("nvml-brands", Fixture::synthetic(2).mig());
     // GPU 1 a Tesla-branded Ampere board; GPU 0 stays an H100, whose NVML
-    // brand (NVIDIA) NVIDIA's CLI has no name for.
+    // brand (NVIDIA) NVIDIA's 1.17 CLI prints as `Nvidia` (seen beside it
+    // on the same simulated host).
     let conf = find_file(&host.path("driver"), "nvml-mock.conf");
     let text = fs::read_to_string(&conf).unwrap();
     let edited: Vec<String> = text
@@ -187,7 +188,7 @@ fn info_on_a_host_whose_nvml_answers_names_brand_and_architecture_as_nvidia_does
 
     let rows = expected_rows(&host, |i| match i {
         1 => ("Tesla".into(), "8.0".into()),
-        _ => ("Unknown".into(), "9.0".into()),
+        _ => ("Nvidia".into(), "9.0".into()),
     });
     let out = nvidia_cli(&host.config, &["info"]);
     assert!(out.status.success(), "{out:?}");
@@ -523,8 +524,41 @@ fn refusals_are_one_line_naming_the_cause() {
     );
     let line = refused(&["--load-kmods", "launch"]);
     assert!(line.contains("unknown command \"launch\""), "{line}");
-    let line = refused(&["configure", "--device=0", "/r"]);
-    assert!(line.contains("--pid=PID is required"), "{line}");
+    // Without --pid, configure acts on its caller's namespaces: a caller
+    // in another mount namespace (here the test, which starts it through
+    // unshare) is refused, as NVIDIA's would configure the caller's.
+    let rootfs = tempfile::tempdir().expect("a rootfs directory");
+    let path = rootfs.path().to_str().expect("UTF-8 rootfs");
+    let line = refused(&["configure", "--no-cgroups", "--utility", path]);
+    assert!(
+        line.contains("runs in another mount namespace") && line.contains("--pid=PID"),
+        "{line}"
+    );
+    // A caller in its own (a shell that forks it), as host root outside
+    // any user namespace and without --no-cgroups: no container process to
+    // grant the device cgroup of, refused before the rootfs changes.
+    let args = ["configure", "--device=0", "--utility", path];
+    let mut argv: Vec<String> = ["sh", "-c", "\"$0\" \"$@\""]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    argv.push(cli_link().to_str().expect("UTF-8 link").to_string());
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let argv = over_etc(&etc_layer(&host.config), &argv);
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .expect("run unshare");
+    let line = failure(out, &args);
+    assert!(
+        line.contains("no device cgroup to grant")
+            && line.contains("--no-cgroups")
+            && line.contains("--pid=PID"),
+        "{line}"
+    );
+    assert_eq!(fs::read_dir(rootfs.path()).unwrap().count(), 0, "{line}");
 }
 
 #[test]

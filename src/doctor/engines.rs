@@ -365,6 +365,8 @@ pub(super) struct Wiring {
     pub cdi: bool,
     /// A containerd or CRI-O runtime handler runs our wrapper.
     pub cri_runtime: bool,
+    /// LXC, enroot or Apptainer calls it as `nvidia-container-cli` (docs/hpc.md).
+    pub cli_callers: bool,
 }
 
 /// Fails when no engine reaches oci-nvidia-hook at all.
@@ -384,6 +386,9 @@ pub(super) fn wired(wiring: &Wiring, out: &mut Vec<Check>) {
     }
     if wiring.cri_runtime {
         ways.push("a CRI runtime handler");
+    }
+    if wiring.cli_callers {
+        ways.push("nvidia-container-cli's callers (LXC, enroot, Apptainer)");
     }
     if ways.is_empty() {
         out.push(Check::fail(

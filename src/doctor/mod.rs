@@ -23,6 +23,7 @@ mod cudart;
 mod engines;
 mod hooks;
 mod host;
+mod hpc;
 mod image;
 pub mod inside;
 mod live;
@@ -390,6 +391,7 @@ pub fn diagnose(
         },
         &mut checks,
     );
+    let cli_callers = hpc::check(&host_root, &mut checks);
     engines::wired(
         &engines::Wiring {
             hooks_d: wired.ours,
@@ -397,6 +399,7 @@ pub fn diagnose(
             docker_runtime: docker.runtime_ours,
             cdi: specs.ours,
             cri_runtime,
+            cli_callers,
         },
         &mut checks,
     );

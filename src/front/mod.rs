@@ -63,17 +63,14 @@ pub enum Error {
         command: &'static str,
         argument: String,
     },
-    #[error("{CLI} configure: no ROOTFS argument (usage: configure [OPTION...] --pid=PID ROOTFS)")]
+    #[error(
+        "{CLI} configure: no ROOTFS argument (usage: configure [OPTION...] [--pid=PID] ROOTFS)"
+    )]
     NoRootfs,
     #[error("{CLI} configure: invalid rootfs directory {rootfs:?}: it must be an absolute path other than /")]
     BadRootfs { rootfs: String },
     #[error("{CLI} configure: --pid={value:?} is not a process id")]
     BadPid { value: String },
-    #[error(
-        "{CLI} configure: --pid=PID is required: without it NVIDIA's CLI configures its \
-         calling process in its own mount namespace, which this implementation never does"
-    )]
-    NoPid,
     #[error("{CLI} configure: --cuda-compat-mode={value:?} is not a mode (known: ldconfig, mount, disabled)")]
     BadCudaCompatMode { value: String },
     #[error("{CLI}: {option}={value:?} must be an absolute path")]

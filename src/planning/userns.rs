@@ -100,7 +100,20 @@ fn id_map(path: PathBuf) -> Result<Vec<IdRange>> {
 /// The user namespace of container process `pid`, or `None` when it runs in
 /// the initial one (then mknod and the device cgroup work as usual).
 pub fn detect(proc: &Path, pid: u32) -> Result<Option<UserNamespace>> {
-    let dir = proc.join(pid.to_string());
+    detect_at(proc, &pid.to_string())
+}
+
+/// The user namespace this process runs in, or `None` for the initial one:
+/// the container's when a container manager runs us from its own hook
+/// (`nvidia-container-cli configure` without `--pid`). Read through
+/// `/proc/self`, which names this process whatever pid namespace it is in.
+pub fn detect_own(proc: &Path) -> Result<Option<UserNamespace>> {
+    detect_at(proc, "self")
+}
+
+/// [`detect`] for the process `/proc/<name>` names.
+fn detect_at(proc: &Path, name: &str) -> Result<Option<UserNamespace>> {
+    let dir = proc.join(name);
     let uid_map = id_map(dir.join("uid_map"))?;
     if is_initial(&uid_map) {
         return Ok(None);

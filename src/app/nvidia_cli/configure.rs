@@ -1,5 +1,7 @@
-//! `configure … --pid=PID ROOTFS`: NVIDIA's CLI run as a prestart hook by
-//! containerd (`ctr run --gpus`) and by NVIDIA's own hook in legacy mode.
+//! `configure … [--pid=PID] ROOTFS`: NVIDIA's CLI run as a prestart hook by
+//! containerd (`ctr run --gpus`) and by NVIDIA's own hook in legacy mode,
+//! or without `--pid` from a container manager's own hook, inside the
+//! container's namespaces (LXC, enroot, Apptainer: docs/hpc.md).
 //! The command line is the whole request: stdin is not read (containerd
 //! leaves it empty), and the container's `process.env` is never consulted.
 //! The working directory is the bundle where its `config.json` says whether

@@ -92,10 +92,11 @@ fn report(inventory: &Inventory, cuda: String) -> Report {
     }
 }
 
-/// NVIDIA's name for an NVML brand (libnvidia-container `driver.c`
-/// `driver_get_device_brand`): six brands by name, every other one, the
-/// data-center `NVIDIA` brand of an H100 included, `Unknown`. `brand` is
-/// the lower-case name the NVML query gives.
+/// NVIDIA's name for an NVML brand (libnvidia-container 1.17 `driver.c`
+/// `driver_get_device_brand`, its table read from the built library): one
+/// name per `nvmlBrandType_t` through `TitanRTX`, an H100's `NVIDIA` brand
+/// printed `Nvidia` (Incus reads this field), anything newer `Unknown`.
+/// `brand` is the lower-case name the NVML query gives.
 fn brand(brand: &str) -> &'static str {
     match brand {
         "quadro" => "Quadro",
@@ -104,6 +105,16 @@ fn brand(brand: &str) -> &'static str {
         "grid" => "GRID",
         "geforce" => "GeForce",
         "titan" => "TITAN",
+        "vapps" => "VApps",
+        "vpc" => "VPC",
+        "vcs" => "VCS",
+        "vws" => "VWS",
+        "cloudgaming" | "vgaming" => "CloudGaming",
+        "quadrortx" => "QuadroRTX",
+        "nvidiartx" => "NvidiaRTX",
+        "nvidia" => "Nvidia",
+        "geforcertx" => "GeForceRTX",
+        "titanrtx" => "TitanRTX",
         _ => UNKNOWN,
     }
 }
@@ -271,8 +282,9 @@ mod tests {
         assert_eq!(brand("geforce"), "GeForce");
         assert_eq!(brand("titan"), "TITAN");
         assert_eq!(brand("grid"), "GRID");
-        // NVIDIA's CLI has no name for the newer brands.
-        assert_eq!(brand("nvidia"), "Unknown");
-        assert_eq!(brand("nvidiartx"), "Unknown");
+        // As NVIDIA's 1.17 CLI prints them on the same host (an H100).
+        assert_eq!(brand("nvidia"), "Nvidia");
+        assert_eq!(brand("nvidiartx"), "NvidiaRTX");
+        assert_eq!(brand("unknown"), "Unknown");
     }
 }

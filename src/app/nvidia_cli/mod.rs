@@ -47,8 +47,9 @@ pub struct List {
 /// `configure`: the container, the request and the steps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Configure {
-    /// `--pid`: the container's init, being created.
-    pub pid: u32,
+    /// `--pid`: the container's init, being created; `None`: the container
+    /// whose mount namespace the caller runs in (NVIDIA's standalone mode).
+    pub pid: Option<u32>,
     /// The container's rootfs.
     pub rootfs: PathBuf,
     /// The request.

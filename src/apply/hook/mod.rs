@@ -28,6 +28,7 @@ use nix::sys::stat::{umask, Mode};
 use thiserror::Error;
 
 pub use state::{parse as parse_state, ContainerState, MAX_STATE, STATE_TIMEOUT};
+use target::Reach;
 pub use target::{Applied, Seam, Target};
 
 use crate::apply::inject;
@@ -36,7 +37,6 @@ use crate::planning::bundle;
 use crate::planning::plan::NodeMode;
 use crate::planning::planner::{
     self, Asked, Discovery, Granted, ImageSource, Inputs, LeftToOthers, Source, SpecMade,
-    UserNamespace,
 };
 use crate::{apply::cgroup, planning::request};
 use target::Held;
@@ -76,6 +76,10 @@ pub enum Error {
     Inject(#[from] inject::Error),
     #[error("container {id}: a plan made inside the container must take nothing from the host")]
     HostSourcesInside { id: String },
+    #[error("container {id}: no device cgroup to grant: without --pid there is no container process to find it by; pass --no-cgroups (the container manager grants the devices) or --pid=PID")]
+    NoCgroupWithoutPid { id: String },
+    #[error("container {id}: the caller (pid {parent}) runs in another mount namespace than this process: configure without --pid acts on the caller's own namespaces; pass --pid=PID")]
+    CallerElsewhere { id: String, parent: u32 },
 }
 
 /// Result of a hook run.
@@ -152,8 +156,9 @@ pub fn run(config: &Config, stdin: impl Read + AsFd, sys: &impl Seam) -> Result<
 /// and the steps to take.
 #[derive(Debug, Clone, Copy)]
 pub struct Configure<'a> {
-    /// The container's init, being created (`--pid`).
-    pub pid: u32,
+    /// The container's init, being created (`--pid`); `None`: the
+    /// container whose namespaces the caller, and so this process, runs in.
+    pub pid: Option<u32>,
     /// Its rootfs (the command's argument).
     pub rootfs: &'a Path,
     /// Where its `config.json` may be: the working directory, as
@@ -167,18 +172,56 @@ pub struct Configure<'a> {
 
 /// Configures a container as `nvidia-container-cli configure` asks: the
 /// request from the command line, never from the container's environment,
-/// with the same pid checks, planner and injection as the hook.
+/// with the same pid checks, planner and injection as the hook. Without a
+/// pid, the container is the one whose namespaces this process runs in
+/// (NVIDIA's "standalone" mode): its rootfs is still resolved inside
+/// itself, and nothing is entered.
 pub fn configure(config: &Config, target: &Configure<'_>, sys: &impl Seam) -> Result<()> {
-    let pidfd = hold_creating(target.pid)?;
-    let container = configured_container(target.bundle, target.rootfs)?;
-    let creating = Target::outside(format!("pid {}", target.pid), container, target.pid, pidfd);
+    let configured = match target.pid {
+        Some(pid) => {
+            let pidfd = hold_creating(pid)?;
+            let container = configured_container(target.bundle, target.rootfs)?;
+            Target::outside(format!("pid {pid}"), container, pid, pidfd)
+        }
+        None => {
+            let id = format!("rootfs {}", target.rootfs.display());
+            caller_in_our_mount_namespace(&id, Path::new(PROC))?;
+            // Modes we pass are exact, as outside.
+            umask(Mode::empty());
+            let container = configured_container(target.bundle, target.rootfs)?;
+            Target::caller(id, container)
+        }
+    };
     inject(
         config,
         sys,
-        &creating,
+        &configured,
         Ask::Argv(target.asked),
         target.steps,
     )
+}
+
+/// Fails when the caller runs in another mount namespace than this
+/// process: NVIDIA's CLI would act on the caller's, we act on our own, so
+/// the two must be one. A parent outside this pid namespace (pid 0) or gone
+/// is not looked at: our own namespace is the caller's then.
+fn caller_in_our_mount_namespace(id: &str, proc: &Path) -> Result<()> {
+    let parent = std::os::unix::process::parent_id();
+    if parent == 0 {
+        return Ok(());
+    }
+    let ns = |name: &str| {
+        std::fs::metadata(proc.join(name).join("ns/mnt"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    match (ns("self"), ns(&parent.to_string())) {
+        (Some(ours), Some(theirs)) if ours != theirs => Err(Error::CallerElsewhere {
+            id: id.to_string(),
+            parent,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The container `configure` names, as its bundle describes it when the
@@ -243,9 +286,7 @@ fn inject(
             image: ImageSource::Rootfs(&target.container.rootfs),
             // A `user` namespace in config.json, or the one the runtime
             // itself runs in (rootless Podman's config.json has none).
-            user_namespace: target
-                .pid()
-                .map_or(UserNamespace::Declared, UserNamespace::Process),
+            user_namespace: target.user_namespace(),
             // The caller's runtime makes the nodes or grants the cgroup
             // (NVIDIA's `--no-devbind`, `--no-cgroups`).
             left: LeftToOthers {
@@ -330,9 +371,7 @@ pub fn run_granted(
             }),
             image: ImageSource::Layout(made.layout),
             // Files it makes belong to the container's root, as the prestart hook's do.
-            user_namespace: target
-                .pid()
-                .map_or(UserNamespace::Declared, UserNamespace::Process),
+            user_namespace: target.user_namespace(),
             left: LeftToOthers::SPEC_EDITS,
             discovery: Discovery::Snapshot,
         },
@@ -392,10 +431,10 @@ pub fn locate(stdin: impl Read + AsFd, state_file: Option<&Path>) -> Result<Targ
         state::parse(&data)?
     };
     let container = bundle::load(&state.bundle)?;
-    let held = if in_child_pid_ns || ns("self")? == ns(&state.pid.to_string())? {
-        None
+    let reach = if in_child_pid_ns || ns("self")? == ns(&state.pid.to_string())? {
+        Reach::Inside
     } else {
-        Some(Held {
+        Reach::Outside(Held {
             pid: state.pid,
             pidfd: hold_creating(state.pid)?,
         })
@@ -403,7 +442,7 @@ pub fn locate(stdin: impl Read + AsFd, state_file: Option<&Path>) -> Result<Targ
     Ok(Target {
         id: state.id,
         container,
-        held,
+        reach,
     })
 }
 

@@ -1,7 +1,10 @@
 //! The one way a plan reaches a container. A [`Target`] is built once, from
 //! the OCI state (a container being created, seen from outside it), from
-//! `nvidia-container-cli configure`'s pid, or from the current process at
-//! `createContainer` (already inside). Its [`Target::apply`] owns the order
+//! `nvidia-container-cli configure`'s pid, from the current process at
+//! `createContainer` (already inside), or, for `configure` without `--pid`,
+//! from the caller's own namespaces (LXC's mount hook, enroot's hook,
+//! Apptainer's `--nvccli`: the rootfs is seen from the mount namespace
+//! this process runs in, and no device cgroup is known). Its [`Target::apply`] owns the order
 //! of every side effect: grant the device cgroup, check the held process
 //! again, open the host sources, switch to the container root's ids, enter
 //! the mount namespace, apply (which undoes itself on failure). Every
@@ -17,6 +20,7 @@ use crate::apply::cgroup;
 use crate::apply::inject::{self, LinuxSys, Sources, Sys};
 use crate::planning::bundle;
 use crate::planning::plan::{CgroupRule, Plan};
+use crate::planning::planner::UserNamespace as UserNamespaceSource;
 use crate::planning::userns::UserNamespace;
 
 /// The privileged calls of the whole apply sequence: injection's, and the
@@ -72,6 +76,21 @@ impl Held {
     }
 }
 
+/// Where this process stands towards the container's mount namespace.
+#[derive(Debug)]
+pub(super) enum Reach {
+    /// Outside it: its init, held, whose device cgroup is granted and
+    /// whose mount namespace is entered.
+    Outside(Held),
+    /// Inside it, put there by the runtime (`createContainer`): nothing to
+    /// grant or enter.
+    Inside,
+    /// In it because the caller is (`nvidia-container-cli configure`
+    /// without `--pid`): nothing to enter, and no process whose device
+    /// cgroup could be granted, so a plan with cgroup rules is refused.
+    Caller,
+}
+
 /// A container a plan is applied to.
 #[derive(Debug)]
 pub struct Target {
@@ -79,9 +98,8 @@ pub struct Target {
     pub id: String,
     /// What its bundle says of it.
     pub container: bundle::Container,
-    /// Its init, when this process is outside its mount namespace; `None`
-    /// inside it (`createContainer`).
-    pub(super) held: Option<Held>,
+    /// Where this process stands towards its mount namespace.
+    pub(super) reach: Reach,
 }
 
 /// What applying a plan did, and when each step ended.
@@ -107,13 +125,43 @@ impl Target {
         Target {
             id,
             container,
-            held: Some(Held { pid, pidfd }),
+            reach: Reach::Outside(Held { pid, pidfd }),
+        }
+    }
+
+    /// A container whose mount namespace is the one this process runs in
+    /// because its caller's is: `nvidia-container-cli configure` without
+    /// `--pid`, run from a container manager's own hook.
+    pub(super) fn caller(id: String, container: bundle::Container) -> Target {
+        Target {
+            id,
+            container,
+            reach: Reach::Caller,
+        }
+    }
+
+    /// The held process, when outside the container.
+    fn held(&self) -> Option<&Held> {
+        match &self.reach {
+            Reach::Outside(held) => Some(held),
+            Reach::Inside | Reach::Caller => None,
         }
     }
 
     /// The pid of its init as this process sees it, when outside it.
     pub fn pid(&self) -> Option<u32> {
-        self.held.as_ref().map(|held| held.pid)
+        self.held().map(|held| held.pid)
+    }
+
+    /// Where the planner reads the container's user namespace: its init's
+    /// process outside it, this process in its caller's namespaces, its
+    /// bundle inside it.
+    pub fn user_namespace(&self) -> UserNamespaceSource {
+        match &self.reach {
+            Reach::Outside(held) => UserNamespaceSource::Process(held.pid),
+            Reach::Caller => UserNamespaceSource::OwnProcess,
+            Reach::Inside => UserNamespaceSource::Declared,
+        }
     }
 
     /// Applies `plan` to the container whose user namespace is
@@ -128,7 +176,10 @@ impl Target {
         user_namespace: Option<UserNamespace>,
     ) -> Result<Applied> {
         let id = &self.id;
-        if let Some(held) = &self.held {
+        if matches!(self.reach, Reach::Caller) && !plan.cgroup_rules.is_empty() {
+            return Err(super::Error::NoCgroupWithoutPid { id: id.clone() });
+        }
+        if let Some(held) = self.held() {
             if !plan.cgroup_rules.is_empty() {
                 for outcome in sys.grant(held.pid, held.fd(), &plan.cgroup_rules)? {
                     log::debug!("container {id}: device cgroup: {outcome:?}");
@@ -168,7 +219,7 @@ impl Target {
         sys: &impl Seam,
         make: impl FnOnce(&Path) -> std::result::Result<Plan, E>,
     ) -> std::result::Result<inject::Summary, E> {
-        if let Some(held) = &self.held {
+        if let Some(held) = self.held() {
             sys.still_held(held.pid, held.fd())?;
         }
         self.enter(sys)?;
@@ -193,16 +244,20 @@ impl Target {
         Target {
             id: "test".into(),
             container: bundle::Container::bare(rootfs, Vec::new()),
-            held: held.then_some(Held {
-                pid: 4242,
-                pidfd: None,
-            }),
+            reach: if held {
+                Reach::Outside(Held {
+                    pid: 4242,
+                    pidfd: None,
+                })
+            } else {
+                Reach::Inside
+            },
         }
     }
 
     /// Makes the container's mount namespace this process's (a no-op inside it).
     fn enter(&self, sys: &impl Seam) -> Result<()> {
-        if let Some(held) = &self.held {
+        if let Some(held) = self.held() {
             sys.enter_mount_namespace(Path::new(PROC), held.pid, held.fd())?;
         }
         Ok(())
@@ -300,6 +355,11 @@ mod tests {
         target(&world, false)
             .apply(&sys, &world.plan, None)
             .unwrap();
+        assert_nothing_held_or_entered(&sys);
+    }
+
+    /// No call of the sequence's outside steps was made.
+    fn assert_nothing_held_or_entered(sys: &FakeSeam) {
         let calls = sys.calls.borrow();
         assert!(
             !calls
@@ -307,6 +367,41 @@ mod tests {
                 .any(|c| ["grant", "still_held", "enter"].contains(c)),
             "{calls:?}"
         );
+    }
+
+    #[test]
+    fn in_the_callers_namespaces_nothing_is_entered_and_no_cgroup_is_guessed() {
+        // Without cgroup rules (--no-cgroups, or a user namespace): applied
+        // where this process stands, as inside.
+        let mut world = world();
+        world.plan.cgroup_rules.clear();
+        let caller = |world: &World| {
+            Target::caller(
+                "rootfs r".into(),
+                bundle::Container::bare(world.rootfs(), Vec::new()),
+            )
+        };
+        let sys = FakeSeam::default();
+        let applied = caller(&world).apply(&sys, &world.plan, None).unwrap();
+        assert_eq!(applied.summary.devices, 1);
+        assert_nothing_held_or_entered(&sys);
+        assert_eq!(
+            caller(&world).user_namespace(),
+            UserNamespaceSource::OwnProcess
+        );
+        // With cgroup rules: refused on one line before any call or change.
+        let world = self::world();
+        let before = tree(&world.rootfs());
+        let sys = FakeSeam::default();
+        let err = caller(&world).apply(&sys, &world.plan, None).unwrap_err();
+        assert!(matches!(err, Error::NoCgroupWithoutPid { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("--no-cgroups") && text.contains("--pid") && !text.contains('\n'),
+            "{text}"
+        );
+        assert!(sys.calls.borrow().is_empty(), "{:?}", sys.calls.borrow());
+        assert_eq!(tree(&world.rootfs()), before);
     }
 
     #[test]

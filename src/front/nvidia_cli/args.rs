@@ -250,7 +250,8 @@ fn list(items: Vec<Item<Key>>) -> Result<Command, Error> {
 
 /// `configure`: NVIDIA's options as its parser takes them (configure.c),
 /// repeated `--device` and `--mig-*` values joined, `--require` rules
-/// kept in order, the last `--pid` and `--ldconfig` winning.
+/// kept in order, the last `--pid` and `--ldconfig` winning. Without
+/// `--pid`, NVIDIA's "standalone" mode: the caller's own namespaces.
 fn configure(items: Vec<Item<Key>>) -> Result<Command, Error> {
     let mut asked = Asked::default();
     let mut pid = None;
@@ -301,7 +302,7 @@ fn configure(items: Vec<Item<Key>>) -> Result<Command, Error> {
     }
     let rootfs = utf8("ROOTFS", rootfs)?;
     Ok(Command::Configure(Configure {
-        pid: pid.ok_or(Error::NoPid)?,
+        pid,
         rootfs: PathBuf::from(rootfs),
         asked,
         ldconfig,
@@ -367,8 +368,9 @@ fn usage(command: Option<&str>) -> String {
             "List the host paths a container with GPU support receives.",
         ),
         _ => (
-            "configure [OPTION...] --pid=PID ROOTFS",
-            "Configure the container being created whose init is PID, with root \
+            "configure [OPTION...] [--pid=PID] ROOTFS",
+            "Configure the container being created whose init is PID (without --pid, \
+             the container whose mount namespace this process runs in), with root \
              filesystem ROOTFS, with GPU support.",
         ),
     };

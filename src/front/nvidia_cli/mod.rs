@@ -3,7 +3,9 @@
 //!
 //! containerd's `ctr run --gpus` and NVIDIA's own hook in legacy mode run
 //! `nvidia-container-cli … configure … --pid=PID ROOTFS` as a prestart
-//! hook; people run `info` and `list` by habit. The request comes from the
+//! hook; LXC's mount hook, enroot's and Apptainer's `--nvccli` run
+//! `configure` without `--pid` from inside the container's namespaces
+//! (docs/hpc.md); people and Incus run `info` and `list`. The request comes from the
 //! command line alone, never from the environment or the container's
 //! `process.env`; the configuration is our default config file (NVIDIA's
 //! CLI has no option naming one), with `--root` as its driver root and
@@ -78,7 +80,8 @@ fn ignored(globals: &args::Globals) -> Vec<Note> {
     }
     if let Some(user) = &globals.user {
         notes.push(Note::debug(format!(
-            "{NAME}: --user{} ignored: no privilege separation is needed, no driver code runs here",
+            "{NAME}: --user{}: no privileges are dropped (no driver code runs here); \
+             a user namespace is read from the process itself, as the hook reads a container's",
             user.as_deref().map(|u| format!("={u}")).unwrap_or_default()
         )));
     }

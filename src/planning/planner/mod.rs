@@ -293,11 +293,11 @@ impl LeftToOthers {
 pub enum UserNamespace {
     /// As the request source says: its bundle's `user` namespace; none for flags.
     Declared,
-    /// The container's process, by pid: looked at in `/proc` once the
-    /// request is known to ask for a GPU (a container that asks for none
-    /// costs no look), since its bundle may not say (rootless Podman's
-    /// `config.json` has none).
+    /// The container's process, by pid, looked at once the request asks for
+    /// a GPU: its bundle may not say (rootless Podman's has none).
     Process(u32),
+    /// This process's own (`nvidia-container-cli configure` without `--pid`).
+    OwnProcess,
 }
 
 /// The procfs a container's process is looked at in: always the real one
@@ -377,6 +377,7 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
     }
     let user_namespace = match user_namespace {
         UserNamespace::Process(pid) => crate::planning::userns::detect(Path::new(PROC), pid)?,
+        UserNamespace::OwnProcess => crate::planning::userns::detect_own(Path::new(PROC))?,
         UserNamespace::Declared => None,
     };
     // Its /dev cannot hold usable device nodes: the host's are bound.

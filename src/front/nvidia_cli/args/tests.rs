@@ -54,7 +54,7 @@ fn containerds_call_is_every_capability_for_its_devices_with_kmods_ignored() {
     assert_eq!(
         parsed.command,
         Command::Configure(Configure {
-            pid: 4242,
+            pid: Some(4242),
             rootfs: PathBuf::from("/run/containerd/io.containerd.runtime.v2.task/ns/id/rootfs"),
             asked: Asked {
                 devices: strings(&["1,3"]),
@@ -103,7 +103,7 @@ fn nvidias_current_hook_passes_every_option_it_may_and_each_is_taken() {
     assert!(c.no_cgroups && !c.no_devbind);
     assert_eq!(c.asked.capabilities, vec![Compute, Utility, Ngx]);
     assert_eq!(c.asked.mig_config, strings(&["all"]));
-    assert_eq!(c.pid, 81328);
+    assert_eq!(c.pid, Some(81328));
 }
 
 #[test]
@@ -142,7 +142,7 @@ fn nvidias_legacy_hook_call_keeps_its_requirement_and_ignores_ldconfig() {
         "--pid=77",
         "/var/lib/b/rootfs",
     ]);
-    assert_eq!(c.pid, 77);
+    assert_eq!(c.pid, Some(77));
     assert_eq!(c.rootfs, PathBuf::from("/var/lib/b/rootfs"));
     assert_eq!(c.ldconfig.as_deref(), Some("@/sbin/ldconfig.real"));
     assert_eq!(c.asked.devices, strings(&["all"]));
@@ -173,7 +173,7 @@ fn configure_takes_short_options_separate_values_and_options_after_rootfs() {
         "--no-cgroups",
         "--no-devbind",
     ]);
-    assert_eq!(c.pid, 9);
+    assert_eq!(c.pid, Some(9));
     assert_eq!(c.rootfs, PathBuf::from("/rootfs"));
     assert_eq!(c.asked.devices, strings(&["0", "1"]));
     assert_eq!(
@@ -208,7 +208,7 @@ fn the_last_pid_wins_and_long_options_take_unique_prefixes() {
         "--compu",
         "/r",
     ]);
-    assert_eq!(c.pid, 6);
+    assert_eq!(c.pid, Some(6));
     assert_eq!(c.asked.devices, strings(&["2"]));
     assert_eq!(c.asked.capabilities, vec![Compute]);
 }
@@ -413,11 +413,7 @@ fn malformed_command_lines_are_refused_naming_the_fault() {
         })
     );
     assert_eq!(parse_args(&["configure", "--pid=1"]), Err(Error::NoRootfs));
-    assert_eq!(
-        parse_args(&["configure", "/r"]),
-        Err(Error::NoPid),
-        "NVIDIA's standalone mode is refused"
-    );
+    assert_eq!(parse_args(&["configure"]), Err(Error::NoRootfs));
     for rootfs in ["rootfs", "/", "//", ""] {
         assert_eq!(
             parse_args(&["configure", "--pid=1", rootfs]),
@@ -486,5 +482,71 @@ fn options_before_the_command_never_reach_it_and_double_dash_ends_them() {
         Err(Error::BadRootfs {
             rootfs: "-r".into()
         })
+    );
+}
+
+/// The argv LXC's `hooks/nvidia` (Debian 12's `liblxc-common`) builds for
+/// an unprivileged container: `--user` among the global options, no `--pid`.
+#[test]
+fn lxcs_mount_hook_call_configures_its_own_namespaces() {
+    let parsed = invocation(&[
+        "--debug=/var/lib/lxc/c1/hook/nvidia.log",
+        "--user",
+        "configure",
+        "--no-cgroups",
+        "--ldconfig=@/sbin/ldconfig",
+        "--device=0",
+        "--compute",
+        "--utility",
+        "--require=cuda>=12.0",
+        "/usr/lib/x86_64-linux-gnu/lxc/rootfs",
+    ]);
+    assert_eq!(parsed.globals.user, Some(None));
+    let Command::Configure(c) = parsed.command else {
+        panic!("{:?}", parsed.command)
+    };
+    assert_eq!(c.pid, None);
+    assert!(c.no_cgroups && !c.no_devbind);
+    assert_eq!(c.ldconfig.as_deref(), Some("@/sbin/ldconfig"));
+    assert_eq!(c.asked.devices, strings(&["0"]));
+    assert_eq!(c.asked.capabilities, vec![Compute, Utility]);
+    assert_eq!(c.asked.requirements, strings(&["cuda>=12.0"]));
+    assert_eq!(
+        c.rootfs,
+        PathBuf::from("/usr/lib/x86_64-linux-gnu/lxc/rootfs")
+    );
+}
+
+/// enroot's `98-nvidia.sh` (`--user`, `--debug=/dev/stderr` when
+/// `NVIDIA_DEBUG_LOG` is set) and Apptainer's `--nvccli` (`--user` only in
+/// a user namespace, `--ldconfig` last but one): no `--pid` either.
+#[test]
+fn enroot_and_apptainer_calls_parse_without_a_pid() {
+    let enroot = configure(&[
+        "--user",
+        "--debug=/dev/stderr",
+        "configure",
+        "--no-cgroups",
+        "--ldconfig=@/usr/sbin/ldconfig",
+        "--device=1,2",
+        "--utility",
+        "--compute",
+        "/run/enroot/pyxis_1.0",
+    ]);
+    assert_eq!((enroot.pid, enroot.no_cgroups), (None, true));
+    assert_eq!(enroot.asked.devices, strings(&["1,2"]));
+    let apptainer = configure(&[
+        "configure",
+        "--no-cgroups",
+        "--device=all",
+        "--compute",
+        "--utility",
+        "--ldconfig=@/sbin/ldconfig",
+        "/var/lib/apptainer/mnt/session/final",
+    ]);
+    assert_eq!(apptainer.pid, None);
+    assert_eq!(
+        apptainer.rootfs,
+        PathBuf::from("/var/lib/apptainer/mnt/session/final")
     );
 }

@@ -1,0 +1,432 @@
+//! HPC and system containers (docs/hpc.md): the container managers that
+//! call `nvidia-container-cli configure` themselves, from their own hooks,
+//! inside the container's namespaces and without `--pid`, on the simulated
+//! 4-GPU host with NVIDIA's real 535 libraries.
+//!
+//! - **LXC**, for real: Debian 12's `lxc-execute` starts an unprivileged
+//!   container whose `lxc.hook.mount` is the packaged
+//!   `/usr/share/lxc/hooks/nvidia`, unmodified; the hook finds our binary as
+//!   `nvidia-container-cli` on its PATH.
+//! - **enroot** (in no Debian release): its `98-nvidia.sh` call, argv for
+//!   argv, in the namespaces `enroot start` sets up for an unprivileged user
+//!   (a user namespace mapping the user to itself with its capabilities
+//!   kept, a private mount namespace, the rootfs bound `nosuid,nodev` on
+//!   itself, `ENROOT_RESTRICT_DEV`'s tmpfs `/dev`).
+//! - **Apptainer** `--nvccli` run as root (Debian 12 has no Apptainer, sid
+//!   does: docs/hpc.md): its call in a private mount namespace, no user
+//!   namespace, the nodes made with mknod.
+//! - **Incus** and **Singularity**'s legacy `--nv` read `info --csv` and
+//!   `list --binaries --libraries`: both parsed as they parse them.
+//!
+//! Each container must see its GPUs' nodes (ENXIO on open: allowed, no
+//! driver), no other GPU's, and load libcuda through its own loader cache.
+//!
+//! Run as root: `make test`, or
+//! `cargo test --features _test_as_root --test hpc -- --nocapture`. Needs
+//! lxc (`lxc-execute`), unshare, setpriv and chroot; a missing one fails
+//! the test, naming it.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use harness::nvidia_cli::{cli_link, etc_layer, nvidia_cli_stdout, over_etc};
+use harness::project::target_tmpdir;
+use harness::runtime::bundle::copy_template;
+use harness::runtime::expected::node_specs;
+use harness::runtime::injected::gpu;
+use harness::runtime::oci_config::CONTAINER_SCRIPT;
+use harness::runtime::report::CheckerReport;
+use harness::runtime::runtimes::require_tool;
+use harness::simhost::{Fixture, SimHost};
+
+fn real_host() -> SimHost {
+    SimHost::shared(Fixture::real(4))
+}
+
+/// A fresh directory of this suite's, under the target directory.
+fn scratch(name: &str) -> PathBuf {
+    let dir = target_tmpdir().join("hpc").join(name);
+    let _ = Command::new("rm").arg("-rf").arg(&dir).status();
+    fs::create_dir_all(&dir).expect("create the scratch directory");
+    dir
+}
+
+/// A copy of the template rootfs at `dir/rootfs`, and `dir/out` for the
+/// checker's copy of the loader cache, both owned by `owner` (uid = gid).
+fn rootfs_owned_by(host: &SimHost, dir: &Path, owner: u32) -> (PathBuf, PathBuf) {
+    let rootfs = dir.join("rootfs");
+    copy_template(host, &rootfs);
+    let out = dir.join("out");
+    fs::create_dir_all(&out).expect("create out/");
+    for path in [&rootfs, &out] {
+        let status = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{owner}:{owner}"))
+            .arg(path)
+            .status()
+            .expect("run chown");
+        assert!(status.success(), "chown {} failed", path.display());
+    }
+    (rootfs, out)
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The container saw exactly the GPUs of `indices` (with nvidiactl and the
+/// UVM nodes), each opening with ENXIO, no other GPU's node, `/dev/null`,
+/// libcuda answering through its own loader cache, and nvidia-smi
+/// reaching its "no driver" failure.
+fn assert_sees_only(out: &Output, host: &SimHost, indices: &[u32]) {
+    let (stdout, stderr) = text(out);
+    let ctx = format!("\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(out.status.success(), "the container failed:{ctx}");
+    let report = CheckerReport::parse(&stdout, &stderr);
+    assert!(report.complete, "the checker did not finish:{ctx}");
+    let minors: Vec<u32> = indices.iter().map(|i| gpu(host, *i).minor).collect();
+    for (path, numbers) in node_specs(host, &minors) {
+        let node = report
+            .nodes
+            .get(&path)
+            .unwrap_or_else(|| panic!("{path} is missing in the container:{ctx}"));
+        assert_eq!(node.kind, 'c', "{path}:{ctx}");
+        assert_eq!(node.numbers, Some(numbers), "{path}:{ctx}");
+        assert_eq!(node.open.as_deref(), Some("ENXIO"), "{path}:{ctx}");
+    }
+    for other in host
+        .facts
+        .gpus
+        .iter()
+        .filter(|g| !minors.contains(&g.minor))
+    {
+        let path = format!("/dev/nvidia{}", other.minor);
+        assert!(
+            !report.nodes.contains_key(&path),
+            "{path}, another GPU's, is in the container:{ctx}"
+        );
+    }
+    assert_eq!(report.devnull.as_deref(), Some("ok"), "/dev/null:{ctx}");
+    assert_eq!(
+        report.ldcache.get("libcuda.so.1").map(String::as_str),
+        Some("yes"),
+        "the container's loader cache lacks libcuda.so.1:{ctx}"
+    );
+    let cuda = report.cuda.as_ref().expect("a cuda line");
+    assert!(cuda.loaded, "dlopen(libcuda.so.1) failed: {cuda:?}{ctx}");
+    assert_eq!(
+        cuda.field("version"),
+        Some(host.facts.cuda_version.to_string().as_str()),
+        "cuDriverGetVersion:{ctx}"
+    );
+    assert_eq!(report.smi_exit, Some(9), "nvidia-smi's exit:{ctx}");
+}
+
+// ------------------------------------------------------------------ LXC
+
+/// LXC's lock files and `lxc.pivot` cgroups, which it leaves behind.
+fn remove_lxc_leftovers() {
+    for controller in fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let _ = fs::remove_dir(controller.path().join("lxc.pivot"));
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn lxcs_packaged_nvidia_hook_gives_an_unprivileged_container_its_gpu() {
+    require_tool("lxc-execute");
+    let hook = Path::new("/usr/share/lxc/hooks/nvidia");
+    assert!(
+        hook.is_file(),
+        "{} is missing: install lxc (integration/install-deps)",
+        hook.display()
+    );
+    let host = real_host();
+    let dir = scratch("lxc");
+    let name = "hpc-lxc";
+    let container = dir.join(name);
+    fs::create_dir_all(&container).unwrap();
+    // Container root is host uid 100000, as root's subordinate ids say.
+    let (rootfs, _) = rootfs_owned_by(&host, &container, 100000);
+    let uvm = host.facts.uvm_major;
+    fs::write(
+        container.join("config"),
+        format!(
+            "lxc.uts.name = {name}\n\
+             lxc.rootfs.path = dir:{rootfs}\n\
+             lxc.idmap = u 0 100000 65536\n\
+             lxc.idmap = g 0 100000 65536\n\
+             lxc.mount.auto = proc:mixed sys:ro\n\
+             lxc.autodev = 1\n\
+             lxc.net.0.type = empty\n\
+             lxc.apparmor.profile = unconfined\n\
+             lxc.cgroup.devices.deny = a\n\
+             lxc.cgroup.devices.allow = c 1:3 rwm\n\
+             lxc.cgroup.devices.allow = c 1:5 rwm\n\
+             lxc.cgroup.devices.allow = c 1:9 rwm\n\
+             lxc.cgroup.devices.allow = c 195:* rwm\n\
+             lxc.cgroup.devices.allow = c {uvm}:* rwm\n\
+             lxc.hook.mount = {hook}\n\
+             lxc.environment = NVIDIA_VISIBLE_DEVICES=1,3\n\
+             lxc.environment = NVIDIA_DRIVER_CAPABILITIES=compute,utility\n",
+            rootfs = rootfs.display(),
+            hook = hook.display(),
+        ),
+    )
+    .unwrap();
+    // A private /etc layer: our config, and root's subordinate ids for
+    // LXC's newuidmap; a private /run/lxc for its lock files.
+    let layer = etc_layer(&host.config);
+    let etc = dir.join("etc");
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", layer.display()))
+        .arg(&etc)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    fs::write(etc.join("subuid"), "root:100000:65536\n").unwrap();
+    fs::write(etc.join("subgid"), "root:100000:65536\n").unwrap();
+    let link_dir = cli_link().parent().unwrap().to_path_buf();
+    let log = dir.join("lxc.log");
+    let script = "mkdir -p /run/lxc && mount -t tmpfs tmpfs /run/lxc && \
+                  exec lxc-execute -n \"$1\" -P \"$2\" -l DEBUG -o \"$3\" -- /bin/sh -c \"$4\"";
+    let argv: Vec<String> = [
+        "sh",
+        "-c",
+        script,
+        "lxc",
+        name,
+        dir.to_str().unwrap(),
+        log.to_str().unwrap(),
+        CONTAINER_SCRIPT,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let argv = over_etc(&etc, &argv);
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .env(
+            "PATH",
+            format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", link_dir.display()),
+        )
+        .output()
+        .expect("run lxc-execute");
+    remove_lxc_leftovers();
+    let lxc_log = fs::read_to_string(&log).unwrap_or_default();
+    // The packaged hook called us as an unprivileged caller, without --pid.
+    assert!(
+        lxc_log.contains("exec nvidia-container-cli --user configure --no-cgroups --ldconfig=@")
+            && lxc_log
+                .contains("--device=1,3 --compute --utility /usr/lib/x86_64-linux-gnu/lxc/rootfs"),
+        "the hook's call is not LXC's:\n{lxc_log}"
+    );
+    assert!(
+        lxc_log.contains("user namespace: skipping the device cgroup, bind-mounting device nodes"),
+        "{lxc_log}"
+    );
+    assert_sees_only(&out, &host, &[1, 3]);
+    // Files the hook made in the rootfs are the container root's.
+    let cache = fs::metadata(rootfs.join("etc/ld.so.cache")).unwrap();
+    assert_eq!((cache.uid(), cache.gid()), (100000, 100000));
+}
+
+// ------------------------------------------------------------------ enroot
+
+/// What `enroot start` does before its hooks run, then the hook's call
+/// (`$3...`), then what it does after them, reduced to what the checker
+/// needs: /proc bound, the rootfs entered (enroot-switchroot pivots; a
+/// chroot of the same namespaces shows the same files).
+const ENROOT_LIKE: &str = r#"set -e
+R=$0; OUT=$1; CLI=$2; shift 3
+mount --bind "$R" "$R"
+mount -o remount,bind,nosuid,nodev "$R"
+mount -t tmpfs -o nosuid,noexec,mode=755 tmpfs "$R/dev"
+for n in null zero full random urandom; do
+  touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"
+done
+"$CLI" "$@"
+mount --rbind /proc "$R/proc"
+mkdir -p "$R/out"; mount --bind "$OUT" "$R/out"
+exec chroot "$R" /bin/sh -c "$CONTAINER_SCRIPT"
+"#;
+
+/// Runs `argv` (the CLI's arguments) as `caller` would run them: unprivileged
+/// as `nobody` in a user namespace of its own (enroot, Apptainer without
+/// root) or as root in a private mount namespace only (enroot with
+/// `ENROOT_ALLOW_SUPERUSER`, Apptainer as root).
+fn run_like_enroot(host: &SimHost, name: &str, unprivileged: bool, argv: &[&str]) -> Output {
+    for tool in ["unshare", "setpriv", "chroot"] {
+        require_tool(tool);
+    }
+    let dir = scratch(name);
+    let owner = if unprivileged { 65534 } else { 0 };
+    let (rootfs, out) = rootfs_owned_by(host, &dir, owner);
+    let mut full: Vec<String> = Vec::new();
+    if unprivileged {
+        full.extend(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "unshare",
+                "--user",
+                "--map-current-user",
+                "--keep-caps",
+            ]
+            .map(String::from),
+        );
+    } else {
+        full.push("unshare".into());
+    }
+    full.extend(
+        [
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            ENROOT_LIKE,
+        ]
+        .map(String::from),
+    );
+    full.push(rootfs.to_str().unwrap().into());
+    full.push(out.to_str().unwrap().into());
+    full.push(cli_link().to_str().unwrap().into());
+    full.push("nvidia-container-cli".into());
+    full.extend(
+        argv.iter()
+            .map(|a| a.replace("ROOTFS", rootfs.to_str().unwrap())),
+    );
+    let full = over_etc(&etc_layer(&host.config), &full);
+    Command::new(&full[0])
+        .args(&full[1..])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CONTAINER_SCRIPT", CONTAINER_SCRIPT)
+        .output()
+        .expect("run unshare")
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn enroots_hook_call_in_its_user_namespace_gives_the_container_its_gpus() {
+    let host = real_host();
+    // 98-nvidia.sh for NVIDIA_VISIBLE_DEVICES=1,3,
+    // NVIDIA_DRIVER_CAPABILITIES=compute,utility, NVIDIA_REQUIRE_CUDA=cuda>=12.0.
+    let out = run_like_enroot(
+        &host,
+        "enroot",
+        true,
+        &[
+            "--user",
+            "configure",
+            "--no-cgroups",
+            "--ldconfig=@/sbin/ldconfig",
+            "--device=1,3",
+            "--compute",
+            "--utility",
+            "--require=cuda>=12.0",
+            "ROOTFS",
+        ],
+    );
+    assert_sees_only(&out, &host, &[1, 3]);
+    let (_, stderr) = text(&out);
+    assert!(
+        stderr.contains("user namespace: skipping the device cgroup, bind-mounting device nodes"),
+        "{stderr}"
+    );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn apptainers_nvccli_call_as_root_makes_the_nodes_in_its_mount_namespace() {
+    let host = real_host();
+    // nvidia.go's NVCLIConfigure for NVIDIA_VISIBLE_DEVICES=2 and the
+    // default capabilities, run as host root (no user namespace: no --user).
+    let out = run_like_enroot(
+        &host,
+        "apptainer",
+        false,
+        &[
+            "configure",
+            "--no-cgroups",
+            "--device=2",
+            "--compute",
+            "--utility",
+            "--ldconfig=@/sbin/ldconfig",
+            "ROOTFS",
+        ],
+    );
+    assert_sees_only(&out, &host, &[2]);
+    let (stdout, _) = text(&out);
+    // Made with mknod, not bound: no mount at the GPU's node.
+    let minor = gpu(&host, 2).minor;
+    assert!(
+        !stdout.contains(&format!("mount /dev/nvidia{minor} ")),
+        "{stdout}"
+    );
+}
+
+// ------------------------------------------------------------------ info, list
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn info_csv_and_list_read_as_incus_and_singularity_read_them() {
+    let host = real_host();
+    // Incus (and LXD) read `info --csv` with Go's encoding/csv, blank lines
+    // skipped: record 2 is NVRM and CUDA versions, records from 4 on are
+    // GPUs keyed by their Bus Location (field 5), minor in field 1.
+    let csv = nvidia_cli_stdout(&host.config, &["info", "--csv"]);
+    let records: Vec<Vec<&str>> = csv
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(records[0], ["NVRM version", "CUDA version"], "{csv}");
+    assert_eq!(records[1][0], host.facts.driver_version, "{csv}");
+    assert_eq!(records.len(), 3 + host.facts.gpus.len(), "{csv}");
+    for record in &records[3..] {
+        assert_eq!(record.len(), 7, "{csv}");
+        let g = host
+            .facts
+            .gpus
+            .iter()
+            .find(|g| record[5].ends_with(g.bus.trim_start_matches("0000")))
+            .unwrap_or_else(|| panic!("no GPU at {}:\n{csv}", record[5]));
+        assert_eq!(record[1], g.minor.to_string(), "{csv}");
+        assert_eq!(record[4], g.uuid, "{csv}");
+    }
+    // Singularity's legacy --nv runs `list --binaries --libraries` and
+    // takes each line holding ".so" as a library, the others as binaries.
+    let list = nvidia_cli_stdout(&host.config, &["list", "--binaries", "--libraries"]);
+    let (libraries, binaries): (Vec<&str>, Vec<&str>) =
+        list.lines().partition(|l| l.contains(".so"));
+    assert!(
+        binaries.iter().any(|b| b.ends_with("/nvidia-smi")),
+        "{list}"
+    );
+    assert!(
+        libraries
+            .iter()
+            .any(|l| l.ends_with(&format!("/libcuda.so.{}", host.facts.driver_version))),
+        "{list}"
+    );
+    assert!(
+        list.lines()
+            .all(|l| l.starts_with('/') && Path::new(l).exists()),
+        "{list}"
+    );
+}
