@@ -282,7 +282,32 @@ fn nvidia_lists(path: &str) -> bool {
     NVIDIA_LIBRARIES.contains(&file.split(".so").next().unwrap())
 }
 
-/// What `host.json` says each section holds on `host`, as NVIDIA lists it.
+/// The driver's libraries beyond NVIDIA's lists that ours lists too: every
+/// `lib*.so.<driver version>` beside the running libcuda whose family
+/// NVIDIA's lists lack (discovery takes what the driver ships).
+fn beyond_nvidias_lists(host: &SimHost) -> BTreeSet<String> {
+    let facts = &host.facts;
+    let Some(libcuda) = facts
+        .libraries
+        .values()
+        .find(|p| p.contains("/libcuda.so."))
+    else {
+        return BTreeSet::new();
+    };
+    let dir = Path::new(libcuda).parent().unwrap();
+    let suffix = format!(".so.{}", facts.driver_version);
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .filter(|p| {
+            let name = Path::new(p).file_name().unwrap().to_str().unwrap();
+            name.starts_with("lib") && name.ends_with(&suffix) && !nvidia_lists(p)
+        })
+        .collect()
+}
+
+/// What `host.json` says each section holds on `host`, as NVIDIA lists it,
+/// and the driver's libraries beyond NVIDIA's lists.
 fn sections(host: &SimHost) -> Vec<(Section, BTreeSet<String>)> {
     let facts = &host.facts;
     let values = |paths: &BTreeMap<String, String>| -> BTreeSet<String> {
@@ -298,6 +323,7 @@ fn sections(host: &SimHost) -> Vec<(Section, BTreeSet<String>)> {
             values(&facts.libraries)
                 .into_iter()
                 .filter(|p| nvidia_lists(p))
+                .chain(beyond_nvidias_lists(host))
                 .collect(),
         ),
         (
