@@ -433,6 +433,11 @@ fn docker_runtime_nvidia_in_cdi_mode_applies_the_named_cdi_devices() {
              env: [EXAMPLE_DEV=x]\n    deviceNodes:\n    - path: /dev/example0\n      hostPath: /dev/null\n",
         )
         .unwrap();
+        // NVIDIA_VISIBLE_DEVICES, which an image's ENV can set, names only
+        // the kinds allowed: the administrator allows the other vendor's.
+        let mut text = std::fs::read_to_string(config).unwrap();
+        text.push_str("\n[runtime.cdi]\nenv-kinds = [\"nvidia.com/gpu\", \"example.com/dev\"]\n");
+        std::fs::write(config, text).unwrap();
     });
     let host = docker.host.clone();
     let minor = |i| gpu(&host, i).minor;

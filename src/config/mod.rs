@@ -161,6 +161,11 @@ pub struct RuntimeCdiConfig {
     pub default_kind: String,
     /// Annotation key prefixes whose values list qualified device names.
     pub annotation_prefixes: Vec<String>,
+    /// The kinds a qualified name in `NVIDIA_VISIBLE_DEVICES` may be of:
+    /// the image's `ENV` can set the variable, so it reaches only these
+    /// (and `default-kind`); annotations and device mounts, which the
+    /// orchestrator sets, may name any kind.
+    pub env_kinds: Vec<String>,
 }
 
 impl Default for RuntimeCdiConfig {
@@ -169,6 +174,10 @@ impl Default for RuntimeCdiConfig {
             spec_dirs: CDI_SPEC_DIRS.iter().map(PathBuf::from).collect(),
             default_kind: crate::planning::request::CDI_KIND.into(),
             annotation_prefixes: vec!["cdi.k8s.io/".into()],
+            env_kinds: vec![
+                crate::planning::request::CDI_KIND.into(),
+                crate::planning::request::IMEX_KIND.into(),
+            ],
         }
     }
 }

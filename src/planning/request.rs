@@ -21,7 +21,7 @@ mod devices;
 mod extras;
 pub mod hook_edits;
 
-pub use devices::{parse_bus_id, DeviceId, DeviceSelection, CDI_KIND, JIT_KIND};
+pub use devices::{parse_bus_id, DeviceId, DeviceSelection, CDI_KIND, IMEX_KIND, JIT_KIND};
 pub use extras::{gated_from_env, Gated, ImexChannels, MAX_IMEX_CHANNEL};
 
 /// Longest request value we accept; anything longer is refused, not parsed.

@@ -68,6 +68,18 @@ pub enum Error {
     HookCudaVersion(String),
     #[error(transparent)]
     Container(#[from] Box<crate::apply::inject::Error>),
+    #[error(
+        "CDI device {item:?} in NVIDIA_VISIBLE_DEVICES: kind {kind} is not one the image's environment may name \
+         ([runtime.cdi] env-kinds: {allowed}); an annotation or the orchestrator's CDI request may"
+    )]
+    CdiKindFromEnv {
+        /// The item as given.
+        item: String,
+        /// Its kind.
+        kind: String,
+        /// The kinds allowed, comma-joined.
+        allowed: String,
+    },
     #[error("bad CDI device {item:?} in {from}: {reason}")]
     CdiName {
         /// The item as given.

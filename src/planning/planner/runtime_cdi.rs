@@ -84,6 +84,15 @@ pub(super) fn requested(
             from: from.into(),
             reason,
         })?;
+        // The variable is the image's to set: only the allowed kinds.
+        let allowed = name.kind == cdi.default_kind || cdi.env_kinds.contains(&name.kind);
+        if from == VISIBLE_DEVICES && !allowed {
+            return Err(Error::CdiKindFromEnv {
+                item: item.into(),
+                kind: name.kind,
+                allowed: cdi.env_kinds.join(", "),
+            });
+        }
         names.push(name);
     }
     Ok(Some(names))
@@ -144,11 +153,8 @@ mod tests {
                 Some(vec!["nvidia.com/gpu=all"]),
             ),
             (
-                "NVIDIA_VISIBLE_DEVICES=k8s.device-plugin.nvidia.com/gpu=GPU-1, example.com/dev=x",
-                Some(vec![
-                    "k8s.device-plugin.nvidia.com/gpu=GPU-1",
-                    "example.com/dev=x",
-                ]),
+                "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0, nvidia.com/imex-channel=1",
+                Some(vec!["nvidia.com/gpu=0", "nvidia.com/imex-channel=1"]),
             ),
             ("NVIDIA_VISIBLE_DEVICES=0,nvidia.com/gpu=1", None),
             ("NVIDIA_VISIBLE_DEVICES=all", None),
@@ -171,6 +177,40 @@ mod tests {
             Some(vec![
                 "nvidia.com/gpu=0".to_string(),
                 "nvidia.com/gpu=1".to_string()
+            ])
+        );
+    }
+
+    /// The image's ENV may set NVIDIA_VISIBLE_DEVICES: it reaches only the
+    /// kinds `env-kinds` allows (ours by default), where an annotation, the
+    /// orchestrator's, may name any vendor's device.
+    #[test]
+    fn the_variable_names_only_the_kinds_allowed() {
+        let mut cdi = config(RuntimeMode::Cdi);
+        let env =
+            "NVIDIA_VISIBLE_DEVICES=k8s.device-plugin.nvidia.com/gpu=GPU-1, example.com/dev=x";
+        let err = requested(&cdi, &container(&[env]), None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "CDI device \"k8s.device-plugin.nvidia.com/gpu=GPU-1\" in NVIDIA_VISIBLE_DEVICES: \
+             kind k8s.device-plugin.nvidia.com/gpu is not one the image's environment may name \
+             ([runtime.cdi] env-kinds: nvidia.com/gpu, nvidia.com/imex-channel); \
+             an annotation or the orchestrator's CDI request may"
+        );
+        let spec = json!({"annotations": {"cdi.k8s.io/x": "example.com/dev=x"}});
+        let got = requested(&cdi, &container(&[]), Some(&spec)).unwrap();
+        assert_eq!(names(got), Some(vec!["example.com/dev=x".to_string()]));
+        cdi.runtime.cdi.env_kinds.push("example.com/dev".into());
+        cdi.runtime
+            .cdi
+            .env_kinds
+            .push("k8s.device-plugin.nvidia.com/gpu".into());
+        let got = requested(&cdi, &container(&[env]), None).unwrap();
+        assert_eq!(
+            names(got),
+            Some(vec![
+                "k8s.device-plugin.nvidia.com/gpu=GPU-1".to_string(),
+                "example.com/dev=x".to_string()
             ])
         );
     }

@@ -18,6 +18,9 @@ use super::{check_len, Error, Result};
 /// may give `nvidia.com/gpu=1` where it gives `1`.
 pub const CDI_KIND: &str = "nvidia.com/gpu";
 
+/// The kind of IMEX channel devices, as NVIDIA's: `nvidia.com/imex-channel=0`.
+pub const IMEX_KIND: &str = "nvidia.com/imex-channel";
+
 /// The kind NVIDIA's runtime gives the devices of its in-memory specs in
 /// `jit-cdi` mode (1.18+): `runtime.nvidia.com/gpu=0` is GPU 0 of this host.
 pub const JIT_KIND: &str = "runtime.nvidia.com/gpu";

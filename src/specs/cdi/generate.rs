@@ -16,8 +16,7 @@ use crate::planning::plan;
 use crate::planning::planner::{self, DevicePlan, EachDevice, SpecMade, SpecScope};
 use crate::specs::cdi_hook_args::Roots;
 
-/// The kind of IMEX channel devices, as NVIDIA's: `nvidia.com/imex-channel=0`.
-pub const IMEX_KIND: &str = "nvidia.com/imex-channel";
+pub use crate::planning::request::IMEX_KIND;
 
 /// How devices are named; a spec may use several at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
