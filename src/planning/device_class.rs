@@ -22,6 +22,7 @@ pub const CLASSES: &[Row] = &[
         files: &[("run/nvidia-fabricmanager/socket", FileKind::Socket)],
         files_need_node: false,
         remedy: RELOAD,
+        unprivileged_when_strict: false,
     },
     Row {
         name: "gds",
@@ -35,6 +36,7 @@ pub const CLASSES: &[Row] = &[
         ],
         files_need_node: true,
         remedy: RELOAD,
+        unprivileged_when_strict: false,
     },
     Row {
         name: "mofed",
@@ -49,6 +51,7 @@ pub const CLASSES: &[Row] = &[
         files: &[],
         files_need_node: false,
         remedy: RELOAD,
+        unprivileged_when_strict: false,
     },
     Row {
         name: "gdrcopy",
@@ -59,6 +62,7 @@ pub const CLASSES: &[Row] = &[
         files: &[],
         files_need_node: false,
         remedy: RELOAD,
+        unprivileged_when_strict: false,
     },
 ];
 
@@ -89,6 +93,13 @@ pub struct Row {
     pub files_need_node: bool,
     /// What `doctor` tells a host whose node of it is missing or wrong.
     pub remedy: &'static str,
+    /// Whether an unprivileged container's variable enables it under the
+    /// strict policy (`accept-env-when-unprivileged = false`), where the
+    /// image's `ENV`, which can set the variable, decides nothing policy
+    /// has not allowed. No class's: the device plugin's mounts carry none,
+    /// so there only a privileged container (or an administrator's
+    /// `--enable`) enables one.
+    pub unprivileged_when_strict: bool,
 }
 
 /// A name below `/dev` a class's nodes have.
@@ -216,6 +227,28 @@ impl Set {
     /// Whether it holds any class.
     pub fn any(&self) -> bool {
         self.0 != 0
+    }
+
+    /// Those of it an unprivileged container may enable under the strict
+    /// policy, as each row's `unprivileged_when_strict` says; and the rest.
+    pub fn split_strict(self) -> (Set, Set) {
+        let (mut kept, mut dropped) = (Set::default(), Set::default());
+        for class in Class::all().filter(|c| self.contains(*c)) {
+            match class.row().unprivileged_when_strict {
+                true => kept.insert(class),
+                false => dropped.insert(class),
+            }
+        }
+        (kept, dropped)
+    }
+
+    /// The names of its classes' variables, comma-joined.
+    pub fn variables(&self) -> String {
+        let names: Vec<&str> = Class::all()
+            .filter(|c| self.contains(*c))
+            .map(|c| c.row().variable)
+            .collect();
+        names.join(",")
     }
 }
 

@@ -130,6 +130,18 @@ fn container_request(config: &Config, container: &Container) -> Result<Effective
     )?;
     request.capabilities = restrict(request.capabilities, config);
     request.imex = container_imex(config, container)?;
+    // The image's ENV can enable the gated classes too: under the strict
+    // policy an unprivileged container gets only what each row allows.
+    if !config.accept_env_when_unprivileged && !container.privileged {
+        let (kept, dropped) = request.gated.split_strict();
+        if dropped.any() {
+            log::info!(
+                "ignoring {} of an unprivileged container (accept-env-when-unprivileged = false)",
+                dropped.variables()
+            );
+        }
+        request.gated = kept;
+    }
     let requirements = if config.disable_require {
         Requirements::default()
     } else {

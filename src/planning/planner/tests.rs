@@ -175,6 +175,38 @@ fn gated_devices_come_with_any_device_request() {
     assert!(!effective.request.gated.any());
 }
 
+/// Under the strict policy (`accept-env-when-unprivileged = false`) an
+/// unprivileged container's gated variables enable nothing, whatever its
+/// device mounts gave it; a privileged one's, and an administrator's
+/// `--enable`, still do.
+#[test]
+fn gated_devices_follow_the_strict_policy() {
+    let strict = Config {
+        accept_env_when_unprivileged: false,
+        accept_volume_mounts: true,
+        ..Config::default()
+    };
+    let env = [
+        "NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices",
+        "NVIDIA_GDS=enabled",
+        "NVIDIA_MOFED=enabled",
+        "NVIDIA_NVSWITCH=enabled",
+        "NVIDIA_GDRCOPY=enabled",
+    ];
+    let unprivileged = of_container(&strict, &container(&env, false, &["0"])).unwrap();
+    assert!(!unprivileged.is_void());
+    assert!(!unprivileged.request.gated.any());
+    let privileged = of_container(&strict, &container(&env, true, &["0"])).unwrap();
+    assert!(Class::all().all(|c| privileged.request.gated.contains(c)));
+    // The default policy reads every container's, as NVIDIA's does.
+    let loose = Config {
+        accept_volume_mounts: true,
+        ..Config::default()
+    };
+    let default = of_container(&loose, &container(&env, false, &["0"])).unwrap();
+    assert!(Class::all().all(|c| default.request.gated.contains(c)));
+}
+
 #[test]
 fn unsupported_capabilities_are_dropped_for_containers_and_flags_alike() {
     let config = config_supporting("utility,compute");
