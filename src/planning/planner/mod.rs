@@ -13,6 +13,7 @@
 //! the image's layout and compat libraries, and the requirement checks all
 //! live here, not on a consumer's side. It never touches a container.
 
+mod access;
 mod granted;
 mod hook_edits;
 mod policy;
@@ -31,6 +32,7 @@ use crate::planning::plan::{self, NodeMode, Plan};
 use crate::planning::request::{self, Capabilities, Capability, DeviceSelection, Request};
 use crate::planning::require::{self, Requirements};
 pub use crate::specs::cdi_hook_args::SpecMade;
+use access::open_group_only_nodes;
 use granted::granted_devices;
 use policy::effective;
 use requirements::build;
@@ -536,30 +538,6 @@ fn build_for(
     let mut plan = build(effective, inventory, image)?;
     open_group_only_nodes(config, &mut plan);
     Ok(plan)
-}
-
-/// A node only its group may use (`0660`, a render node's `root:render`)
-/// is one the container's non-root user cannot open, though the device
-/// cgroup grants it: as NVIDIA's toolkit since 1.19, the container's
-/// process joins the node's group (the runtime wrapper's
-/// `additionalGids`; never root's group), and the node made in the
-/// container gets the group's access for everyone, which reaches a
-/// container the hook or a CDI spec serves, whose process's groups
-/// nothing of ours sets. `no-additional-gids` keeps the host's modes.
-fn open_group_only_nodes(config: &Config, plan: &mut Plan) {
-    if config.no_additional_gids {
-        return;
-    }
-    for node in &mut plan.devices {
-        let group = node.mode & 0o060;
-        if group == 0 || node.mode & 0o006 == group >> 3 {
-            continue;
-        }
-        node.mode |= group >> 3;
-        if node.gid != 0 && !plan.additional_gids.contains(&node.gid) {
-            plan.additional_gids.push(node.gid);
-        }
-    }
 }
 
 /// What a runtime granted a container from a spec we generated (CDI, or

@@ -948,7 +948,7 @@ fn group_only_nodes_are_opened_and_their_group_joined() {
         ..Plan::default()
     };
     let kept = plan.clone();
-    super::open_group_only_nodes(
+    super::access::open_group_only_nodes(
         &Config {
             no_additional_gids: true,
             ..Config::default()
@@ -956,7 +956,7 @@ fn group_only_nodes_are_opened_and_their_group_joined() {
         &mut plan,
     );
     assert_eq!(plan, kept);
-    super::open_group_only_nodes(&Config::default(), &mut plan);
+    super::access::open_group_only_nodes(&Config::default(), &mut plan);
     let modes: Vec<u32> = plan.devices.iter().map(|d| d.mode).collect();
     assert_eq!(modes, [0o666, 0o666, 0o666, 0o600, 0o666]);
     assert_eq!(plan.additional_gids, [105]);
