@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::Result;
-use crate::specs::cdi::dirs::{spec_files, SPEC_DIRS};
+use crate::specs::cdi::dirs::{read_spec_text, spec_files, SPEC_DIRS};
 
 /// The part of any vendor's spec `list` reads.
 #[derive(Deserialize)]
@@ -55,7 +55,7 @@ pub fn run(spec_dirs: &[PathBuf], out: &mut impl Write) -> Result<()> {
 
 /// The spec in `file`, YAML or JSON, its kind `vendor/class`.
 fn read_spec(file: &Path) -> std::result::Result<Listed, String> {
-    let text = crate::util::bounded_read::read_text(file).map_err(|e| e.to_string())?;
+    let text = read_spec_text(file)?;
     let spec: Listed = serde_yaml::from_str(&text).map_err(|e| e.to_string())?;
     match spec.kind.split_once('/') {
         Some((vendor, class)) if !vendor.is_empty() && !class.is_empty() => Ok(spec),

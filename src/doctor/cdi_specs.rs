@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use super::programs::find_program;
 use super::{Check, Error, HostFacts, HostRoot, Layer};
 use crate::host::driver::DriverRoot;
-use crate::specs::cdi::dirs::{spec_files, SPEC_DIRS};
+use crate::specs::cdi::dirs::{read_spec_text, spec_files, SPEC_DIRS};
 use crate::specs::cdi::Spec;
 use crate::util::this_program::SYSTEM_PATH;
 
@@ -51,17 +51,27 @@ pub(super) fn check(
     for (priority, dir) in SPEC_DIRS.iter().enumerate() {
         for file in spec_files(&host.path(dir)) {
             result.any = true;
-            let parsed = std::fs::read(&file)
-                .map_err(|source| Error::Read {
-                    file: file.clone(),
-                    source,
-                })
-                .and_then(|data| {
-                    serde_yaml::from_slice::<Spec>(&data).map_err(|source| Error::Yaml {
-                        file: file.clone(),
-                        source,
-                    })
-                });
+            let text = match read_spec_text(&file) {
+                Ok(text) => text,
+                Err(reason) => {
+                    out.push(Check::warn(
+                        L,
+                        "CDI",
+                        format!("{} is refused: {reason}", file.display()),
+                        format!(
+                            "make it root's and writable by root alone (`chown root: {0}; \
+                             chmod go-w {0}`): the runtime wrapper and `nvidia-ctk cdi list` \
+                             skip it, and its hooks run as root in every container that asks",
+                            file.display()
+                        ),
+                    ));
+                    continue;
+                }
+            };
+            let parsed = serde_yaml::from_str::<Spec>(&text).map_err(|source| Error::Yaml {
+                file: file.clone(),
+                source,
+            });
             match parsed {
                 Ok(spec) => specs.push(Loaded {
                     file,

@@ -107,6 +107,37 @@ pub fn read(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
     read_opened(file, size, limit)
 }
 
+/// Reads the regular file at `path` whole, as [`read`], only if it is
+/// root's (or the reader's own) and writable by no one else: a file another
+/// user could change decides nothing a privileged reader does. The owner
+/// and mode are those of the file opened, checked before it is read.
+pub fn read_trusted(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+    let fd = open_path(path)?;
+    let stat = fstat(fd.as_fd()).map_err(io::Error::from)?;
+    let euid = nix::unistd::geteuid().as_raw();
+    if stat.st_uid != 0 && stat.st_uid != euid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("owned by uid {}, not root", stat.st_uid),
+        ));
+    }
+    let writable = stat.st_mode & 0o022;
+    if writable != 0 {
+        let who = match writable {
+            0o020 => "its group",
+            0o002 => "everyone",
+            _ => "its group and everyone",
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("writable by {who} (mode {:04o})", stat.st_mode & 0o7777),
+        ));
+    }
+    let (file, size) = reopen_regular(fd.as_fd(), &stat)?;
+    let _waiting = crate::util::deadline::waiting_on("reading", path);
+    read_opened(file, size, limit)
+}
+
 /// Reads `file`, which `fstat` said has `size` bytes (procfs and sysfs say
 /// 0), whole, refusing more than `limit` bytes.
 pub fn read_opened(file: File, size: u64, limit: usize) -> io::Result<Vec<u8>> {

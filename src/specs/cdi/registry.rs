@@ -13,14 +13,11 @@ use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::dirs::spec_files;
+use super::dirs::{read_spec_text, spec_files};
 use super::name::Qualified;
 use super::spec::{ContainerEdits, DeviceNode, Spec};
 use super::validate;
 use super::Error;
-
-/// Largest spec file read: NVIDIA's for 8 GPUs is some 20 KiB.
-const MAX_SPEC: usize = 4 * 1024 * 1024;
 
 /// Result of resolving CDI devices.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -170,8 +167,7 @@ impl Registry {
 
 /// Reads one spec file, refusing what CDI's parser refuses.
 fn read_spec(path: &Path) -> std::result::Result<Spec, String> {
-    let data = crate::util::hostfile::read(path, MAX_SPEC).map_err(|e| e.to_string())?;
-    let text = String::from_utf8(data).map_err(|_| "not UTF-8".to_string())?;
+    let text = read_spec_text(path)?;
     let report = validate::check(&text);
     if let Some(problem) = report.problems.first() {
         return Err(problem.to_string());
@@ -231,6 +227,43 @@ mod tests {
     fn write(dir: &Path, file: &str, text: &str) {
         fs::create_dir_all(dir).unwrap();
         fs::write(dir.join(file), text).unwrap();
+        fs::set_permissions(dir.join(file), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    /// A spec anyone but its owner may write, or one another user owns, is
+    /// skipped, in one line: its hooks would run as root (issue 40).
+    #[test]
+    fn a_spec_others_may_change_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let etc = tmp.path().join("etc");
+        write(&etc, "nvidia.yaml", GPU);
+        fs::set_permissions(etc.join("nvidia.yaml"), fs::Permissions::from_mode(0o664)).unwrap();
+        let registry = Registry::load(std::slice::from_ref(&etc));
+        assert_eq!(registry.names().count(), 0);
+        let err = registry
+            .edits(&[q("nvidia.com/gpu=0")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("writable by its group (mode 0664)"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+        fs::set_permissions(etc.join("nvidia.yaml"), fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(Registry::load(std::slice::from_ref(&etc)).names().count() > 0);
+    }
+
+    /// Owned by another user (root makes it so): refused, naming the uid.
+    #[test]
+    #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+    fn a_spec_another_user_owns_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let etc = tmp.path().join("etc");
+        write(&etc, "nvidia.yaml", GPU);
+        std::os::unix::fs::chown(etc.join("nvidia.yaml"), Some(4242), None).unwrap();
+        let registry = Registry::load(std::slice::from_ref(&etc));
+        let err = registry
+            .edits(&[q("nvidia.com/gpu=0")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("owned by uid 4242, not root"), "{err}");
     }
 
     fn q(text: &str) -> Qualified {
