@@ -74,6 +74,65 @@ pub enum Error {
     },
     #[error("cache at offset {offset} is big-endian (flags {flags:#x}); only little-endian caches are supported")]
     BigEndian { offset: usize, flags: u8 },
+    #[error("{count} entries: more than the {limit} read")]
+    TooManyEntries { count: usize, limit: usize },
+    #[error("entry {index} at offset {offset}: string at {string} is longer than {limit} bytes")]
+    StringTooLong {
+        index: usize,
+        offset: usize,
+        string: usize,
+        limit: usize,
+    },
+    #[error(
+        "entry {index} at offset {offset}: its strings bring the text read past {limit} bytes"
+    )]
+    TooMuchText {
+        index: usize,
+        offset: usize,
+        limit: usize,
+    },
+}
+
+/// The most entries read: real caches list a few thousand libraries.
+pub const MAX_ENTRIES: usize = 1 << 16;
+
+/// The longest string read: a path, `PATH_MAX`.
+pub const MAX_STRING: usize = 4096;
+
+/// The most string bytes read over all entries: entries may share their
+/// strings, so a file far under its size cap could otherwise describe far
+/// more text (to copy, or to scan) than it holds. Real caches have well
+/// under 1 MiB.
+pub const MAX_TEXT: usize = 16 * 1024 * 1024;
+
+/// What the strings read so far cost, against [`MAX_TEXT`].
+#[derive(Default)]
+struct Text(usize);
+
+impl Text {
+    /// Counts `bytes`, read for entry `index` at `offset`.
+    fn count(&mut self, bytes: &[u8], index: usize, offset: usize) -> Result<()> {
+        self.0 = self.0.saturating_add(bytes.len() + 1);
+        match self.0 > MAX_TEXT {
+            true => Err(Error::TooMuchText {
+                index,
+                offset,
+                limit: MAX_TEXT,
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+/// Refuses a table of `count` entries past [`MAX_ENTRIES`].
+fn check_count(count: usize) -> Result<()> {
+    match count > MAX_ENTRIES {
+        true => Err(Error::TooManyEntries {
+            count,
+            limit: MAX_ENTRIES,
+        }),
+        false => Ok(()),
+    }
 }
 
 /// Result of parsing a cache.
@@ -298,26 +357,26 @@ fn read_bytes(data: &[u8], base: usize, rel: u32, index: usize, offset: usize) -
             offset,
             string,
         })?;
-    let end = tail
-        .iter()
-        .position(|&b| b == 0)
-        .ok_or(Error::UnterminatedString {
-            index,
-            offset,
-            string,
-        })?;
+    let scanned = &tail[..tail.len().min(MAX_STRING + 1)];
+    let end = match scanned.iter().position(|&b| b == 0) {
+        Some(end) => end,
+        None if tail.len() > MAX_STRING => {
+            return Err(Error::StringTooLong {
+                index,
+                offset,
+                string,
+                limit: MAX_STRING,
+            })
+        }
+        None => {
+            return Err(Error::UnterminatedString {
+                index,
+                offset,
+                string,
+            })
+        }
+    };
     Ok(&tail[..end])
-}
-
-/// Reads the NUL-terminated string at `base + rel`, for entry `index` at `offset`.
-fn read_str(data: &[u8], base: usize, rel: u32, index: usize, offset: usize) -> Result<String> {
-    to_string(
-        read_bytes(data, base, rel, index, offset)?,
-        base,
-        rel,
-        index,
-        offset,
-    )
 }
 
 /// `bytes`, read at `base + rel` for entry `index` at `offset`, as a String.
@@ -362,21 +421,26 @@ fn parse_old(
         OLD_ENTRY_LEN,
         "old entry table",
     )?;
+    check_count(nlibs)?;
     let strings = OLD_HEADER_LEN + nlibs * OLD_ENTRY_LEN;
     let mut entries = Vec::new();
+    let mut text = Text::default();
     for index in 0..nlibs {
         let offset = OLD_HEADER_LEN + index * OLD_ENTRY_LEN;
         let flags = read_u32(data, offset, "old entry")? as i32;
         let key = read_u32(data, offset + 4, "old entry")?;
         let value = read_u32(data, offset + 8, "old entry")?;
         let soname = read_bytes(data, strings, key, index, offset)?;
+        text.count(soname, index, offset)?;
         if !keep(soname) {
             continue;
         }
+        let path = read_bytes(data, strings, value, index, offset)?;
+        text.count(path, index, offset)?;
         entries.push(LdCacheEntry {
             flags,
             soname: to_string(soname, strings, key, index, offset)?,
-            path: read_str(data, strings, value, index, offset)?,
+            path: to_string(path, strings, value, index, offset)?,
             hwcap: 0,
         });
     }
@@ -399,7 +463,9 @@ fn parse_new(
     }
     let first = header + NEW_HEADER_LEN;
     check_table(data, first, nlibs, NEW_ENTRY_LEN, "new entry table")?;
+    check_count(nlibs)?;
     let mut entries = Vec::new();
+    let mut text = Text::default();
     for index in 0..nlibs {
         let offset = first + index * NEW_ENTRY_LEN;
         let flags = read_u32(data, offset, "new entry")? as i32;
@@ -407,13 +473,16 @@ fn parse_new(
         let value = read_u32(data, offset + 8, "new entry")?;
         let hwcap = read_u64(data, offset + 16, "new entry")?;
         let soname = read_bytes(data, header, key, index, offset)?;
+        text.count(soname, index, offset)?;
         if !keep(soname) {
             continue;
         }
+        let path = read_bytes(data, header, value, index, offset)?;
+        text.count(path, index, offset)?;
         entries.push(LdCacheEntry {
             flags,
             soname: to_string(soname, header, key, index, offset)?,
-            path: read_str(data, header, value, index, offset)?,
+            path: to_string(path, header, value, index, offset)?,
             hwcap,
         });
     }
@@ -423,6 +492,74 @@ fn parse_new(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A new-format cache of `count` entries whose SONAME and path are all
+    /// the one string `shared` (entries may share strings).
+    fn shared_strings(count: usize, shared: &[u8]) -> Vec<u8> {
+        let mut data = Vec::new();
+        data.extend_from_slice(MAGIC_NEW);
+        data.resize(NEW_HEADER_LEN, 0);
+        data[20..24].copy_from_slice(&(count as u32).to_le_bytes());
+        data[28] = ENDIAN_LITTLE;
+        let strings = NEW_HEADER_LEN + count * NEW_ENTRY_LEN;
+        for _ in 0..count {
+            let mut entry = [0u8; NEW_ENTRY_LEN];
+            entry[..4].copy_from_slice(&FLAG_ELF_LIBC6.to_le_bytes());
+            entry[4..8].copy_from_slice(&(strings as u32).to_le_bytes());
+            entry[8..12].copy_from_slice(&(strings as u32).to_le_bytes());
+            data.extend_from_slice(&entry);
+        }
+        data.extend_from_slice(shared);
+        data.push(0);
+        data
+    }
+
+    /// A cache far under any size cap whose entries share one long string
+    /// describes far more text than it holds: refused once the text read
+    /// passes the bound, never copied whole (issue 40).
+    #[test]
+    fn shared_strings_cannot_amplify_what_is_read() {
+        let long = vec![b'a'; MAX_STRING];
+        let count = MAX_TEXT / MAX_STRING + 2;
+        let data = shared_strings(count, &long);
+        assert!(data.len() < 1024 * 1024, "{} bytes", data.len());
+        let err = LdCache::parse(&data).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::TooMuchText {
+                    limit: MAX_TEXT,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // The same file whose entries the caller skips scans only SONAMEs:
+        // still bounded.
+        assert!(LdCache::parse_where(&data, |_| false).is_err());
+        // A few entries sharing a string are fine, as ldconfig writes them.
+        let few = LdCache::parse(&shared_strings(3, b"libx.so.1")).unwrap();
+        assert_eq!(few.entries.len(), 3);
+    }
+
+    #[test]
+    fn strings_and_entry_counts_are_bounded() {
+        let err = LdCache::parse(&shared_strings(1, &vec![b'a'; MAX_STRING + 1])).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::StringTooLong {
+                    limit: MAX_STRING,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(LdCache::parse(&shared_strings(1, &vec![b'a'; MAX_STRING])).is_ok());
+        let err = LdCache::parse(&shared_strings(MAX_ENTRIES + 1, b"l")).unwrap_err();
+        assert!(matches!(err, Error::TooManyEntries { .. }), "{err}");
+        assert!(!err.to_string().contains('\n'));
+    }
 
     /// Builds caches byte by byte, the way `ldconfig` lays them out, so tests
     /// need no binary fixtures.
