@@ -50,6 +50,9 @@ pub enum Error {
 /// shell's 126); its answer is why.
 const EXEC_FAILED: i32 = 126;
 
+/// The exit status of a child that could not be confined; its answer is why.
+const CONFINE_FAILED: i32 = 125;
+
 /// Runs `query` in a forked child and returns its answer, or kills it after `timeout`.
 ///
 /// Call it only while the process is single-threaded (the hook always is).
@@ -93,8 +96,21 @@ where
     let _waiting = deadline::waiting_for(|| format!("{what} (a query in a child process)"));
     let (reader, writer) = io::pipe().map_err(|source| Error::Spawn { what, source })?;
     let writer = File::from(OwnedFd::from(writer));
-    let child = sys::process::fork_and_run(writer.as_fd(), || child(&writer))
-        .map_err(|source| Error::Spawn { what, source })?;
+    let child = sys::process::fork_and_run(writer.as_fd(), || {
+        // Driver code changes nothing on the host: as root, it runs
+        // confined, or not at all. Unprivileged, it can make nothing there.
+        if nix::unistd::geteuid().is_root() {
+            if let Err(e) = sys::confine::driver_child() {
+                let answer: Result<(), String> =
+                    Err(format!("cannot confine the driver's code: {e}"));
+                let mut writer = &writer;
+                let _ = writer.write_all(&serde_json::to_vec(&answer).unwrap_or_default());
+                return CONFINE_FAILED;
+            }
+        }
+        child(&writer)
+    })
+    .map_err(|source| Error::Spawn { what, source })?;
     drop(writer);
     let answer = bounded_read::read_to_end(reader, MAX_ANSWER, timeout);
     if answer.is_err() {
@@ -129,6 +145,32 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As root, driver code runs where it can make nothing in `/dev` (as
+    /// NVML's `nvidia-modprobe` would make `/dev/nvidiactl`), while device
+    /// nodes there still open for writing (issue 40).
+    #[test]
+    #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+    fn driver_code_runs_with_dev_read_only_and_changes_nothing_on_the_host() {
+        let probe = std::path::PathBuf::from(format!("/dev/onh-confine-{}", std::process::id()));
+        let target = probe.clone();
+        let made: Result<String, Error> = query("a node", Duration::from_secs(10), move || {
+            std::fs::write(&target, b"x").map_err(|e| e.to_string())?;
+            Ok("made".to_string())
+        });
+        let err = made.unwrap_err().to_string();
+        assert!(err.contains("Read-only file system"), "{err}");
+        assert!(!probe.exists(), "{} was made on the host", probe.display());
+        let opened: String = query("/dev/null", Duration::from_secs(10), || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/null")
+                .map(|_| "opened".to_string())
+                .map_err(|e| e.to_string())
+        })
+        .unwrap();
+        assert_eq!(opened, "opened");
+    }
 
     #[test]
     fn returns_the_childs_answer() {

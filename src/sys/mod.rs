@@ -9,6 +9,7 @@
 pub mod alarm;
 pub mod alloc;
 pub mod bpf;
+pub mod confine;
 pub mod mount;
 pub mod node;
 pub mod process;

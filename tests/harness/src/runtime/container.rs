@@ -56,10 +56,20 @@ fn run_extras_through(
         state_root: bundle.state_root(),
         hooks_dir: bundle.hooks_dir(),
     };
+    let dev_before = host_dev_nvidia();
     let started = Instant::now();
     let finished = run_bounded(wrap(argv), RUN_LIMIT);
     let elapsed = started.elapsed();
     drop(guard);
+    // Driver code (NVML, libcuda) the hook ran makes nothing in the
+    // machine's own /dev (NVIDIA's libnvidia-ml, as root, would make
+    // /dev/nvidiactl there unconfined).
+    assert_eq!(
+        host_dev_nvidia(),
+        dev_before,
+        "{}: the machine's /dev gained or lost NVIDIA entries",
+        scenario.name
+    );
 
     let run = Run::collect(
         scenario.runtime,
@@ -79,4 +89,19 @@ fn run_extras_through(
         run.elapsed.as_millis()
     );
     run
+}
+
+/// The machine's own `/dev` entries named `nvidia*`.
+fn host_dev_nvidia() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/dev")
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("nvidia"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
