@@ -240,6 +240,26 @@ pub struct SharedObject {
 /// dynamic section, never mapping or loading it; `None` for anything that is
 /// not a little-endian shared object of a known architecture with a SONAME.
 pub fn shared_object(file: &std::fs::File) -> Option<SharedObject> {
+    let (arch, soname) = object_parts(file)?;
+    Some(SharedObject {
+        soname: soname?,
+        arch,
+    })
+}
+
+/// [`shared_object`], a shared object without a SONAME named by its file
+/// name `name`, as `ldconfig` enters such a library in the cache.
+pub fn loader_object(file: &std::fs::File, name: &str) -> Option<SharedObject> {
+    let (arch, soname) = object_parts(file)?;
+    Some(SharedObject {
+        soname: soname.unwrap_or_else(|| name.to_string()),
+        arch,
+    })
+}
+
+/// The architecture of a little-endian shared object of a known
+/// architecture, and its SONAME if it has one.
+fn object_parts(file: &std::fs::File) -> Option<(Arch, Option<String>)> {
     use std::os::unix::fs::FileExt;
     let read = |offset: u64, len: u64| -> Option<Vec<u8>> {
         if len > MAX_TABLE {
@@ -313,7 +333,9 @@ pub fn shared_object(file: &std::fs::File) -> Option<SharedObject> {
     const PT_DYNAMIC: u32 = 2;
     const DT_STRTAB: u64 = 5;
     const DT_SONAME: u64 = 14;
-    let &(_, dyn_offset, _, dyn_size) = phdrs.iter().find(|p| p.0 == PT_DYNAMIC)?;
+    let Some(&(_, dyn_offset, _, dyn_size)) = phdrs.iter().find(|p| p.0 == PT_DYNAMIC) else {
+        return Some((arch, None));
+    };
     let dynamic = read(dyn_offset, dyn_size)?;
     let entry = if wide { 16 } else { 8 };
     let (mut strtab, mut soname) = (None, None);
@@ -326,6 +348,9 @@ pub fn shared_object(file: &std::fs::File) -> Option<SharedObject> {
             _ => {}
         }
     }
+    let Some(soname) = soname else {
+        return Some((arch, None));
+    };
     // DT_STRTAB is an address: the file offset is the PT_LOAD's that holds it.
     let strtab = strtab?;
     let &(_, load_offset, load_vaddr, _) = phdrs
@@ -333,7 +358,7 @@ pub fn shared_object(file: &std::fs::File) -> Option<SharedObject> {
         .find(|p| p.0 == PT_LOAD && p.2 <= strtab && strtab - p.2 < p.3)?;
     let at = (strtab - load_vaddr)
         .checked_add(load_offset)?
-        .checked_add(soname?)?;
+        .checked_add(soname)?;
     let mut name = vec![0u8; MAX_SONAME];
     let len = file.read_at(&mut name, at).ok()?;
     let end = name.get(..len)?.iter().position(|&b| b == 0)?;
@@ -341,7 +366,7 @@ pub fn shared_object(file: &std::fs::File) -> Option<SharedObject> {
     let soname = String::from_utf8(name)
         .ok()
         .filter(|s| !s.is_empty() && !s.contains('/'))?;
-    Some(SharedObject { soname, arch })
+    Some((arch, Some(soname)))
 }
 
 #[cfg(test)]
@@ -368,6 +393,24 @@ pub(crate) mod tests {
         check_header(Path::new("/lib/x.so"), bytes, arch, kind)
     }
 
+    /// A shared object without a SONAME is entered by its file name, as
+    /// `ldconfig` enters it (NVIDIA 535's `libnvidia-vulkan-producer`);
+    /// `shared_object` still wants a SONAME.
+    #[test]
+    fn a_library_without_a_soname_is_named_by_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("libnvidia-vulkan-producer.so.535.261.03");
+        std::fs::write(&path, header(ELFCLASS64, EM_X86_64, ET_DYN)).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        assert!(shared_object(&file).is_none());
+        let object = loader_object(&file, "libnvidia-vulkan-producer.so.535.261.03").unwrap();
+        assert_eq!(object.soname, "libnvidia-vulkan-producer.so.535.261.03");
+        assert_eq!(object.arch.machine, X86_64.machine);
+        // Not a shared object: nothing.
+        std::fs::write(&path, header(ELFCLASS64, EM_X86_64, 2)).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        assert!(loader_object(&file, "x").is_none());
+    }
     #[test]
     fn accepts_shared_object_of_the_right_arch() {
         check(

@@ -75,7 +75,7 @@ pub fn libraries(rootfs: &Path, folders: &[PathBuf]) -> Result<Libraries> {
             let file = reopener
                 .reopen(fd.as_fd(), &path, Expect::File)
                 .map_err(kind_error)?;
-            let Some(object) = elf::shared_object(&file) else {
+            let Some(object) = elf::loader_object(&file, &name.to_string_lossy()) else {
                 continue;
             };
             let key = (
