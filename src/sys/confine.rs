@@ -70,10 +70,16 @@ fn unescape(field: &str) -> PathBuf {
 
 /// Puts the calling process (a freshly forked, single-threaded child) in a
 /// mount namespace of its own, private, with `/dev` and every mount below it
-/// read-only. An error leaves the child to refuse its query: driver code
-/// never runs unconfined as root.
-pub fn driver_child() -> io::Result<()> {
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| io::Error::other(format!("unshare: {e}")))?;
+/// read-only; `Ok(false)` where it may not make a mount namespace at all
+/// (no `CAP_SYS_ADMIN`: inside a container, such as doctor's live check,
+/// whose `/dev` is the container's own). An error leaves the child to refuse
+/// its query: driver code never runs half-confined.
+pub fn driver_child() -> io::Result<bool> {
+    match unshare(CloneFlags::CLONE_NEWNS) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EPERM) => return Ok(false),
+        Err(e) => return Err(io::Error::other(format!("unshare: {e}"))),
+    }
     mount(
         None::<&str>,
         "/",
@@ -92,7 +98,7 @@ pub fn driver_child() -> io::Result<()> {
         )
         .map_err(|e| io::Error::other(format!("making {} read-only: {e}", point.display())))?;
     }
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]
