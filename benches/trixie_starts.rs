@@ -8,6 +8,8 @@
 //!   `--device nvidia.com/gpu=all` (our spec, `features.cdi` set by our
 //!   `nvidia-ctk runtime configure --runtime=docker --cdi.enabled`), each
 //!   start timed from the docker CLI's exec to its exit;
+//! - Docker 28 (Debian sid's 28.5 with containerd 2.1 and runc 1.3, from
+//!   the root tests/docker28.rs makes): the same three starts;
 //! - containerd 1.7's CRI, driven through integration/cri-client as the
 //!   kubelet drives it: CreateContainer + StartContainer of a `/bin/true`
 //!   container with CRI `CDIDevices = ["nvidia.com/gpu=all"]` against one
@@ -16,16 +18,17 @@
 //! Interleaved: blocks of BENCH_BLOCK (default 10) starts of each variant,
 //! whose order rotates, BENCH_RUNS (default 40) of each, after BENCH_WARMUP
 //! (default 3). The times are written as hyperfine's JSON
-//! (`$BENCH_OUT/bench-trixie/{docker,cri}.N.json`), so that
+//! (`$BENCH_OUT/bench-trixie/{docker,docker28,cri}.N.json`), so that
 //! integration/bench_stats.py's `starts` makes the tables: medians, IQRs,
 //! and what each variant adds to the base with bootstrap 95% intervals.
-//! Needs root and the cached trixie root.
+//! Needs root and the cached trixie and sid roots; a part's name
+//! (`docker`, `docker28`, `cri`) picks it alone.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use harness::debroot::trixie;
+use harness::debroot::{sid, trixie, DebRoot};
 use harness::runtime::bundle::{template_rootfs, write_hook_config};
 use harness::runtime::cleanup::remove_tree_safely;
 use harness::runtime::cri::{
@@ -84,16 +87,16 @@ fn interleave(out: &Path, key: &str, variants: &[(&str, &dyn Fn() -> f64)]) {
     }
 }
 
-fn docker(host: &SimHost, out: &Path, work: &Path) {
-    const IMAGE: &str = "onh-bench:trixie";
-    let root = trixie();
-    let dir = work.join("docker");
+/// Docker starts from `root` (its dockerd, containerd and runc), written as `key.N.json`.
+fn docker(host: &SimHost, out: &Path, work: &Path, root: &DebRoot, key: &str) {
+    const IMAGE: &str = "onh-bench:docker";
+    let dir = work.join(key);
     fs::create_dir_all(&dir).unwrap();
     let (config, log) = (dir.join("hook.toml"), dir.join("hook.log"));
     write_hook_config(host, &config, &log, "warn");
     let daemon_json = dir.join("daemon.json");
     fs::write(&daemon_json, "{}\n").unwrap();
-    let daemons = docker_with_cdi(&dir, &config, &daemon_json, host, &root);
+    let daemons = docker_with_cdi(&dir, &config, &daemon_json, host, root);
     daemons.import_rootfs(&template_rootfs(host), IMAGE);
     let start = |extra: &'static [&'static str]| {
         let daemons = &daemons;
@@ -120,7 +123,7 @@ fn docker(host: &SimHost, out: &Path, work: &Path) {
     );
     interleave(
         out,
-        "docker",
+        key,
         &[
             ("no GPU", &none),
             ("--gpus all", &gpus),
@@ -219,10 +222,14 @@ fn main() {
     fs::create_dir_all(&out).unwrap();
     let work = out.join("work");
     let host = SimHost::shared(Fixture::real(4));
-    if only.is_empty() || only.iter().any(|o| o == "docker") {
-        docker(&host, &out, &work);
+    let asked = |part: &str| only.is_empty() || only.iter().any(|o| o == part);
+    if asked("docker") {
+        docker(&host, &out, &work, &trixie(), "docker");
     }
-    if only.is_empty() || only.iter().any(|o| o == "cri") {
+    if asked("docker28") {
+        docker(&host, &out, &work, &sid(), "docker28");
+    }
+    if asked("cri") {
         cri(&host, &out, &work);
     }
     remove_tree_safely(&work);

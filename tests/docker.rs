@@ -23,7 +23,9 @@ use harness::runtime::cleanup::cgroup_dirs;
 use harness::runtime::daemons::{collect_run, DaemonSetup, Daemons};
 use harness::runtime::expected::node_specs;
 use harness::runtime::host_state::{listing_diff, tree_listing};
-use harness::runtime::injected::{assert_gpus, assert_injected, gpu, Expected};
+use harness::runtime::injected::{
+    assert_gpus, assert_injected, assert_utility_only, gpu, Expected,
+};
 use harness::runtime::oci_config::{path_str, CONTAINER_SCRIPT, NVIDIA_MAJOR};
 use harness::runtime::run::{serial, Run};
 use harness::simhost::{Fixture, SimHost};
@@ -206,26 +208,7 @@ fn docker_gpus_forms() {
 
     // Utility only: nvidia-smi and NVML, no UVM nodes, no libcuda.
     let run = docker.run("utility", &["--gpus", "all,capabilities=utility"], &[]);
-    run.assert_completed();
-    let ctx = run.describe();
-    let uvm = host.facts.uvm_major;
-    assert!(
-        run.report
-            .nodes
-            .values()
-            .all(|n| n.numbers.map(|(m, _)| m) != Some(uvm)),
-        "utility brings no UVM node:{ctx}"
-    );
-    assert_eq!(run.report.gpu_nodes().len(), 4, "{ctx}");
-    assert!(
-        run.report.cuda.as_ref().is_none_or(|c| !c.loaded),
-        "utility brings no libcuda:{ctx}"
-    );
-    assert!(
-        run.stdout
-            .contains("couldn't communicate with the NVIDIA driver"),
-        "{ctx}"
-    );
+    assert_utility_only(&run, &host);
 
     // `--gpus 0`: the hook is added, the variable is not: nothing happens.
     let run = docker.run("zero", &["--gpus", "0"], &[]);
@@ -534,24 +517,9 @@ fn docker_default_runtime_nvidia_edits_only_gpu_specs() {
     let docker = Docker::start_with("runtime-default", Some("nvidia"));
     let host = docker.host.clone();
     let m0 = gpu(&host, 0).minor;
-    let started = docker.daemons.docker(&[
-        "run",
-        "-d",
-        "--network",
-        "none",
-        "-e",
-        "NVIDIA_VISIBLE_DEVICES=0",
-        IMAGE,
-        "sleep",
-        "60",
-    ]);
-    assert!(
-        started.status.is_some_and(|s| s.success()),
-        "{}\n{}",
-        started.stderr,
-        docker.daemons.logs()
-    );
-    let id = started.stdout.trim().to_string();
+    let id = docker
+        .daemons
+        .run_detached(&["-e", "NVIDIA_VISIBLE_DEVICES=0"], IMAGE);
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(docker.daemons.task_config(&id)).unwrap()).unwrap();
     let devices = spec["linux"]["devices"].to_string();
@@ -598,15 +566,7 @@ fn docker_default_runtime_nvidia_edits_only_gpu_specs() {
     let _ = docker.daemons.docker(&["rm", "-f", &id]);
 
     // No GPU asked for: the wrapper leaves the spec as dockerd wrote it.
-    let plain = docker
-        .daemons
-        .docker(&["run", "-d", "--network", "none", IMAGE, "sleep", "60"]);
-    assert!(
-        plain.status.is_some_and(|s| s.success()),
-        "{}",
-        plain.stderr
-    );
-    let id = plain.stdout.trim().to_string();
+    let id = docker.daemons.run_detached(&[], IMAGE);
     let spec = std::fs::read_to_string(docker.daemons.task_config(&id)).unwrap();
     assert!(
         !spec.contains("nvidia"),

@@ -25,7 +25,9 @@ use harness::debroot::{trixie, Cgroups, Entry};
 use harness::mounts::{assert_mounts_unchanged, host_mounts};
 use harness::project::{hook_binary, repo};
 use harness::runtime::bundle::write_hooks_dir;
-use harness::runtime::bundle::{copy_template, template_rootfs, work_root, write_hook_config};
+use harness::runtime::bundle::{
+    copy_template, fresh_work_dir, template_rootfs, work_root, write_hook_config,
+};
 use harness::runtime::cleanup::{cgroup_dirs, remove_tree_safely};
 use harness::runtime::daemons::{checker_script, collect_run, docker_with_cdi, our_spec};
 use harness::runtime::host_state::{listing_diff, tree_listing};
@@ -51,33 +53,15 @@ fn docker_26_gpus_cdi_and_runtime() {
     let _serial = serial();
     let root = trixie();
     let host = host();
-    let work = work_root().join("trixie-docker");
-    remove_tree_safely(&work);
-    fs::create_dir_all(&work).unwrap();
     let (mounts_before, driver_before) = (host_mounts(), tree_listing(&host.dir));
-    let hook_log = work.join("hook.log");
-    let hook_config = work.join("hook.toml");
-    write_hook_config(&host, &hook_config, &hook_log, "debug");
+    let (work, hook_config, hook_log) = fresh_work_dir(&host, "trixie-docker");
     let daemon_json = work.join("daemon.json");
     fs::write(&daemon_json, "{\"log-level\": \"info\"}\n").unwrap();
     let daemons = docker_with_cdi(&work, &hook_config, &daemon_json, &host, &root);
     let written: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(&daemon_json).unwrap()).unwrap();
     assert_eq!(written["features"]["cdi"], true, "{written}");
-    let version = daemons.docker(&["version", "--format", "{{.Server.Version}}"]);
-    assert!(
-        version.stdout.starts_with("26."),
-        "not Docker 26: {}{}",
-        version.stdout,
-        version.stderr
-    );
-    let info = daemons.docker(&["info", "--format", "{{json .CDISpecDirs}}"]);
-    assert!(
-        info.stdout.contains("/etc/cdi"),
-        "features.cdi is on: {}{}",
-        info.stdout,
-        info.stderr
-    );
+    daemons.assert_server("26.", true);
     daemons.import_rootfs(&template_rootfs(&host), IMAGE);
     let minor = |i| gpu(&host, i).minor;
     let run = |name: &str, args: &[&str], decoys: &[u32]| {

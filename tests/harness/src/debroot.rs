@@ -1,7 +1,7 @@
 //! Debian roots made by `debootstrap` and entered with `pivot_root`: the
 //! one way the suites run another Debian's tools (tests/bullseye.rs: an old
-//! glibc and runc; tests/trixie.rs: Debian 13's engines; tests/containerd2.rs:
-//! sid's containerd 2.x and runc 1.3) without touching
+//! glibc and runc; tests/trixie.rs: Debian 13's engines; tests/containerd2.rs
+//! and tests/docker28.rs: sid's containerd 2.x, runc 1.3 and Docker 28) without touching
 //! the host's apt sources or `/etc`.
 //!
 //! A root is made once into `/var/cache/oci-nvidia-hook/<suite>` (outside
@@ -263,11 +263,14 @@ pub fn trixie() -> DebRoot {
     DebRoot::ensure("trixie", &TRIXIE_ENGINES)
 }
 
-/// Debian sid's containerd 2.1 (config version 3) and runc 1.3, with what
-/// the CRI client needs, in one cached root.
-pub const SID_ENGINES: [&str; 5] = [
+/// Debian sid's containerd 2.1 (config version 3), runc 1.3 and docker.io
+/// 28.5 (its CLI packaged apart, as in trixie), with what the CRI client
+/// needs, in one cached root.
+pub const SID_ENGINES: [&str; 7] = [
     "containerd",
     "runc",
+    "docker.io",
+    "docker-cli",
     "python3-grpcio",
     "python3-protobuf",
     "protobuf-compiler",

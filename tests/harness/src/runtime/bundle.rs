@@ -160,6 +160,17 @@ pub fn write_hook_config(host: &SimHost, config: &Path, log: &Path, level: &str)
     std::fs::write(config, text).expect("write the hook config");
 }
 
+/// A fresh `work_root()/name` holding a hook config for `host` that logs
+/// at debug: the directory, the config and its log file.
+pub fn fresh_work_dir(host: &SimHost, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let work = work_root().join(name);
+    remove_tree_safely(&work);
+    std::fs::create_dir_all(&work).expect("create the work directory");
+    let (config, log) = (work.join("hook.toml"), work.join("hook.log"));
+    write_hook_config(host, &config, &log, "debug");
+    (work, config, log)
+}
+
 /// The hook's argv with the hook config `config`.
 pub fn hook_args(config: &Path) -> Vec<String> {
     vec![

@@ -583,8 +583,7 @@ pub fn our_spec(host: &crate::simhost::SimHost, dir: &Path) -> PathBuf {
 
 /// dockerd (and its containerd) from `root` in `dir`, on `daemon_json`
 /// as our `nvidia-ctk runtime configure --runtime=docker --cdi.enabled`
-/// leaves it (the wrapper registered as the `nvidia` runtime), with our
-/// spec for `host` in its `/etc/cdi` and the hook's links on its PATH.
+/// leaves it: [`docker_configured`] with CDI on.
 pub fn docker_with_cdi(
     dir: &Path,
     hook_config: &Path,
@@ -592,22 +591,44 @@ pub fn docker_with_cdi(
     host: &crate::simhost::SimHost,
     root: &DebRoot,
 ) -> Daemons {
+    docker_configured(
+        dir,
+        hook_config,
+        daemon_json,
+        host,
+        root,
+        &["--cdi.enabled"],
+    )
+}
+
+/// dockerd (and its containerd) from `root` in `dir`, on `daemon_json` as
+/// our `nvidia-ctk runtime configure --runtime=docker CONFIGURE` leaves it
+/// (the wrapper registered as the `nvidia` runtime), that file copied to
+/// `/etc/docker/daemon.json` in their namespace (where dockerd reads it,
+/// and doctor looks), with our spec for `host` in their `/etc/cdi` and the
+/// hook's links on dockerd's PATH.
+pub fn docker_configured(
+    dir: &Path,
+    hook_config: &Path,
+    daemon_json: &Path,
+    host: &crate::simhost::SimHost,
+    root: &DebRoot,
+    configure: &[&str],
+) -> Daemons {
     let spec = our_spec(host, dir);
     let daemons_dir = dir.join("daemons");
-    nvidia_ctk(
-        dir,
-        &[
-            "runtime",
-            "configure",
-            "--runtime=docker",
-            &format!("--config={}", path_str(daemon_json)),
-            &format!(
-                "--nvidia-runtime-path={}",
-                path_str(&daemons_dir.join("bin/nvidia-container-runtime"))
-            ),
-            "--cdi.enabled",
-        ],
-    );
+    let mut args = vec![
+        "runtime".to_string(),
+        "configure".into(),
+        "--runtime=docker".into(),
+        format!("--config={}", path_str(daemon_json)),
+        format!(
+            "--nvidia-runtime-path={}",
+            path_str(&daemons_dir.join("bin/nvidia-container-runtime"))
+        ),
+    ];
+    args.extend(configure.iter().map(|a| a.to_string()));
+    nvidia_ctk(dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
     Daemons::start(
         &daemons_dir,
         &DaemonSetup {
@@ -615,9 +636,12 @@ pub fn docker_with_cdi(
             links: &["nvidia-container-runtime-hook", "nvidia-container-runtime"],
             runtimes: &[],
             default_runtime: None,
-            docker_config: Some(daemon_json),
+            docker_config: Some(Path::new("/etc/docker/daemon.json")),
             cdi_dir: None,
-            etc_files: &[("cdi/nvidia.yaml", &spec)],
+            etc_files: &[
+                ("cdi/nvidia.yaml", &spec),
+                ("docker/daemon.json", daemon_json),
+            ],
             root: Some(root),
             cri: None,
         },

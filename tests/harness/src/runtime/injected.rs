@@ -212,6 +212,28 @@ pub fn assert_gpus(run: &Run, host: &SimHost, indices: &[u32], decoys: &[u32]) {
     assert_decoys_denied(run, &minors, decoys);
 }
 
+/// A utility-only request (`capabilities=utility`) for every GPU of
+/// `host`: each GPU node and nvidia-smi, which reaches its "no driver"
+/// failure; no UVM node and no libcuda, which are compute's.
+pub fn assert_utility_only(run: &Run, host: &SimHost) {
+    run.assert_completed();
+    let ctx = run.describe();
+    let uvm = host.facts.uvm_major;
+    assert!(
+        run.report
+            .nodes
+            .values()
+            .all(|n| n.numbers.map(|(m, _)| m) != Some(uvm)),
+        "utility brings no UVM node:{ctx}"
+    );
+    assert_eq!(run.report.gpu_nodes().len(), host.facts.gpus.len(), "{ctx}");
+    assert!(
+        run.report.cuda.as_ref().is_none_or(|c| !c.loaded),
+        "utility brings no libcuda:{ctx}"
+    );
+    assert!(run.stdout.contains(SMI_NO_DRIVER), "{ctx}");
+}
+
 /// Every GPU node but `minors` is one of `decoys`, each there and denied
 /// by the device cgroup (EPERM).
 pub fn assert_decoys_denied(run: &Run, minors: &[u32], decoys: &[u32]) {

@@ -7,6 +7,7 @@ pub mod cleanup;
 pub mod container;
 pub mod cri;
 pub mod daemons;
+pub mod docker;
 pub mod expected;
 pub mod host_state;
 pub mod injected;
