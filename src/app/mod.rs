@@ -476,18 +476,21 @@ fn note_nvidia_config(config: &Config) {
 }
 
 /// Whether no note was made yet for the NVIDIA file whose digest is
-/// `digest`: creates the marker that says so (root's directory, 0700).
+/// `digest`: creates the marker that says so in the snapshots' state
+/// directory (root's, checked as the snapshots' is). Where that directory
+/// cannot be used (not root), every start notes.
 fn first_note(dir: &std::path::Path, digest: u64) -> bool {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
-    let marker = dir.join(format!("nvidia-config-{digest:016x}.noted"));
-    let made = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(marker);
-    !matches!(made, Err(e) if e.kind() == io::ErrorKind::AlreadyExists)
+    use nix::fcntl::{openat, OFlag};
+    let Ok(dir) = crate::host::driver::snapshot::state_dir(dir) else {
+        return true;
+    };
+    let made = openat(
+        &dir,
+        format!("nvidia-config-{digest:016x}.noted").as_str(),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    );
+    !matches!(made, Err(nix::errno::Errno::EEXIST))
 }
 
 /// The runtime wrapper's `error`, also written to the runtime's log, where

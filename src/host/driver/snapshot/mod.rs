@@ -537,17 +537,7 @@ fn store_at(
             reason: e.to_string(),
         })?,
     );
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(source) => {
-            return Err(Error::SnapshotIo {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
-    }
-    let dir_fd = open_dir(dir)?;
+    let dir_fd = state_dir(dir)?;
     // No fsync: /run is memory, and a torn file is refused as undecodable.
     let options = atomic::Options {
         mode: 0o600,
@@ -571,6 +561,23 @@ pub fn allowed() -> Result<()> {
     } else {
         Err(Error::SnapshotNotRoot { euid })
     }
+}
+
+/// `dir`, the root-only directory the hooks keep their state in (snapshots,
+/// notes made once): made mode 0700 where missing, then opened as
+/// [`open_dir`] checks it.
+pub fn state_dir(dir: &Path) -> Result<OwnedFd> {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(source) => {
+            return Err(Error::SnapshotIo {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    }
+    open_dir(dir)
 }
 
 /// `dir`, opened without following a link, if it is a directory of root's
