@@ -293,10 +293,7 @@ fn fate(key: &Key, value: &Value, ours: &Table, table: &mut Table) -> Result<Fat
         Err(why) => return Ok(Fate::Unhonoured(why)),
     };
     let dotted = path.join(".");
-    if lookup(ours, path).is_some() {
-        return Ok(Fate::Overridden { ours: dotted });
-    }
-    if lookup(table, path).is_some() {
+    if lookup(ours, path).is_some() || lookup(table, path).is_some() {
         return Ok(Fate::Overridden { ours: dotted });
     }
     insert(table, path, ours_value);

@@ -76,12 +76,17 @@ pub fn exec<T: DeserializeOwned>(
     image: &'static [u8],
     args: &[&CStr],
 ) -> Result<T, Error> {
-    answered(what, timeout, |mut writer| {
+    answered(what, timeout, |writer| {
         let e = sys::process::exec_image(image, args, writer.as_fd());
-        let answer: Result<(), String> = Err(e.to_string());
-        let _ = writer.write_all(&serde_json::to_vec(&answer).unwrap_or_default());
+        fail_with(writer, e.to_string());
         EXEC_FAILED
     })
+}
+
+/// Answers the parent, from the child, that the query failed with `message`.
+fn fail_with(mut writer: &File, message: String) {
+    let answer: Result<(), String> = Err(message);
+    let _ = writer.write_all(&serde_json::to_vec(&answer).unwrap_or_default());
 }
 
 /// The one way a child answers: `child` runs in the fork with the pipe's
@@ -101,10 +106,7 @@ where
         // confined, or not at all. Unprivileged, it can make nothing there.
         if nix::unistd::geteuid().is_root() {
             if let Err(e) = sys::confine::driver_child() {
-                let answer: Result<(), String> =
-                    Err(format!("cannot confine the driver's code: {e}"));
-                let mut writer = &writer;
-                let _ = writer.write_all(&serde_json::to_vec(&answer).unwrap_or_default());
+                fail_with(&writer, format!("cannot confine the driver's code: {e}"));
                 return CONFINE_FAILED;
             }
         }
