@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 
 use harness::project::hook_binary;
 use harness::runtime::bundle::{
-    copy_template, template_rootfs, write_hook_config, write_hooks_dir, BundleExtras, Hook,
-    Scenario,
+    self, chown_tree, copy_template, template_rootfs, write_hook_config, write_hooks_dir,
+    BundleExtras, Hook, Scenario,
 };
 use harness::runtime::cleanup::assert_no_mounts_under;
 use harness::runtime::expected::{node_specs, NodeSpec};
@@ -108,19 +108,6 @@ fn gpu_and_decoy(host: &SimHost) -> (GpuFacts, GpuFacts) {
 }
 
 // ---------------------------------------------------------------- ownership
-
-/// `chown -hR uid:gid dir`, never following a symlink (the image's links
-/// point at host paths such as /bin/busybox).
-fn chown_tree(dir: &Path, uid: u32, gid: u32) {
-    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))
-        .unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
-    let meta = std::fs::symlink_metadata(dir).unwrap();
-    if meta.is_dir() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            chown_tree(&entry.unwrap().path(), uid, gid);
-        }
-    }
-}
 
 /// The owner (uid, gid) of `path` itself, not of what a link points to.
 fn owner(path: &Path) -> (u32, u32) {
@@ -265,24 +252,15 @@ fn assert_hook_log(run: &Run, expect: &Expect) {
 /// GPU node bind-mounted by the runtime (no mknod in a user namespace)
 /// without a device-cgroup rule.
 fn into_user_namespace(bundle: &Path, rootfs: &Path, decoy: &Path) {
+    bundle::into_user_namespace(bundle, rootfs, CONTAINER_ROOT, ID_COUNT);
     let path = bundle.join("config.json");
     let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let linux = &mut config["linux"];
-    linux["namespaces"]
-        .as_array_mut()
-        .expect("namespaces")
-        .push(json!({"type": "user"}));
-    let map = json!([{"containerID": 0, "hostID": CONTAINER_ROOT, "size": ID_COUNT}]);
-    linux["uidMappings"] = map.clone();
-    linux["gidMappings"] = map;
     let decoy_name = decoy.file_name().unwrap().to_str().unwrap();
     config["mounts"].as_array_mut().expect("mounts").push(
         json!({"destination": format!("/dev/{decoy_name}"), "type": "bind",
                      "source": decoy, "options": ["bind", "nosuid", "noexec"]}),
     );
     std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
-    chown_tree(rootfs, CONTAINER_ROOT, CONTAINER_ROOT);
-    chown_tree(&bundle.join("out"), CONTAINER_ROOT, CONTAINER_ROOT);
 }
 
 /// A root runtime's run of a bundle turned into a user namespace's

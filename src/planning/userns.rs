@@ -29,17 +29,47 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// The container's user namespace, as seen from the hook's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserNamespace {
-    /// The container's root as (uid, gid) of the hook's own user namespace
-    /// when the container's user namespace is another one (a root runtime
-    /// with a `user` namespace in `config.json`); `None` when the hook
-    /// already runs in the container's user namespace (rootless Podman).
-    pub root: Option<(u32, u32)>,
+    /// The container's root, with every id its namespace maps, in ids of
+    /// the hook's own user namespace, when the container's user namespace
+    /// is another one (a root runtime with a `user` namespace in
+    /// `config.json`); `None` when the hook already runs in the container's
+    /// user namespace (rootless Podman), where the kernel itself holds the
+    /// hook to the container root's rights.
+    pub root: Option<MappedRoot>,
     /// The hook itself runs in a user namespace (rootless Podman): it has no
     /// `CAP_SYS_ADMIN` in the initial one, so no device cgroup can be
     /// written, and none was made for the container either.
     pub rootless: bool,
+}
+
+/// The container's root seen from outside its user namespace: the ids it
+/// acts as, and the ids its namespace maps, over which alone its
+/// capabilities reach (the kernel's `capable_wrt_inode_uidgid`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedRoot {
+    /// The host uid the container's root is.
+    pub uid: u32,
+    /// The host gid the container's root is.
+    pub gid: u32,
+    /// The container's `uid_map`.
+    pub uids: Vec<IdRange>,
+    /// The container's `gid_map`.
+    pub gids: Vec<IdRange>,
+}
+
+impl MappedRoot {
+    /// Whether a file owned by host `uid`:`gid` is one the container's root
+    /// has its capabilities over: both ids are mapped into its namespace.
+    pub fn maps(&self, uid: u32, gid: u32) -> bool {
+        let within = |ranges: &[IdRange], id: u32| {
+            ranges.iter().any(|r| {
+                id >= r.outside && u64::from(id) < u64::from(r.outside) + u64::from(r.count)
+            })
+        };
+        within(&self.uids, uid) && within(&self.gids, gid)
+    }
 }
 
 /// One `uid_map`/`gid_map` line: ids `inside..inside+count` of the
@@ -133,7 +163,12 @@ fn detect_at(proc: &Path, name: &str) -> Result<Option<UserNamespace>> {
     // Read from another user namespace, the outside ids are the reader's own.
     let gid_map = id_map(dir.join("gid_map"))?;
     let root = match (root_id(&uid_map), root_id(&gid_map)) {
-        (Some(uid), Some(gid)) => Some((uid, gid)),
+        (Some(uid), Some(gid)) => Some(MappedRoot {
+            uid,
+            gid,
+            uids: uid_map,
+            gids: gid_map,
+        }),
         _ => {
             return Err(Error::Read {
                 path: dir.join("uid_map"),
@@ -183,12 +218,34 @@ mod tests {
     }
 
     #[test]
+    fn the_root_has_its_capabilities_over_mapped_owners_only() {
+        let root = MappedRoot {
+            uid: 100000,
+            gid: 100000,
+            uids: parse_id_map("0 100000 65536\n").unwrap(),
+            gids: parse_id_map("0 100000 65536\n1000 5000 1\n").unwrap(),
+        };
+        assert!(root.maps(100000, 100000));
+        assert!(root.maps(165535, 5000));
+        assert!(!root.maps(0, 0), "host root");
+        assert!(!root.maps(165536, 100000), "past the range");
+        assert!(!root.maps(100000, 0), "both ids must be mapped");
+        let full = MappedRoot {
+            uids: parse_id_map("0 4294967195 100\n").unwrap(),
+            ..root
+        };
+        assert!(full.maps(u32::MAX - 1, 100000), "no overflow at the top");
+    }
+
+    #[test]
     fn own_process_is_in_the_initial_namespace_or_its_own() {
         // This test runs either on the host (initial namespace) or in some
         // user namespace, which is then its own: never with a `root` to switch to.
         let found = detect(Path::new("/proc"), std::process::id()).unwrap();
         assert!(
-            found.is_none_or(|ns| ns.root.is_none() && ns.rootless),
+            found
+                .as_ref()
+                .is_none_or(|ns| ns.root.is_none() && ns.rootless),
             "{found:?}"
         );
     }

@@ -317,7 +317,7 @@ fn inject(
     if !steps.cgroup {
         log::debug!("container {id}: device cgroup left to the runtime");
     }
-    match planned.user_namespace {
+    match &planned.user_namespace {
         Some(ns) if ns.rootless => log::info!(
             "container {id}: user namespace: skipping the device cgroup, bind-mounting device nodes"
         ),
@@ -326,7 +326,7 @@ fn inject(
         }
         _ => {}
     }
-    let applied = target.apply(sys, plan, planned.user_namespace)?;
+    let applied = target.apply(sys, plan, planned.user_namespace.as_ref())?;
     let summary = applied.summary;
     log::debug!(
         "container {id}: took {} µs: plan {}, cgroup {}, sources {}, inject {}",
@@ -384,7 +384,7 @@ pub fn run_granted(
         );
     }
     let summary = target
-        .apply(sys, &planned.plan, planned.user_namespace)?
+        .apply(sys, &planned.plan, planned.user_namespace.as_ref())?
         .summary;
     log::info!(
         "container {id}: CDI: {} links, {} loader entries in {} µs",

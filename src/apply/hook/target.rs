@@ -173,7 +173,7 @@ impl Target {
         &self,
         sys: &impl Seam,
         plan: &Plan,
-        user_namespace: Option<UserNamespace>,
+        user_namespace: Option<&UserNamespace>,
     ) -> Result<Applied> {
         let id = &self.id;
         if matches!(self.reach, Reach::Caller) && !plan.cgroup_rules.is_empty() {
@@ -194,14 +194,17 @@ impl Target {
         let opened = Instant::now();
         // Files made in the container belong to its root, not to host root
         // (which its user namespace cannot represent: see `inject::userns`).
-        if let Some((uid, gid)) = user_namespace.and_then(|ns| ns.root) {
+        // With no more rights than it has (see `inject::userns`).
+        let acting_as = user_namespace.and_then(|ns| ns.root.as_ref());
+        if let Some(root) = acting_as {
+            let (uid, gid) = (root.uid, root.gid);
             log::debug!(
                 "container {id}: creating files as its root: uid {uid}, gid {gid} of the hook's user namespace"
             );
             sys.act_as(uid, gid)?;
         }
         self.enter(sys)?;
-        let summary = inject::apply(sys, plan, &mut sources, &self.container.rootfs)?;
+        let summary = inject::apply(sys, plan, &mut sources, &self.container.rootfs, acting_as)?;
         Ok(Applied {
             summary,
             granted,
@@ -232,7 +235,8 @@ impl Target {
         }
         let mut sources = Sources::open(sys, &plan).map_err(super::Error::from)?;
         Ok(
-            inject::apply(sys, &plan, &mut sources, &self.container.rootfs)
+            // Inside, the kernel holds the process to its user namespace.
+            inject::apply(sys, &plan, &mut sources, &self.container.rootfs, None)
                 .map_err(super::Error::from)?,
         )
     }
@@ -317,17 +321,29 @@ mod tests {
         out
     }
 
-    const MAPPED: Option<UserNamespace> = Some(UserNamespace {
-        root: Some((100000, 100000)),
-        rootless: false,
-    });
+    /// A root runtime's user namespace mapping the container's root to
+    /// host id 100000, with 65536 ids, and this test's own ids, which own
+    /// the test's rootfs.
+    fn mapped() -> UserNamespace {
+        use crate::planning::userns::parse_id_map;
+        let map = |own: u32| parse_id_map(&format!("0 100000 65536\n65536 {own} 1\n")).unwrap();
+        UserNamespace {
+            root: Some(crate::planning::userns::MappedRoot {
+                uid: 100000,
+                gid: 100000,
+                uids: map(nix::unistd::geteuid().as_raw()),
+                gids: map(nix::unistd::getegid().as_raw()),
+            }),
+            rootless: false,
+        }
+    }
 
     #[test]
     fn the_sequence_is_grant_check_act_as_enter_then_inject() {
         let world = world();
         let sys = FakeSeam::default();
         let applied = target(&world, true)
-            .apply(&sys, &world.plan, MAPPED)
+            .apply(&sys, &world.plan, Some(&mapped()))
             .unwrap();
         assert_eq!(applied.summary.devices, 1);
         let calls = sys.calls.borrow();
@@ -411,7 +427,7 @@ mod tests {
             let before = tree(&world.rootfs());
             let sys = FakeSeam::refusing(step);
             let err = target(&world, true)
-                .apply(&sys, &world.plan, MAPPED)
+                .apply(&sys, &world.plan, Some(&mapped()))
                 .unwrap_err();
             let calls = sys.calls.borrow();
             assert_eq!(calls.last(), Some(&step), "{step}: {calls:?}");
@@ -432,7 +448,7 @@ mod tests {
         let before = tree(&world.rootfs());
         let sys = FakeSeam::default();
         let err = target(&world, true)
-            .apply(&sys, &world.plan, MAPPED)
+            .apply(&sys, &world.plan, Some(&mapped()))
             .unwrap_err();
         assert!(err.to_string().contains("gone"), "{err}");
         assert_eq!(*sys.calls.borrow(), ["grant", "still_held"]);

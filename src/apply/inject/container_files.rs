@@ -19,7 +19,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, Mode};
 use pathrs::Root;
 
-use super::journal::Change;
+use super::journal::{Change, Journal};
 use super::{kind_error, Error, Result};
 use crate::host::elf;
 use crate::host::ldcache::{self, libcmp};
@@ -140,6 +140,7 @@ pub(super) fn set_mode(
     reopener: &Reopener,
     path: &Path,
     mode: u32,
+    journal: &Journal,
 ) -> Result<Option<Change>> {
     let Some(handle) = resolve(root, path)? else {
         log::debug!("{}: not in the container, skipped", path.display());
@@ -161,6 +162,7 @@ pub(super) fn set_mode(
     if old == mode {
         return Ok(None);
     }
+    journal.may_change_mode(handle.as_fd(), path)?;
     reopener
         .chmod(handle.as_fd(), path, mode)
         .map_err(Error::Reopen)?;

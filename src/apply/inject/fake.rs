@@ -245,6 +245,6 @@ impl World {
 
     pub(crate) fn apply(&self, sys: &impl Sys) -> Result<Summary> {
         let mut sources = Sources::open(sys, &self.plan)?;
-        apply(sys, &self.plan, &mut sources, &self.rootfs())
+        apply(sys, &self.plan, &mut sources, &self.rootfs(), None)
     }
 }

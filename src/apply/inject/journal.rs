@@ -18,16 +18,18 @@
 //! image's symlink.
 
 use std::ffi::OsString;
-use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
 
 use nix::fcntl::{openat, renameat, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use pathrs::Root;
 
-use super::slot::Slot;
+use super::slot::{Place, Slot};
+use super::userns::{self, Edit};
 use super::{Error, Result, Sys};
+use crate::planning::userns::MappedRoot;
 
 /// One change to the rootfs, with what it takes to undo it.
 #[derive(Debug)]
@@ -69,13 +71,41 @@ pub(super) enum Mountpoint {
     InRoot(PathBuf),
 }
 
-/// The changes made so far, in order.
+/// The changes made so far, in order, and whose rights they are made
+/// with: each change site asks [`Journal::may`] first.
 #[derive(Debug, Default)]
 pub(super) struct Journal {
     changes: Vec<Change>,
+    /// The container's root where its user namespace is not the hook's.
+    acting_as: Option<MappedRoot>,
 }
 
 impl Journal {
+    /// A journal of changes made for the container's root `acting_as`, held
+    /// to what it could change itself (none: as the hook).
+    pub fn acting_as(acting_as: Option<MappedRoot>) -> Journal {
+        Journal {
+            changes: Vec::new(),
+            acting_as,
+        }
+    }
+
+    /// Whether `edit` at `place` may be made (see [`userns::may_change`]).
+    pub fn may(&self, place: Place<'_>, edit: Edit) -> Result<()> {
+        match &self.acting_as {
+            Some(root) => userns::may_change(root, place, edit),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the mode of the entry `fd` at `path` may be changed.
+    pub fn may_change_mode(&self, fd: BorrowedFd<'_>, path: &Path) -> Result<()> {
+        match &self.acting_as {
+            Some(root) => userns::may_change_mode(root, fd, path),
+            None => Ok(()),
+        }
+    }
+
     /// Records a change just made.
     pub fn record(&mut self, change: Change) {
         self.changes.push(change);

@@ -21,6 +21,7 @@ use super::journal::Journal;
 use super::place::{kind_at, Dirs};
 use super::slot::Slot;
 use super::staged::Staged;
+use super::userns::Edit;
 use super::{Error, Result};
 use crate::host::ldcache::{self, Format, LdCache, LdCacheEntry};
 use crate::planning::plan::{LoaderEntry, Plan};
@@ -131,8 +132,10 @@ impl Update {
     pub fn commit(self, dirs: &mut Dirs<'_>, journal: &mut Journal) -> Result<()> {
         let conf = dirs.slot(&conf_path(), journal)?;
         let cache = dirs.slot(Path::new(CACHE), journal)?;
-        let conf = stage_unless_same(conf, self.old_conf.as_deref(), &self.conf)?;
-        let cache = match stage_unless_same(cache, self.old_cache.as_deref(), &self.cache) {
+
+        let conf = stage_unless_same(conf, self.old_conf.as_deref(), &self.conf, journal)?;
+        let cache = match stage_unless_same(cache, self.old_cache.as_deref(), &self.cache, journal)
+        {
             Ok(cache) => cache,
             Err(e) => {
                 conf.into_iter().for_each(Staged::discard);
@@ -162,10 +165,21 @@ fn conf_path() -> std::path::PathBuf {
 /// one) already holds it, as `old` (read through the same path) says. A
 /// reused rootfs already has our files: rewriting them would cost a new
 /// inode and, on ext4, a data flush for each container start.
-fn stage_unless_same(slot: Slot, old: Option<&[u8]>, data: &[u8]) -> Result<Option<Staged>> {
+fn stage_unless_same(
+    slot: Slot,
+    old: Option<&[u8]>,
+    data: &[u8],
+    journal: &Journal,
+) -> Result<Option<Staged>> {
     if old == Some(data) && kind_at(slot.place())? == Some("regular file") {
         return Ok(None);
     }
+    let edit = if old.is_some() {
+        Edit::Replace
+    } else {
+        Edit::Add
+    };
+    journal.may(slot.place(), edit)?;
     Staged::file(slot, data).map(Some)
 }
 

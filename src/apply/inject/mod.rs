@@ -58,6 +58,7 @@ pub use sys::{LinuxSys, NodeMade, Sys};
 
 use crate::host::ldcache;
 use crate::planning::plan::{MountKind, NodeMode, Plan};
+use crate::planning::userns::MappedRoot;
 use crate::util::deadline;
 use crate::util::reopen;
 use journal::{Change, Journal, Mountpoint};
@@ -176,6 +177,13 @@ pub enum Error {
         gid: u32,
         source: io::Error,
     },
+    #[error("refusing to change {path}: the container's root (uid {uid}, gid {gid} of the host) could not: {why}")]
+    BeyondContainerRoot {
+        path: PathBuf,
+        uid: u32,
+        gid: u32,
+        why: String,
+    },
 }
 
 /// Result of injection.
@@ -204,7 +212,15 @@ const MAX_WRITTEN: u64 = 1 << 20;
 /// Injects `plan` into the rootfs at `rootfs`, as seen from the current
 /// (container) mount namespace, taking host data from `sources`. On failure
 /// what was done is undone (see the module documentation).
-pub fn apply(sys: &impl Sys, plan: &Plan, sources: &mut Sources, rootfs: &Path) -> Result<Summary> {
+/// `acting_as` is the container's root where its user namespace is not the
+/// hook's: no change is made that it could not make itself.
+pub fn apply(
+    sys: &impl Sys,
+    plan: &Plan,
+    sources: &mut Sources,
+    rootfs: &Path,
+    acting_as: Option<&MappedRoot>,
+) -> Result<Summary> {
     let root = Root::open(rootfs).map_err(|source| Error::OpenRoot {
         path: rootfs.to_path_buf(),
         source,
@@ -220,7 +236,7 @@ pub fn apply(sys: &impl Sys, plan: &Plan, sources: &mut Sources, rootfs: &Path) 
         sys,
         dirs: Dirs::new(&root),
         files: TargetFiles::default(),
-        journal: Journal::default(),
+        journal: Journal::acting_as(acting_as.cloned()),
     };
     match injection.inject(plan, sources, &root, loader) {
         Ok(summary) => {
@@ -267,6 +283,7 @@ impl<S: Sys> Injection<'_, S> {
             let slot = self.dirs.slot(&node.path, journal)?;
             match plan.node_mode {
                 NodeMode::Mknod => {
+                    journal.may(slot.place(), userns::Edit::Add)?;
                     let made = self
                         .sys
                         .mknod(slot.place(), node.mode, node.major, node.minor)?;
@@ -345,9 +362,13 @@ impl<S: Sys> Injection<'_, S> {
 
         for change in &plan.modes {
             deadline::check()?;
-            if let Some(done) =
-                container_files::set_mode(root, &sources.reopener, &change.path, change.mode)?
-            {
+            if let Some(done) = container_files::set_mode(
+                root,
+                &sources.reopener,
+                &change.path,
+                change.mode,
+                journal,
+            )? {
                 journal.record(done);
                 summary.modes += 1;
             }

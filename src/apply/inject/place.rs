@@ -24,6 +24,7 @@ use pathrs::Root;
 use super::journal::{Change, Journal};
 use super::slot::{symlink_err, Place, Slot, Target};
 use super::staged::Staged;
+use super::userns::Edit;
 use super::{Error, Result};
 use crate::util::reopen::{kind_name, resolve_in};
 
@@ -112,6 +113,12 @@ impl<'r> Dirs<'r> {
         let mut current = Rc::new(base);
         for name in missing.into_iter().rev() {
             path.push(name);
+            let place = Place {
+                dir: current.as_fd(),
+                name,
+                path: &path,
+            };
+            journal.may(place, Edit::Add)?;
             match mkdirat(current.as_fd(), name, Mode::from_bits_truncate(0o755)) {
                 Ok(()) => journal.record(Change::CreatedDir(Slot {
                     dir: current.clone(),
@@ -255,6 +262,7 @@ impl TargetFiles {
             return Ok(None);
         };
         let place = slot.place();
+        journal.may(place, Edit::Add)?;
         match linkat(kept, "", place.dir, place.name, AtFlags::AT_EMPTY_PATH) {
             Ok(()) => journal.record(Change::Created(slot.clone())),
             // Taken since it was found missing: as creating it would fail.
@@ -327,6 +335,7 @@ pub(super) fn mount_target(
             return match kind_name(stat.st_mode) {
                 found if found == target.kind() => Ok(MountTarget::Ready(fd)),
                 "symlink" => {
+                    journal.may(place, Edit::Replace)?;
                     let (staged, fd) = Staged::target(slot.clone(), target)?;
                     staged.install(true, journal)?;
                     Ok(MountTarget::Ready(fd))
@@ -351,6 +360,7 @@ pub(super) fn mount_target(
             return Ok(MountTarget::Ready(fd));
         }
     }
+    journal.may(place, Edit::Add)?;
     let fd = target
         .make(place.dir, place.name)
         .map_err(|errno| Error::Create {
@@ -390,6 +400,7 @@ fn is_mount_root(fd: &OwnedFd) -> bool {
 /// costliest step of injection on a disk filesystem.
 pub(super) fn replace_with_symlink(slot: Slot, target: &Path, journal: &mut Journal) -> Result<()> {
     let place = slot.place();
+    journal.may(place, Edit::Add)?;
     match symlinkat(target, place.dir, place.name) {
         Ok(()) => {
             journal.record(Change::Created(slot));
@@ -419,6 +430,7 @@ pub(super) fn replace_with_symlink(slot: Slot, target: &Path, journal: &mut Jour
             })
         }
     }
+    journal.may(place, Edit::Replace)?;
     Staged::symlink(slot, target)?.install(true, journal)
 }
 
@@ -444,6 +456,12 @@ pub(super) fn replace_with_file(
             })
         }
     }
+    let edit = if existing.is_some() {
+        Edit::Replace
+    } else {
+        Edit::Add
+    };
+    journal.may(slot.place(), edit)?;
     Staged::file(slot, data)?.install(existing.is_some(), journal)?;
     Ok(true)
 }

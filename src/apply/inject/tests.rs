@@ -375,7 +375,7 @@ fn user_namespace_binds_host_nodes_instead_of_mknod() {
     world.plan.node_mode = NodeMode::Bind;
     let sys = FakeSys::default();
     let mut sources = Sources::open(&sys, &world.plan).unwrap();
-    apply(&sys, &world.plan, &mut sources, &world.rootfs()).unwrap();
+    apply(&sys, &world.plan, &mut sources, &world.rootfs(), None).unwrap();
     assert!(sys.mknods.borrow().is_empty());
     assert_eq!(
         sys.binds.borrow()[0],
@@ -477,7 +477,7 @@ fn apply_edits(rootfs: &Path, modes: Vec<ModeChange>, files: Vec<WrittenFile>) -
     };
     let sys = FakeSys::default();
     let mut sources = Sources::open(&sys, &plan)?;
-    apply(&sys, &plan, &mut sources, rootfs)
+    apply(&sys, &plan, &mut sources, rootfs, None)
 }
 
 #[test]
@@ -565,3 +565,66 @@ fn files_are_written_inside_the_root_never_through_a_link_pointing_out() {
 }
 
 mod rollback;
+
+/// The container's root as host ids `outside` (uid and gid), its namespace
+/// mapping those and, with `also`, one more id.
+fn container_root(outside: u32, also: Option<(u32, u32)>) -> MappedRoot {
+    use crate::planning::userns::IdRange;
+    let range = |outside| IdRange {
+        inside: 0,
+        outside,
+        count: 1,
+    };
+    let (mut uids, mut gids) = (vec![range(outside)], vec![range(outside)]);
+    if let Some((uid, gid)) = also {
+        uids.push(IdRange {
+            inside: 1,
+            ..range(uid)
+        });
+        gids.push(IdRange {
+            inside: 1,
+            ..range(gid)
+        });
+    }
+    MappedRoot {
+        uid: outside,
+        gid: outside,
+        uids,
+        gids,
+    }
+}
+
+/// In a user namespace the hook changes only what the container's root
+/// could: a rootfs whose directories belong to ids its namespace does not
+/// map (a host directory bind-mounted there) is left as it was, with one
+/// line naming the first place; mapped, the same rootfs is injected.
+#[test]
+fn a_user_namespaced_root_changes_only_what_it_could_itself() {
+    use std::os::unix::fs::MetadataExt;
+
+    let mut world = World::new();
+    // /dev/null (1:3) stands in for the host node: the numbers are checked.
+    world.plan.devices[0].major = 1;
+    world.plan.devices[0].minor = 3;
+    world.plan.node_mode = NodeMode::Bind;
+    let root = world.rootfs();
+    let owner = fs::metadata(&root).unwrap();
+    let (uid, gid) = (owner.uid(), owner.gid());
+    let outside = if uid == 100000 { 200000 } else { 100000 };
+    let before = rollback::tree(&root);
+    let sys = FakeSys::default();
+    let mut sources = Sources::open(&sys, &world.plan).unwrap();
+    let unmapped = container_root(outside, None);
+    let err = apply(&sys, &world.plan, &mut sources, &root, Some(&unmapped)).unwrap_err();
+    let line = err.to_string();
+    assert!(matches!(err, Error::BeyondContainerRoot { .. }), "{line}");
+    assert!(line.contains("/dev/nvidia0"), "{line}");
+    assert!(line.contains(&format!("belongs to {uid}:{gid}")), "{line}");
+    assert_eq!(rollback::tree(&root), before, "nothing changed");
+    assert!(sys.binds.borrow().is_empty());
+
+    let mapped = container_root(outside, Some((uid, gid)));
+    let mut sources = Sources::open(&sys, &world.plan).unwrap();
+    apply(&sys, &world.plan, &mut sources, &root, Some(&mapped)).unwrap();
+    assert!(root.join("etc/ld.so.conf.d").join(CONF_NAME).is_file());
+}

@@ -402,7 +402,7 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
     // made none for the container; the config may leave it to the runtime.
     let left = LeftToOthers {
         cgroup_rules: left.cgroup_rules
-            || user_namespace.is_some_and(|ns| ns.rootless)
+            || user_namespace.as_ref().is_some_and(|ns| ns.rootless)
             || !config.grant_device_cgroup,
         ..left
     };

@@ -380,3 +380,36 @@ impl Bundle {
         argv
     }
 }
+
+/// Gives a prepared bundle's container a user namespace whose ids
+/// `0..count` are host ids `root..root+count`, and hands its rootfs and
+/// `out/` to the container's root, as a root runtime's user-namespaced
+/// container has them.
+pub fn into_user_namespace(bundle: &Path, rootfs: &Path, root: u32, count: u32) {
+    let path = bundle.join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let linux = &mut config["linux"];
+    linux["namespaces"]
+        .as_array_mut()
+        .expect("namespaces")
+        .push(serde_json::json!({"type": "user"}));
+    let map = serde_json::json!([{"containerID": 0, "hostID": root, "size": count}]);
+    linux["uidMappings"] = map.clone();
+    linux["gidMappings"] = map;
+    std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    chown_tree(rootfs, root, root);
+    chown_tree(&bundle.join("out"), root, root);
+}
+
+/// `chown -hR uid:gid dir`, never following a symlink (the image's links
+/// point at host paths such as /bin/busybox).
+pub fn chown_tree(dir: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))
+        .unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
+    let meta = std::fs::symlink_metadata(dir).unwrap();
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            chown_tree(&entry.unwrap().path(), uid, gid);
+        }
+    }
+}
