@@ -14,8 +14,9 @@ use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use harness::direct::{bundle, hook_with_stdin, named_with_stdin, state, Namespaced};
+use harness::direct::{bundle, hook_with_stdin_on, named_with_stdin_on, state, Namespaced};
 use harness::mounts::{assert_mounts_unchanged, host_mounts, mount_table};
+use harness::old_kernel::{OldKernel, OLD_KERNELS};
 use harness::simhost::{Fixture, SimHost};
 
 /// What a directory tree holds: path (relative to `dir`) → kind, size,
@@ -65,6 +66,8 @@ struct Case {
     /// Whether a success must show mounts of the hook's (not for the
     /// `nvidia-cdi-hook` subcommands that make none).
     mounts: bool,
+    /// The old kernel the hook runs on, if any.
+    kernel: Option<OldKernel>,
 }
 
 impl Case {
@@ -87,7 +90,14 @@ impl Case {
             bundle,
             args: vec!["prestart".into()],
             mounts: true,
+            kernel: None,
         }
+    }
+
+    /// This case, with the hook run on `kernel`.
+    fn on(mut self, kernel: OldKernel) -> Case {
+        self.kernel = Some(kernel);
+        self
     }
 
     /// A container a runtime created from our CDI spec with GPU index 0:
@@ -161,8 +171,10 @@ impl Case {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         let stdin = state(container.pid(), &self.bundle);
         let out = match args.split_first() {
-            Some((&"nvidia-cdi-hook", rest)) => named_with_stdin("nvidia-cdi-hook", rest, &stdin),
-            _ => hook_with_stdin(&sim.config, &args, &stdin),
+            Some((&"nvidia-cdi-hook", rest)) => {
+                named_with_stdin_on(self.kernel, "nvidia-cdi-hook", rest, &stdin)
+            }
+            _ => hook_with_stdin_on(self.kernel, &sim.config, &args, &stdin),
         };
 
         // Seen from the test's own mount namespace: the host.
@@ -361,7 +373,12 @@ fn proc_driver_linked_out_of_the_rootfs_is_not_masked_and_the_rest_lands_inside(
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn image_files_linked_to_host_files_are_replaced_not_followed() {
     let (sim, _serial) = sim();
-    let case = Case::new();
+    assert_host_links_replaced(&sim, Case::new());
+}
+
+/// The image's loader cache, SONAME link, library and binary, linked to
+/// host files, are replaced inside the rootfs, never followed out.
+fn assert_host_links_replaced(sim: &SimHost, case: Case) {
     case.link("etc/ld.so.cache", case.canary().join("ld.so.cache"));
     case.link(
         "usr/lib/x86_64-linux-gnu/libcuda.so.1",
@@ -372,7 +389,7 @@ fn image_files_linked_to_host_files_are_replaced_not_followed() {
         case.canary().join("passwd"),
     );
     case.link("usr/bin/nvidia-smi", case.canary().join("passwd"));
-    let out = case.run(&sim);
+    let out = case.run(sim);
     assert!(
         out.status.success(),
         "{}",
@@ -695,7 +712,12 @@ fn compat_directory_linked_to_the_host_is_never_used() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn a_rootfs_that_races_never_lets_anything_escape() {
     let (sim, _serial) = sim();
-    let case = Case::new();
+    race(&sim, Case::new(), 40);
+}
+
+/// Runs `case` `runs` times while a thread swaps its library directory for
+/// a link to the canary and back; [`Case::run`] checks each.
+fn race(sim: &SimHost, case: Case, runs: u32) {
     let rootfs = case.rootfs();
     let canary = case.canary();
     fs::create_dir_all(rootfs.join("usr/lib/x86_64-linux-gnu")).unwrap();
@@ -720,8 +742,8 @@ fn a_rootfs_that_races_never_lets_anything_escape() {
         })
     };
     let mut outcomes = BTreeMap::new();
-    for _ in 0..40 {
-        let out = case.run(&sim);
+    for _ in 0..runs {
+        let out = case.run(sim);
         *outcomes.entry(out.status.success()).or_insert(0) += 1;
     }
     stop.store(true, Ordering::Relaxed);
@@ -1212,4 +1234,92 @@ fn nvidia_cdi_hook_subcommands_stay_inside_the_rootfs_through_runc_and_crun() {
     }
     eprintln!("{}", seen.join("\n"));
     let _ = fs::remove_dir_all(&canary);
+}
+
+/// Old kernels, played by a seccomp filter that fails the newer system
+/// calls with `ENOSYS` (harness::old_kernel): no `openat2` (paths resolve
+/// by `pathrs`'s emulation), no `statx` (no mount-root attribute), no new
+/// mount API (binds by path), no pidfds (the container's init held by its
+/// start time), and all of them at once. On each, a GPU container is still
+/// injected inside the rootfs, directories linked out are refused, image
+/// links to host files are replaced, never followed, `nvidia-cdi-hook`'s
+/// path works, a racing rootfs lets nothing escape, and a mount target
+/// that already is the host file's inode still gets the read-only mount:
+/// where the kernel cannot say it is mounted, it is mounted again.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn old_kernels_keep_every_protection() {
+    let (sim, _serial) = sim();
+    for kernel in OLD_KERNELS {
+        let name = kernel.name;
+        let (out, added) = Case::new().on(kernel).run_seeing_mounts(&sim);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {err}");
+        assert!(
+            added
+                .iter()
+                .any(|m| m.contains("/usr/lib/x86_64-linux-gnu/libcuda.so.")),
+            "{name}: libcuda is not mounted: {added:#?}"
+        );
+        for rel in ["usr/lib/x86_64-linux-gnu", "etc", "dev"] {
+            assert_linked_out_dir_refused(&sim, rel, || Case::new().on(kernel));
+        }
+        assert_host_links_replaced(&sim, Case::new().on(kernel));
+        let out = Case::cdi(&sim).on(kernel).run(&sim);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{name}: nvidia-cdi-hook's path: {err}"
+        );
+        race(&sim, Case::new().on(kernel), 8);
+        assert_host_inode_at_target_is_mounted_over(&sim, Case::new().on(kernel));
+    }
+}
+
+/// The image holds, at libcuda's mount target, a hard link to the host's
+/// own libcuda (the same inode, writable through the link): the hook must
+/// still mount the host file read-only over it, whether or not the kernel
+/// tells a mount root from a plain inode.
+fn assert_host_inode_at_target_is_mounted_over(sim: &SimHost, case: Case) {
+    let host_lib = find_file(&sim.dir, "libcuda.so.535.261.03")
+        .unwrap_or_else(|| panic!("no libcuda.so.535.261.03 under {}", sim.dir.display()));
+    let lib_dir = case.rootfs().join("usr/lib/x86_64-linux-gnu");
+    fs::create_dir_all(&lib_dir).unwrap();
+    let target = lib_dir.join("libcuda.so.535.261.03");
+    fs::hard_link(&host_lib, &target).unwrap_or_else(|e| {
+        panic!(
+            "hard-link {} to {}: the test needs both on one filesystem: {e}",
+            host_lib.display(),
+            target.display()
+        )
+    });
+    let (out, added) = case.run_seeing_mounts(sim);
+    let _ = fs::remove_file(&target);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let rootfs = fs::canonicalize(case.rootfs()).unwrap();
+    let point = format!(
+        "{}/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03 ",
+        rootfs.display()
+    );
+    assert!(
+        added.iter().any(|m| m.starts_with(&point)),
+        "the host's inode at the target was taken as mounted: {added:#?}"
+    );
+}
+
+/// The first regular file named `name` below `dir`.
+fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = fs::symlink_metadata(&path).ok()?;
+        if meta.is_dir() {
+            for entry in fs::read_dir(&path).ok()? {
+                stack.push(entry.ok()?.path());
+            }
+        } else if meta.is_file() && path.file_name().is_some_and(|n| n == name) {
+            return Some(path);
+        }
+    }
+    None
 }

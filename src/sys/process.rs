@@ -185,6 +185,61 @@ fn close_all_but(keep: i32) -> bool {
     true
 }
 
+/// What tells that a process is still the one checked, across a window in
+/// which its pid could come to name another: a pidfd (Linux 5.3), else the
+/// start time `/proc/<pid>/stat` gave when it was checked, since a pid and
+/// a start time together name one process.
+#[derive(Debug, Clone, Copy)]
+pub enum Hold<'a> {
+    /// A pidfd of the process.
+    Pidfd(BorrowedFd<'a>),
+    /// Its start time, in clock ticks since boot.
+    Started(u64),
+}
+
+/// Whether the process `hold` holds is still process `pid` of `proc`.
+pub fn is_held(proc: &std::path::Path, pid: u32, hold: Hold<'_>) -> io::Result<bool> {
+    match hold {
+        Hold::Pidfd(fd) => pidfd_is_alive(fd),
+        Hold::Started(then) => Ok(start_time(proc, pid)? == Some(then)),
+    }
+}
+
+/// The start time of process `pid` of `proc` (the 22nd field of its
+/// `stat`), or `None` where there is no such process.
+pub fn start_time(proc: &std::path::Path, pid: u32) -> io::Result<Option<u64>> {
+    use std::io::Read;
+    let path = proc.join(pid.to_string()).join("stat");
+    let file = match std::fs::File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // A stat line is some 300 bytes; its command name at most 64.
+    let mut stat = String::new();
+    match file.take(4096).read_to_string(&mut stat) {
+        Ok(_) => {}
+        // The process went away between the open and the read.
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    stat_start_time(&stat)
+        .map(Some)
+        .ok_or_else(|| io::Error::other(format!("{}: no start time in it", path.display())))
+}
+
+/// The start time in a `/proc/<pid>/stat` line; the command name before it
+/// may hold spaces and parentheses, so fields count from the last `)`.
+fn stat_start_time(stat: &str) -> Option<u64> {
+    // After the name: state is field 3, start time field 22.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
 /// Whether the process `pidfd` refers to still exists (not yet reaped), by
 /// `pidfd_send_signal(pidfd, 0)`, which sends nothing. While it does, its
 /// pid cannot name another process, so what was read under `/proc/<pid>`
@@ -216,6 +271,20 @@ pub fn pidfd_is_alive(pidfd: BorrowedFd<'_>) -> io::Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_process_is_held_by_its_start_time() {
+        let line =
+            "42 (runc:[2:INIT]) S 41 42 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 123456 1000 10";
+        assert_eq!(super::stat_start_time(line), Some(123456));
+        assert_eq!(super::stat_start_time("7 (a) b) (c) R 3"), None);
+        let proc = std::path::Path::new("/proc");
+        let me = std::process::id();
+        let started = super::start_time(proc, me).unwrap().unwrap();
+        assert!(super::is_held(proc, me, super::Hold::Started(started)).unwrap());
+        assert!(!super::is_held(proc, me, super::Hold::Started(started + 1)).unwrap());
+        assert!(!super::is_held(proc, 999_999_999, super::Hold::Started(started)).unwrap());
+    }
+
     use std::os::fd::AsFd;
 
     use nix::sys::wait::waitpid;

@@ -10,6 +10,7 @@ use crate::apply::cgroup;
 use crate::apply::inject::fake::FakeSys;
 use crate::apply::inject::{self, NodeMade, Place, Source, Sys};
 use crate::planning::plan::{CgroupRule, MountOptions};
+use crate::sys::process::Hold;
 
 /// The steps of the sequence a fake can be told to refuse.
 pub(crate) const STEPS: [&str; 4] = ["grant", "still_held", "act_as", "enter"];
@@ -41,12 +42,7 @@ impl FakeSeam {
 }
 
 impl Sys for FakeSeam {
-    fn enter_mount_namespace(
-        &self,
-        proc: &Path,
-        pid: u32,
-        _pidfd: Option<BorrowedFd<'_>>,
-    ) -> inject::Result<()> {
+    fn enter_mount_namespace(&self, proc: &Path, pid: u32, _hold: Hold<'_>) -> inject::Result<()> {
         self.call("enter")
             .map_err(|source| inject::Error::Namespace {
                 path: proc.join(pid.to_string()).join("ns/mnt"),
@@ -101,13 +97,13 @@ impl Sys for FakeSeam {
 }
 
 impl Seam for FakeSeam {
-    fn still_held(&self, pid: u32, _pidfd: Option<BorrowedFd<'_>>) -> Result<()> {
+    fn still_held(&self, pid: u32, _hold: Hold<'_>) -> Result<()> {
         self.call("still_held").map_err(|_| Error::DeadPid { pid })
     }
     fn grant(
         &self,
         _pid: u32,
-        _pidfd: Option<BorrowedFd<'_>>,
+        _hold: Hold<'_>,
         _rules: &[CgroupRule],
     ) -> Result<Vec<cgroup::Outcome>> {
         self.call("grant").map_err(|source| Error::Inspect {

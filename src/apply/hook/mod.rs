@@ -19,7 +19,7 @@ mod state;
 mod target;
 
 use std::io::{self, Read};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -39,7 +39,6 @@ use crate::planning::planner::{
     self, Asked, Discovery, Granted, ImageSource, Inputs, LeftToOthers, Source, SpecMade,
 };
 use crate::{apply::cgroup, planning::request};
-use target::Held;
 
 /// Why the hook refused or failed; `main` prints it on one line.
 #[derive(Debug, Error)]
@@ -93,14 +92,14 @@ const PROC: &str = "/proc";
 /// being created, seen from outside it; then reads its bundle.
 fn creating(stdin: impl Read + AsFd) -> Result<Target> {
     let state = state::parse(&state::read(stdin)?)?;
-    let pidfd = hold_creating(state.pid)?;
+    let held = hold_creating(state.pid)?;
     let container = bundle::load(&state.bundle)?;
-    Ok(Target::outside(state.id, container, state.pid, pidfd))
+    Ok(Target::outside(state.id, container, held))
 }
 
 /// Checks that `pid` is a container being created, seen from outside it,
 /// and holds it.
-fn hold_creating(pid: u32) -> Result<Option<OwnedFd>> {
+fn hold_creating(pid: u32) -> Result<pid::Held> {
     // Modes we pass are exact: device nodes keep the host node's mode.
     umask(Mode::empty());
     pid::refuse_inside_container(Path::new(PROC), pid)
@@ -179,9 +178,9 @@ pub struct Configure<'a> {
 pub fn configure(config: &Config, target: &Configure<'_>, sys: &impl Seam) -> Result<()> {
     let configured = match target.pid {
         Some(pid) => {
-            let pidfd = hold_creating(pid)?;
+            let held = hold_creating(pid)?;
             let container = configured_container(target.bundle, target.rootfs)?;
-            Target::outside(format!("pid {pid}"), container, pid, pidfd)
+            Target::outside(format!("pid {pid}"), container, held)
         }
         None => {
             let id = format!("rootfs {}", target.rootfs.display());
@@ -434,10 +433,7 @@ pub fn locate(stdin: impl Read + AsFd, state_file: Option<&Path>) -> Result<Targ
     let reach = if in_child_pid_ns || ns("self")? == ns(&state.pid.to_string())? {
         Reach::Inside
     } else {
-        Reach::Outside(Held {
-            pid: state.pid,
-            pidfd: hold_creating(state.pid)?,
-        })
+        Reach::Outside(hold_creating(state.pid)?)
     };
     Ok(Target {
         id: state.id,

@@ -7,7 +7,7 @@
 //! checked one died.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -15,7 +15,7 @@ use rustix::io::Errno;
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
 
 use super::{Error, Result};
-use crate::sys::process::pidfd_is_alive;
+use crate::sys::process::{is_held, start_time, Hold};
 
 /// Refuses a `pid` that cannot be a container being created.
 ///
@@ -30,26 +30,58 @@ use crate::sys::process::pidfd_is_alive;
 /// container or some other process, never one at `prestart`/`createRuntime`,
 /// which run before `pivot_root`.
 ///
-/// Returns the process held by a pidfd, taken before the checks and found
-/// alive after them, so that the checks were about it and entering its
-/// mount namespace by the pidfd enters the one checked. `None` before Linux
-/// 5.3, which has no pidfds: there, as before them, a pid recycled between
-/// the checks and `setns` goes unnoticed.
-pub(super) fn refuse_inside_container(proc: &Path, pid: u32) -> Result<Option<OwnedFd>> {
-    let pidfd = hold(proc, pid)?;
+/// Returns the process held, by a pidfd taken before the checks (or, before
+/// Linux 5.3, which has no pidfds, by its start time read before them) and
+/// found still held after them, so that the checks were about it, and
+/// entering its mount namespace enters the one checked.
+pub(super) fn refuse_inside_container(proc: &Path, pid: u32) -> Result<Held> {
+    let held = hold(proc, pid)?;
     check(proc, pid)?;
-    still_held(proc, pid, pidfd.as_ref().map(AsFd::as_fd))?;
-    Ok(pidfd)
+    still_held(proc, pid, held.hold())?;
+    Ok(held)
 }
 
-/// Fails unless the process `pidfd` holds is still alive, so that what was
-/// read of `/proc/<pid>` since it was taken was about that process and not
-/// one that recycled its pid. A no-op without a pidfd (Linux < 5.3).
-pub(super) fn still_held(proc: &Path, pid: u32, pidfd: Option<BorrowedFd<'_>>) -> Result<()> {
-    let Some(fd) = pidfd else {
-        return Ok(());
-    };
-    let alive = pidfd_is_alive(fd).map_err(|source| Error::Inspect {
+/// A container's init, checked to be one being created, and held.
+#[derive(Debug)]
+pub(super) struct Held {
+    /// Its pid, in this process's pid namespace.
+    pub pid: u32,
+    /// How it is held.
+    grip: Grip,
+}
+
+/// How a [`Held`] process is held.
+#[derive(Debug)]
+enum Grip {
+    Pidfd(OwnedFd),
+    /// Its start time, where the kernel has no pidfds.
+    Started(u64),
+}
+
+impl Held {
+    /// What tells the process is still the one checked.
+    pub fn hold(&self) -> Hold<'_> {
+        match &self.grip {
+            Grip::Pidfd(fd) => Hold::Pidfd(fd.as_fd()),
+            Grip::Started(time) => Hold::Started(*time),
+        }
+    }
+
+    /// A process of the tests, held by a start time no process has.
+    #[cfg(test)]
+    pub fn fake(pid: u32) -> Held {
+        Held {
+            pid,
+            grip: Grip::Started(u64::MAX),
+        }
+    }
+}
+
+/// Fails unless the process `hold` holds is still process `pid`, so that
+/// what was read of `/proc/<pid>` since it was taken was about that process
+/// and not one that recycled its pid.
+pub(super) fn still_held(proc: &Path, pid: u32, hold: Hold<'_>) -> Result<()> {
+    let alive = is_held(proc, pid, hold).map_err(|source| Error::Inspect {
         path: proc.join(pid.to_string()),
         source,
     })?;
@@ -60,23 +92,31 @@ pub(super) fn still_held(proc: &Path, pid: u32, pidfd: Option<BorrowedFd<'_>>) -
     }
 }
 
-/// A pidfd of `pid`, or `None` where the kernel has no `pidfd_open`.
-fn hold(proc: &Path, pid: u32) -> Result<Option<OwnedFd>> {
+/// Holds `pid`: by a pidfd, or by its start time where the kernel has no
+/// `pidfd_open`.
+fn hold(proc: &Path, pid: u32) -> Result<Held> {
     let Some(raw) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return Err(Error::DeadPid { pid });
     };
-    match pidfd_open(raw, PidfdFlags::empty()) {
-        Ok(fd) => Ok(Some(fd)),
-        Err(Errno::SRCH) => Err(Error::DeadPid { pid }),
+    let grip = match pidfd_open(raw, PidfdFlags::empty()) {
+        Ok(fd) => Grip::Pidfd(fd),
+        Err(Errno::SRCH) => return Err(Error::DeadPid { pid }),
         Err(Errno::NOSYS) => {
-            log::debug!("no pidfd_open (Linux < 5.3): process {pid} is checked by pid only");
-            Ok(None)
+            log::debug!("no pidfd_open (Linux < 5.3): process {pid} is held by its start time");
+            let started = start_time(proc, pid).map_err(|source| Error::Inspect {
+                path: proc.join(pid.to_string()).join("stat"),
+                source,
+            })?;
+            Grip::Started(started.ok_or(Error::DeadPid { pid })?)
         }
-        Err(errno) => Err(Error::Inspect {
-            path: proc.join(pid.to_string()),
-            source: io::Error::other(format!("pidfd_open: {errno}")),
-        }),
-    }
+        Err(errno) => {
+            return Err(Error::Inspect {
+                path: proc.join(pid.to_string()),
+                source: io::Error::other(format!("pidfd_open: {errno}")),
+            })
+        }
+    };
+    Ok(Held { pid, grip })
 }
 
 /// The checks themselves, on `/proc/<pid>`.

@@ -11,68 +11,50 @@
 //! privileged call goes through the [`Seam`] the caller passes, so each
 //! consumer's whole sequence runs against a fake in unit tests.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::time::Instant;
 
-use super::{pid, Result, PROC};
+use super::pid::{self, Held};
+use super::{Result, PROC};
 use crate::apply::cgroup;
 use crate::apply::inject::{self, LinuxSys, Sources, Sys};
 use crate::planning::bundle;
 use crate::planning::plan::{CgroupRule, Plan};
 use crate::planning::planner::UserNamespace as UserNamespaceSource;
 use crate::planning::userns::UserNamespace;
+use crate::sys::process::Hold;
 
 /// The privileged calls of the whole apply sequence: injection's, and the
 /// container's own around them.
 pub trait Seam: Sys {
-    /// Fails unless the process `pidfd` holds is still alive, so that what
-    /// was read of `/proc/<pid>` was about it.
-    fn still_held(&self, pid: u32, pidfd: Option<BorrowedFd<'_>>) -> Result<()>;
-    /// Grants `rules` in the device cgroup of process `pid`, held by `pidfd`.
-    fn grant(
-        &self,
-        pid: u32,
-        pidfd: Option<BorrowedFd<'_>>,
-        rules: &[CgroupRule],
-    ) -> Result<Vec<cgroup::Outcome>>;
+    /// Fails unless the process `hold` holds is still process `pid`, so
+    /// that what was read of `/proc/<pid>` was about it.
+    fn still_held(&self, pid: u32, hold: Hold<'_>) -> Result<()>;
+    /// Grants `rules` in the device cgroup of process `pid`, held by `hold`.
+    fn grant(&self, pid: u32, hold: Hold<'_>, rules: &[CgroupRule])
+        -> Result<Vec<cgroup::Outcome>>;
     /// Creates files from now on as `uid`:`gid`.
     fn act_as(&self, uid: u32, gid: u32) -> Result<()>;
 }
 
 impl Seam for LinuxSys {
-    fn still_held(&self, pid: u32, pidfd: Option<BorrowedFd<'_>>) -> Result<()> {
-        pid::still_held(Path::new(PROC), pid, pidfd)
+    fn still_held(&self, pid: u32, hold: Hold<'_>) -> Result<()> {
+        pid::still_held(Path::new(PROC), pid, hold)
     }
 
     fn grant(
         &self,
         pid: u32,
-        pidfd: Option<BorrowedFd<'_>>,
+        hold: Hold<'_>,
         rules: &[CgroupRule],
     ) -> Result<Vec<cgroup::Outcome>> {
         let proc = Path::new(PROC);
-        let held = || pid::still_held(proc, pid, pidfd).is_ok();
+        let held = || pid::still_held(proc, pid, hold).is_ok();
         Ok(cgroup::allow_held(proc, pid, rules, &held)?)
     }
 
     fn act_as(&self, uid: u32, gid: u32) -> Result<()> {
         Ok(inject::userns::act_as(uid, gid)?)
-    }
-}
-
-/// A container's init, checked to be one being created, and held.
-#[derive(Debug)]
-pub(super) struct Held {
-    /// Its pid, in this process's pid namespace.
-    pub pid: u32,
-    /// The process held; `None` where the kernel has no pidfds.
-    pub pidfd: Option<OwnedFd>,
-}
-
-impl Held {
-    fn fd(&self) -> Option<BorrowedFd<'_>> {
-        self.pidfd.as_ref().map(AsFd::as_fd)
     }
 }
 
@@ -114,18 +96,13 @@ pub struct Applied {
 }
 
 impl Target {
-    /// A container whose init `pid`, held by `pidfd`, was checked to be one
-    /// being created, seen from outside it.
-    pub(super) fn outside(
-        id: String,
-        container: bundle::Container,
-        pid: u32,
-        pidfd: Option<OwnedFd>,
-    ) -> Target {
+    /// A container whose init, `held`, was checked to be one being
+    /// created, seen from outside it.
+    pub(super) fn outside(id: String, container: bundle::Container, held: Held) -> Target {
         Target {
             id,
             container,
-            reach: Reach::Outside(Held { pid, pidfd }),
+            reach: Reach::Outside(held),
         }
     }
 
@@ -181,13 +158,13 @@ impl Target {
         }
         if let Some(held) = self.held() {
             if !plan.cgroup_rules.is_empty() {
-                for outcome in sys.grant(held.pid, held.fd(), &plan.cgroup_rules)? {
+                for outcome in sys.grant(held.pid, held.hold(), &plan.cgroup_rules)? {
                     log::debug!("container {id}: device cgroup: {outcome:?}");
                 }
             }
             // The cgroup and the user namespace were found by pid: they were
             // the held process's only if it still exists.
-            sys.still_held(held.pid, held.fd())?;
+            sys.still_held(held.pid, held.hold())?;
         }
         let granted = Instant::now();
         let mut sources = Sources::open(sys, plan)?;
@@ -223,7 +200,7 @@ impl Target {
         make: impl FnOnce(&Path) -> std::result::Result<Plan, E>,
     ) -> std::result::Result<inject::Summary, E> {
         if let Some(held) = self.held() {
-            sys.still_held(held.pid, held.fd())?;
+            sys.still_held(held.pid, held.hold())?;
         }
         self.enter(sys)?;
         let plan = make(&self.container.rootfs)?;
@@ -249,10 +226,7 @@ impl Target {
             id: "test".into(),
             container: bundle::Container::bare(rootfs, Vec::new()),
             reach: if held {
-                Reach::Outside(Held {
-                    pid: 4242,
-                    pidfd: None,
-                })
+                Reach::Outside(Held::fake(4242))
             } else {
                 Reach::Inside
             },
@@ -262,7 +236,7 @@ impl Target {
     /// Makes the container's mount namespace this process's (a no-op inside it).
     fn enter(&self, sys: &impl Seam) -> Result<()> {
         if let Some(held) = self.held() {
-            sys.enter_mount_namespace(Path::new(PROC), held.pid, held.fd())?;
+            sys.enter_mount_namespace(Path::new(PROC), held.pid, held.hold())?;
         }
         Ok(())
     }

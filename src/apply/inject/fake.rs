@@ -18,6 +18,7 @@ use crate::planning::plan::{
     DeviceNode, LoaderEntry, Mount, MountOptions, NodeMode, ProcCopy, ProcFile, ProcMask, Symlink,
     WrittenFile,
 };
+use crate::sys::process::Hold;
 
 const X86: i32 = FLAG_ELF_LIBC6 | FLAG_X8664_LIB64;
 
@@ -43,12 +44,7 @@ pub(crate) struct FakeSys {
 }
 
 impl Sys for FakeSys {
-    fn enter_mount_namespace(
-        &self,
-        _proc: &Path,
-        _pid: u32,
-        _pidfd: Option<BorrowedFd<'_>>,
-    ) -> Result<()> {
+    fn enter_mount_namespace(&self, _proc: &Path, _pid: u32, _hold: Hold<'_>) -> Result<()> {
         Ok(())
     }
     fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<NodeMade> {

@@ -379,18 +379,20 @@ pub(super) fn mount_target(
 }
 
 /// Whether `fd` is the root of a mount (statx, Linux 5.8+). Where the
-/// kernel cannot say, the inode alone decided: an image cannot hold a host
-/// driver file's inode unless it is that file.
+/// kernel cannot say, it is taken as not: the source is mounted again, on
+/// top. A read-only mount stacked on ours is harmless; one skipped would
+/// leave whatever holds the inode there (an image's hard link to the host
+/// file, writable) in the mount's place.
 fn is_mount_root(fd: &OwnedFd) -> bool {
     use rustix::fs::{statx, AtFlags as StatxAt, StatxAttributes, StatxFlags};
     match statx(fd, "", StatxAt::EMPTY_PATH, StatxFlags::BASIC_STATS) {
         Ok(stx) => {
             let known = StatxAttributes::from_bits_retain(stx.stx_attributes_mask.bits());
-            !known.contains(StatxAttributes::MOUNT_ROOT)
-                || StatxAttributes::from_bits_retain(stx.stx_attributes.bits())
+            known.contains(StatxAttributes::MOUNT_ROOT)
+                && StatxAttributes::from_bits_retain(stx.stx_attributes.bits())
                     .contains(StatxAttributes::MOUNT_ROOT)
         }
-        Err(_) => true,
+        Err(_) => false,
     }
 }
 

@@ -30,7 +30,8 @@ use rustix::mount::{MoveMountFlags, OpenTreeFlags};
 
 use super::{Error, Place, Result, Source};
 use crate::planning::plan::MountOptions;
-use crate::sys::{mount, process};
+use crate::sys::mount;
+use crate::sys::process::{self, Hold};
 
 /// The privileged operations injection needs; the Linux implementation makes
 /// the syscalls, tests substitute a recorder.
@@ -38,12 +39,7 @@ pub trait Sys {
     /// Moves this process into the mount namespace of `pid`, held by
     /// `pidfd` where the kernel has pidfds, so that the namespace entered is
     /// that of the process checked, even if `pid` now names another.
-    fn enter_mount_namespace(
-        &self,
-        proc: &Path,
-        pid: u32,
-        pidfd: Option<BorrowedFd<'_>>,
-    ) -> Result<()>;
+    fn enter_mount_namespace(&self, proc: &Path, pid: u32, hold: Hold<'_>) -> Result<()>;
     /// Creates character device `place` and verifies it with `fstatat`; a
     /// node already there is accepted if it is the same device.
     fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<NodeMade>;
@@ -164,12 +160,7 @@ fn detach(mounted: BorrowedFd<'_>, path: &Path) -> Result<()> {
 }
 
 impl Sys for LinuxSys {
-    fn enter_mount_namespace(
-        &self,
-        proc: &Path,
-        pid: u32,
-        pidfd: Option<BorrowedFd<'_>>,
-    ) -> Result<()> {
+    fn enter_mount_namespace(&self, proc: &Path, pid: u32, hold: Hold<'_>) -> Result<()> {
         let open =
             |path: PathBuf| File::open(&path).map_err(|source| Error::Namespace { path, source });
         let host = open(proc.join("self/ns/mnt"))?;
@@ -181,7 +172,7 @@ impl Sys for LinuxSys {
         // Since Linux 5.8 setns takes the pidfd itself: the namespace is the
         // held process's, whatever its pid names by now. The way back from
         // the host's (`clone_in_host`) then takes this one as now ours.
-        if let Some(pidfd) = pidfd {
+        if let Hold::Pidfd(pidfd) = hold {
             match setns(pidfd, CloneFlags::CLONE_NEWNS) {
                 Ok(()) => {
                     let container = open(proc.join("self/ns/mnt"))?;
@@ -200,15 +191,13 @@ impl Sys for LinuxSys {
         }
         let container = open(ns.clone())?;
         // The file opened must be the held process's namespace: its pid
-        // cannot have been reused while the process still exists.
-        if let Some(pidfd) = pidfd {
-            let alive = process::pidfd_is_alive(pidfd).map_err(|source| Error::Namespace {
-                path: ns.clone(),
-                source,
-            })?;
-            if !alive {
-                return Err(entered(Errno::ESRCH));
-            }
+        // cannot have been reused while the process is still held.
+        let held = process::is_held(proc, pid, hold).map_err(|source| Error::Namespace {
+            path: ns.clone(),
+            source,
+        })?;
+        if !held {
+            return Err(entered(Errno::ESRCH));
         }
         setns(container.as_fd(), CloneFlags::CLONE_NEWNS).map_err(entered)?;
         *self.namespaces.borrow_mut() = Some((host, container, ns));

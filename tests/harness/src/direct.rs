@@ -9,28 +9,52 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::old_kernel::OldKernel;
 use crate::project::hook_binary;
 
 /// Runs `oci-nvidia-hook --config CONFIG ARGS` with `stdin`, and a cleared environment.
 pub fn hook_with_stdin(config: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    hook_with_stdin_on(None, config, args, stdin)
+}
+
+/// [`hook_with_stdin`], on `kernel` where one is given.
+pub fn hook_with_stdin_on(
+    kernel: Option<OldKernel>,
+    config: &Path,
+    args: &[&str],
+    stdin: &[u8],
+) -> Output {
     let mut all = vec!["--config", config.to_str().expect("a UTF-8 config path")];
     all.extend(args);
-    named_with_stdin("oci-nvidia-hook", &all, stdin)
+    named_with_stdin_on(kernel, "oci-nvidia-hook", &all, stdin)
 }
 
 /// Runs the binary under the name `argv0` (`nvidia-cdi-hook`) with `args`,
 /// `stdin`, and a cleared environment.
 pub fn named_with_stdin(argv0: &str, args: &[&str], stdin: &[u8]) -> Output {
+    named_with_stdin_on(None, argv0, args, stdin)
+}
+
+/// [`named_with_stdin`], on `kernel` where one is given (some system calls
+/// failing with `ENOSYS`).
+pub fn named_with_stdin_on(
+    kernel: Option<OldKernel>,
+    argv0: &str,
+    args: &[&str],
+    stdin: &[u8],
+) -> Output {
     use std::os::unix::process::CommandExt;
-    let mut child = Command::new(hook_binary())
-        .arg0(argv0)
+    let mut cmd = Command::new(hook_binary());
+    cmd.arg0(argv0)
         .env_clear()
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run oci-nvidia-hook");
+        .stderr(Stdio::piped());
+    if let Some(kernel) = kernel {
+        crate::old_kernel::play(&mut cmd, kernel);
+    }
+    let mut child = cmd.spawn().expect("run oci-nvidia-hook");
     let mut input = child.stdin.take().unwrap();
     // The hook may stop reading early (too large): ignore a broken pipe.
     let _ = input.write_all(stdin);

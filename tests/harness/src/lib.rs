@@ -19,6 +19,7 @@ pub mod json;
 pub mod ldconfig;
 pub mod mounts;
 pub mod nvidia_cli;
+pub mod old_kernel;
 pub mod preload;
 pub mod project;
 pub mod refusal;

@@ -19,6 +19,7 @@ use nix::sys::stat::Mode;
 use super::{FakeSys, World};
 use crate::apply::inject::{Error, LinuxSys, NodeMade, Place, Result, Source, Sys, CONF_NAME};
 use crate::planning::plan::MountOptions;
+use crate::sys::process::Hold;
 
 /// What the wrapper's refusal says, to tell it from other errors.
 const INJECTED: &str = "injected fault";
@@ -64,13 +65,8 @@ impl<S: Sys> Faulty<S> {
 }
 
 impl<S: Sys> Sys for Faulty<S> {
-    fn enter_mount_namespace(
-        &self,
-        proc: &Path,
-        pid: u32,
-        pidfd: Option<BorrowedFd<'_>>,
-    ) -> Result<()> {
-        self.inner.enter_mount_namespace(proc, pid, pidfd)
+    fn enter_mount_namespace(&self, proc: &Path, pid: u32, hold: Hold<'_>) -> Result<()> {
+        self.inner.enter_mount_namespace(proc, pid, hold)
     }
     fn mknod(&self, place: Place<'_>, mode: u32, major: u32, minor: u32) -> Result<NodeMade> {
         self.call("mknod", place.path)?;
