@@ -424,17 +424,40 @@ pub fn locate(stdin: impl Read + AsFd, state_file: Option<&Path>) -> Result<Targ
             path: Path::new(PROC).join("self"),
             source,
         })? != Path::new(&std::process::id().to_string());
-    let state = if in_child_pid_ns {
-        state::parse_inside(&data)?
-    } else {
-        state::parse(&data)?
-    };
-    let container = bundle::load(&state.bundle)?;
-    let reach = if in_child_pid_ns || ns("self")? == ns(&state.pid.to_string())? {
+    // crun run with the host's pids says pid 0 (none) at createContainer,
+    // which it runs from the container's init, in its mount namespace.
+    let state = state::parse_inside(&data)?;
+    let reach = if in_child_pid_ns {
+        Reach::Inside
+    } else if state.pid == 0 {
+        // Then this process shares its parent's (the init's) namespace,
+        // and that is not the host's: else it is on the host, where the
+        // rootfs is not the container's to change. The init's children have
+        // the container's capabilities, fewer than pid 1's, whose
+        // namespace they then may not even look at: that too says this is
+        // not the host's runtime.
+        let parent = nix::unistd::getppid().as_raw().to_string();
+        let own = ns("self")?;
+        let hosts = match ns("1") {
+            Err(Error::Inspect { source, .. })
+                if source.kind() == io::ErrorKind::PermissionDenied =>
+            {
+                None
+            }
+            other => Some(other?),
+        };
+        if own != ns(&parent)? || hosts == Some(own) {
+            return Err(Error::State(format!(
+                "the state names no process (pid 0), and this process is not in a container's mount namespace: it shares the host's, or not its parent's ({parent})"
+            )));
+        }
+        Reach::Inside
+    } else if ns("self")? == ns(&state.pid.to_string())? {
         Reach::Inside
     } else {
         Reach::Outside(hold_creating(state.pid)?)
     };
+    let container = bundle::load(&state.bundle)?;
     Ok(Target {
         id: state.id,
         container,

@@ -46,8 +46,9 @@ pub fn parse(data: &[u8]) -> Result<ContainerState> {
     parse_pid(data, false)
 }
 
-/// [`parse`] for a hook run inside the container's pid namespace, where
-/// crun's `createContainer` state says pid 0 (none): the pid is not used.
+/// [`parse`] for a hook run inside the container (`createContainer`),
+/// where crun's state says pid 0 (none) in the container's pid namespace or
+/// without one: 0 then stands for no pid.
 pub fn parse_inside(data: &[u8]) -> Result<ContainerState> {
     parse_pid(data, true)
 }
