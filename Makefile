@@ -25,7 +25,7 @@ UDEVRULESDIR ?= $(PREFIX)/lib/udev/rules.d
 UNITS        := packaging/systemd/oci-nvidia-hook-cdi.service packaging/systemd/oci-nvidia-hook-cdi.path
 UDEVRULES    := packaging/udev/90-oci-nvidia-hook-cdi.rules
 
-.PHONY: build build-aarch64 test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-targets bench-ldcache bench-trixie lint install install-units fuzz deb rpm package-docs
+.PHONY: build build-aarch64 test deps demo bench bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-targets bench-ldcache bench-trixie bench-hostile-rss lint install install-units fuzz deb rpm package-docs
 
 build:
 	CARGO=$(CARGO) PROBE_GLIBC=$(GLIBC_FLOOR) integration/zigbuild --release --locked --target $(TARGET)
@@ -52,7 +52,7 @@ demo: build deps
 # build simulated hosts and start runc containers. Run counts: BENCH_RUNS, BENCH_WARMUP,
 # BENCH_RSS_RUNS; bench-runc's matrix: BENCH_GPUS, BENCH_CAPS, BENCH_CGROUPS;
 # bench-cdi's Podman starts: BENCH_PODMAN_RUNS, BENCH_CDI_CAPS.
-bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-ldcache bench-targets bench-trixie
+bench: bench-inprocess bench-process bench-runc bench-rss bench-mask bench-phases bench-cdi bench-docker bench-doctor bench-floor bench-ldcache bench-targets bench-trixie bench-hostile-rss
 
 # nvidia-cdi-hook update-ldcache against NVIDIA's fork of ldconfig -r ROOT.
 bench-ldcache: build
@@ -73,6 +73,12 @@ bench-runc: build deps
 # Peak RSS of the hook in runc, and of `list` and `info`.
 bench-rss: build deps
 	integration/bench-rss $(BIN)
+
+# Peak RSS against image inputs built to amplify what the hook reads, under
+# and past each bound, through the prestart hook, the runtime wrapper and
+# nvidia-cdi-hook.
+bench-hostile-rss: build deps
+	integration/bench-hostile-rss $(BIN)
 
 # What masking /proc/driver/nvidia costs (a real host's work that runc on a
 # simulated host cannot show): the hook run directly, with and without.

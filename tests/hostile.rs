@@ -1323,3 +1323,108 @@ fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
     }
     None
 }
+
+/// An image loader cache far under any size cap whose entries all point at
+/// one long string: it describes far more text than it holds.
+fn amplifying_cache(entries: usize, string_len: usize) -> Vec<u8> {
+    const HEADER: usize = 48;
+    const ENTRY: usize = 24;
+    let mut data = b"glibc-ld.so.cache1.1".to_vec();
+    data.resize(HEADER, 0);
+    data[20..24].copy_from_slice(&(entries as u32).to_le_bytes());
+    data[28] = 2; // little-endian
+    let strings = (HEADER + entries * ENTRY) as u32;
+    for _ in 0..entries {
+        let mut entry = [0u8; ENTRY];
+        entry[..4].copy_from_slice(&0x0303i32.to_le_bytes()); // libc6, x86-64
+        entry[4..8].copy_from_slice(&strings.to_le_bytes());
+        entry[8..12].copy_from_slice(&strings.to_le_bytes());
+        data.extend_from_slice(&entry);
+    }
+    data.extend(std::iter::repeat_n(b'a', string_len));
+    data.push(0);
+    data
+}
+
+/// `count` empty files named by `name` in the rootfs directory `rel`.
+fn fill(case: &Case, rel: &str, count: usize, name: impl Fn(usize) -> String) {
+    let dir = case.rootfs().join(rel);
+    fs::create_dir_all(&dir).unwrap();
+    for n in 0..count {
+        fs::write(dir.join(name(n)), b"").unwrap();
+    }
+}
+
+/// Inputs built to amplify what the hook reads of the image, through the
+/// prestart hook and `nvidia-cdi-hook`: a loader cache whose entries share
+/// one long string, a compat directory and a library folder of more
+/// entries than the listing bound, a folder of more would-be libraries
+/// than one scan reads. Each is refused in one line naming the file and
+/// the bound, with nothing changed outside the rootfs (Case::run).
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn inputs_built_to_amplify_are_refused_at_their_bound() {
+    let (sim, _serial) = sim();
+    let case = Case::new();
+    fs::create_dir_all(case.rootfs().join("etc")).unwrap();
+    fs::write(
+        case.rootfs().join("etc/ld.so.cache"),
+        amplifying_cache(5000, 4096),
+    )
+    .unwrap();
+    let out = case.run(&sim);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the amplifying cache was taken: {err}"
+    );
+    assert!(
+        err.contains("ld.so.cache") && err.contains("16777216"),
+        "the refusal names the cache and the bound: {err}"
+    );
+
+    let many = 40_000;
+    let case = Case::new();
+    fill(&case, "usr/local/cuda/compat", many, |n| {
+        format!("libcuda.so.{n}.{}", "9".repeat(40))
+    });
+    let out = case.run(&sim);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the compat listing was read whole: {err}"
+    );
+    assert!(
+        err.contains("/usr/local/cuda/compat") && err.contains("more than"),
+        "{err}"
+    );
+
+    let folder = "usr/lib/x86_64-linux-gnu";
+    let update = ["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"];
+    let case = cdi_hook_case(&update, |case| {
+        fill(case, folder, many, |n| {
+            format!("lib{n}.so.{}", "1".repeat(20))
+        })
+    });
+    let out = case.run(&sim);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the folder listing was read whole: {err}"
+    );
+    assert!(
+        err.contains("/usr/lib/x86_64-linux-gnu") && err.contains("32768 entries"),
+        "{err}"
+    );
+
+    let case = cdi_hook_case(&update, |case| {
+        fill(case, folder, 9000, |n| format!("lib{n}.so.1"))
+    });
+    let out = case.run(&sim);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "every file was read as a library: {err}"
+    );
+    assert!(err.contains("8192 shared objects"), "{err}");
+}

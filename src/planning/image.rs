@@ -15,7 +15,6 @@ use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
-use nix::dir::Dir;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 use pathrs::Root;
@@ -40,6 +39,8 @@ pub enum Error {
     },
     #[error("cannot read {path} in the container image: {reason}")]
     Read { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Listing(#[from] crate::util::listing::Error),
 }
 
 /// Result of examining the image.
@@ -158,11 +159,9 @@ fn find_compat(root: &Root, dir_path: &Path, host: HostOffers<'_>) -> Result<Opt
     let dir_file = reopener
         .reopen(handle.as_fd(), dir_path, Expect::Directory)
         .map_err(|e| read_err(e.to_string()))?;
-    let mut names: Vec<String> = Dir::from_fd(dir_file.into())
-        .map_err(|e| read_err(e.to_string()))?
-        .iter()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str().ok().map(str::to_string))
+    let mut names: Vec<String> = crate::util::listing::names(dir_file.as_fd(), dir_path)?
+        .into_iter()
+        .filter_map(|name| name.into_string().ok())
         .collect();
     names.sort();
     // `libcuda.so.<version>` names the compat driver; the other libraries carry the same version.

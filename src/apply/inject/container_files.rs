@@ -36,6 +36,11 @@ pub struct Libraries {
     pub entries: Vec<LoaderEntry>,
 }
 
+/// The most files one scan reads as shared objects (each an ELF header and
+/// at most 68 KiB of tables): a library directory of the largest CUDA
+/// images holds some 3,000.
+pub const MAX_OBJECTS: usize = 8192;
+
 /// Scans `folders` of the rootfs at `rootfs` for shared objects (names
 /// `lib*.so*` that are regular files); a folder the image lacks is skipped.
 /// For each SONAME the newest file (by `ldconfig`'s version order) wins.
@@ -43,6 +48,7 @@ pub fn libraries(rootfs: &Path, folders: &[PathBuf]) -> Result<Libraries> {
     let root = open_root(rootfs)?;
     let reopener = Reopener::open().map_err(Error::Reopen)?;
     let mut found = Libraries::default();
+    let mut inspected = 0;
     for folder in folders {
         let Some(handle) = resolve(&root, folder)? else {
             log::debug!("{}: not in the container, skipped", folder.display());
@@ -71,6 +77,13 @@ pub fn libraries(rootfs: &Path, folders: &[PathBuf]) -> Result<Libraries> {
             // Links are the loader's names for files; only files are read.
             if !fstat(fd.as_fd()).is_ok_and(|s| kind_name(s.st_mode) == "regular file") {
                 continue;
+            }
+            inspected += 1;
+            if inspected > MAX_OBJECTS {
+                return Err(Error::TooManyObjects {
+                    folder: folder.clone(),
+                    bound: MAX_OBJECTS,
+                });
             }
             let file = reopener
                 .reopen(fd.as_fd(), &path, Expect::File)
@@ -221,20 +234,10 @@ pub fn gpu_minors(rootfs: &Path) -> Result<Vec<u32>> {
     Ok(minors)
 }
 
-/// The names in the directory `dir` (container path `path`).
+/// The names in the directory `dir` (container path `path`), bounded
+/// ([`crate::util::listing`]).
 fn list(dir: &std::fs::File, path: &Path) -> Result<Vec<OsString>> {
-    let open_err = |source: std::io::Error| Error::Open {
-        path: path.to_path_buf(),
-        source,
-    };
-    let fd = dir.as_fd().try_clone_to_owned().map_err(open_err)?;
-    let listing = nix::dir::Dir::from_fd(fd).map_err(|errno| open_err(errno.into()))?;
-    Ok(listing
-        .into_iter()
-        .flatten()
-        .map(|e| std::ffi::OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
-        .filter(|n| n != "." && n != "..")
-        .collect())
+    Ok(crate::util::listing::names(dir.as_fd(), path)?)
 }
 
 fn open_root(rootfs: &Path) -> Result<Root> {

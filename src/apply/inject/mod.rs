@@ -177,6 +177,10 @@ pub enum Error {
         gid: u32,
         source: io::Error,
     },
+    #[error(transparent)]
+    Listing(#[from] crate::util::listing::Error),
+    #[error("refusing {folder} in the image: it holds more than {bound} shared objects, the most the hook reads of one scan")]
+    TooManyObjects { folder: PathBuf, bound: usize },
     #[error("refusing to change {path}: the container's root (uid {uid}, gid {gid} of the host) could not: {why}")]
     BeyondContainerRoot {
         path: PathBuf,
