@@ -1369,7 +1369,7 @@ fn inputs_built_to_amplify_are_refused_at_their_bound() {
     fs::create_dir_all(case.rootfs().join("etc")).unwrap();
     fs::write(
         case.rootfs().join("etc/ld.so.cache"),
-        amplifying_cache(5000, 4096),
+        amplifying_cache(1000, 4096),
     )
     .unwrap();
     let out = case.run(&sim);
@@ -1379,7 +1379,7 @@ fn inputs_built_to_amplify_are_refused_at_their_bound() {
         "the amplifying cache was taken: {err}"
     );
     assert!(
-        err.contains("ld.so.cache") && err.contains("16777216"),
+        err.contains("ld.so.cache") && err.contains("4194304"),
         "the refusal names the cache and the bound: {err}"
     );
 

@@ -103,7 +103,7 @@ pub const MAX_STRING: usize = 4096;
 /// strings, so a file far under its size cap could otherwise describe far
 /// more text (to copy, or to scan) than it holds. Real caches have well
 /// under 1 MiB.
-pub const MAX_TEXT: usize = 16 * 1024 * 1024;
+pub const MAX_TEXT: usize = 4 * 1024 * 1024;
 
 /// What the strings read so far cost, against [`MAX_TEXT`].
 #[derive(Default)]
