@@ -235,6 +235,7 @@ impl World {
             }],
             modes: Vec::new(),
             additional_gids: Vec::new(),
+            systemd_scope: None,
         };
         World { dir, plan }
     }
