@@ -80,11 +80,15 @@ impl Bus {
     }
 
     /// SASL: `AUTH EXTERNAL` with this process's effective uid (which the
-    /// peer checks against the socket's credentials), `OK`, `BEGIN`.
+    /// peer checks against the socket's credentials) and `BEGIN` in one
+    /// write, then `OK`, as sd-bus's own clients pipeline them. Sent after
+    /// the `OK` instead, `BEGIN` tends to arrive with the first message in
+    /// one read, and systemd 262's private socket then leaves that message
+    /// unread until more bytes come (seen here: no answer in 5 s).
     fn authenticate(&mut self) -> Result<()> {
         let uid = nix::unistd::geteuid().as_raw().to_string();
         let hex: String = uid.bytes().map(|b| format!("{b:02x}")).collect();
-        self.send(format!("\0AUTH EXTERNAL {hex}\r\n").as_bytes())?;
+        self.send(format!("\0AUTH EXTERNAL {hex}\r\nBEGIN\r\n").as_bytes())?;
         let line = self.auth_line()?;
         if !line.starts_with("OK ") {
             return Err(Error::Refused {
@@ -92,7 +96,7 @@ impl Bus {
                 answer: line,
             });
         }
-        self.send(b"BEGIN\r\n")
+        Ok(())
     }
 
     /// One line of the handshake, without its `\r\n`.
