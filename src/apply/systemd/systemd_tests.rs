@@ -77,7 +77,7 @@ fn answer_message(kind: u8, serial: u32, error: Option<(&str, &str)>) -> Vec<u8>
         fields.extend((name.len() as u32).to_le_bytes());
         fields.extend(name.as_bytes());
         fields.push(0);
-        while fields.len() % 8 != 0 {
+        while !fields.len().is_multiple_of(8) {
             fields.push(0);
         }
         fields.extend([8u8, 1, b'g', 0, 1, b's', 0]);
@@ -90,7 +90,7 @@ fn answer_message(kind: u8, serial: u32, error: Option<(&str, &str)>) -> Vec<u8>
     out.extend(1000u32.to_le_bytes());
     out.extend((fields.len() as u32).to_le_bytes());
     out.extend(&fields);
-    while out.len() % 8 != 0 {
+    while !out.len().is_multiple_of(8) {
         out.push(0);
     }
     out.extend(body);

@@ -103,7 +103,7 @@ struct Writer {
 
 impl Writer {
     fn pad(&mut self, align: usize) {
-        while self.buf.len() % align != 0 {
+        while !self.buf.len().is_multiple_of(align) {
             self.buf.push(0);
         }
     }
