@@ -36,11 +36,11 @@ use std::time::Instant;
 use harness::booted::{BootSetup, Booted};
 use harness::debroot::sid;
 use harness::host_root::checks_with;
-use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::mounts::host_mounts;
 use harness::project::{hook_binary, repo};
 use harness::runtime::bundle::{template_rootfs, work_root, write_hook_config};
-use harness::runtime::cleanup::{cgroup_dirs, remove_tree_safely};
-use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::cleanup::{assert_left_as_found, remove_tree_safely};
+use harness::runtime::host_state::tree_listing;
 use harness::runtime::injected::gpu;
 use harness::runtime::oci_config::{path_str, NVIDIA_MAJOR};
 use harness::runtime::run::serial;
@@ -281,13 +281,12 @@ fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
     );
 
     drop(booted);
-    let left = cgroup_dirs(|n| n.to_str().is_some_and(|n| n.starts_with("onh-booted-")));
-    assert!(left.is_empty(), "cgroups left behind: {left:?}");
-    assert_mounts_unchanged(&mounts_before, "after the booted root stopped");
-    let changed = listing_diff(&driver_before, &tree_listing(&host.dir));
-    assert!(
-        changed.is_empty(),
-        "the simulated host changed: {changed:?}"
+    assert_left_as_found(
+        "onh-booted-",
+        &mounts_before,
+        &host.dir,
+        &driver_before,
+        "after the booted root stopped",
     );
     remove_tree_safely(&work);
     eprintln!(

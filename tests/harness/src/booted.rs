@@ -28,7 +28,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::debroot::DebRoot;
-use crate::runtime::cleanup::remove_tree_safely;
+use crate::runtime::cleanup::{remove_cgroup_tree, remove_tree_safely};
 use crate::runtime::process::{run_bounded, Finished};
 use crate::runtime::run::RUN_LIMIT;
 
@@ -299,16 +299,4 @@ fn child_of(pid: u32) -> Option<u32> {
         .split_whitespace()
         .filter_map(|c| c.parse::<u32>().ok())
         .find(|c| fs::read_link(format!("/proc/{c}/ns/pid")).is_ok_and(|ns| ns != ours))
-}
-
-/// Removes an empty cgroup and its empty children, deepest first.
-fn remove_cgroup_tree(dir: &Path) {
-    if let Ok(entries) = fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_cgroup_tree(&entry.path());
-            }
-        }
-    }
-    let _ = fs::remove_dir(dir);
 }
