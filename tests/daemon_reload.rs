@@ -12,10 +12,14 @@
 //! - the runtime wrapper (`--runtime nvidia`, `NVIDIA_VISIBLE_DEVICES=1`:
 //!   the nodes go into the spec);
 //! - CDI (`--device nvidia.com/gpu=2`, our spec in `/etc/cdi`);
+//! - containerd alone (`ctr run --gpus 1 --runc-systemd-cgroup`, scope
+//!   `onh-ctr-gpu.scope`): its prestart hook runs our
+//!   `nvidia-container-cli configure`;
 //! - the control: the hook path again (`--gpus device=3`) with
 //!   `systemd-device-allow = false`, as NVIDIA's hook behaves.
 //!
-//! Each opens its GPU (ENXIO: the device cgroup allows it, no driver
+//! (`--cpu-shares 0` for ctr: this cgroup2 tree has no cpu controller, the
+//! host's v1 holds it.) Each opens its GPU (ENXIO: the device cgroup allows it, no driver
 //! answers) and is denied a decoy node of another GPU (EPERM). Then
 //! `systemctl daemon-reload`, after which systemd has attached new device
 //! programs to every scope: the three still open their GPU and are still
@@ -38,7 +42,7 @@ use harness::debroot::sid;
 use harness::host_root::checks_with;
 use harness::mounts::host_mounts;
 use harness::project::{hook_binary, repo};
-use harness::runtime::bundle::{template_rootfs, work_root, write_hook_config};
+use harness::runtime::bundle::{copy_template, template_rootfs, work_root, write_hook_config};
 use harness::runtime::cleanup::{assert_left_as_found, remove_tree_safely};
 use harness::runtime::host_state::tree_listing;
 use harness::runtime::injected::gpu;
@@ -51,17 +55,37 @@ const IMAGE: &str = "onh-reload:test";
 /// Where the hook reads its config inside (Docker's `--gpus` passes none).
 const HOOK_CONFIG: &str = "/etc/oci-nvidia-hook/config.toml";
 
+/// How a command runs in a container.
+enum Exec {
+    /// `docker exec` (its id is the container's).
+    Docker,
+    /// `ctr task exec` of this task.
+    Ctr(&'static str),
+}
+
 /// One running container: how it was started, its GPU and a decoy.
 struct Container {
     name: &'static str,
     id: String,
     gpu_minor: u32,
     decoy_minor: u32,
+    exec: Exec,
 }
 
 /// What the checker in `container` says opening `/dev/nvidia<minor>` gives.
 fn open_result(booted: &Booted, container: &Container, minor: u32) -> String {
-    let out = booted.ok(&["docker", "exec", &container.id, "/checker"]);
+    let out = match container.exec {
+        Exec::Docker => booted.ok(&["docker", "exec", &container.id, "/checker"]),
+        Exec::Ctr(task) => booted.ok(&[
+            "ctr",
+            "task",
+            "exec",
+            "--exec-id",
+            "check",
+            task,
+            "/checker",
+        ]),
+    };
     let node = format!("node /dev/nvidia{minor} c {NVIDIA_MAJOR}:{minor} ");
     let line = out
         .lines()
@@ -154,6 +178,7 @@ fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
                     hook_binary(),
                 ),
                 ("/usr/local/bin/nvidia-container-runtime", hook_binary()),
+                ("/usr/local/bin/nvidia-container-cli", hook_binary()),
             ],
         },
     );
@@ -200,6 +225,7 @@ fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
             id: out.stdout.trim().to_string(),
             gpu_minor: minor(index),
             decoy_minor: minor(decoy),
+            exec: Exec::Docker,
         }
     };
     let hook = run("hook", &["--gpus", "device=0"], 0, 3);
@@ -213,7 +239,53 @@ fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
     // The control: NVIDIA's behaviour, systemd not told.
     fs::write(booted.path(HOOK_CONFIG), hook_config(&host, &work, false)).unwrap();
     let control = run("control", &["--gpus", "device=3"], 3, 2);
-    let all = [&hook, &wrapper, &cdi, &control];
+    fs::write(booted.path(HOOK_CONFIG), hook_config(&host, &work, true)).unwrap();
+    // containerd alone, runc on the systemd cgroup driver: `ctr run --gpus`
+    // runs `nvidia-container-cli configure` (ours) as its prestart hook.
+    let rootfs = work.join("ctr-rootfs");
+    copy_template(&host, &rootfs);
+    let script = format!(
+        "mknod /dev/nvidia{m} c {NVIDIA_MAJOR} {m}; exec sleep 600",
+        m = minor(2)
+    );
+    let argv = [
+        "env",
+        "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "ctr",
+        "run",
+        "-d",
+        "--runc-systemd-cgroup",
+        // No cpu controller in this cgroup2 tree (the host's v1 has it).
+        "--cpu-shares",
+        "0",
+        "--cgroup",
+        "system.slice:onh:ctr-gpu",
+        "--gpus",
+        "1",
+        "--rootfs",
+        &path_str(&rootfs),
+        "ctr-gpu",
+        "/bin/sh",
+        "-c",
+        &script,
+    ];
+    let out = booted.run(&argv);
+    assert!(
+        out.status.is_some_and(|s| s.success()),
+        "ctr run --gpus 1: {}{}\nhook log:\n{}\n{}",
+        out.stdout,
+        out.stderr,
+        fs::read_to_string(&log).unwrap_or_default(),
+        booted.journal("containerd.service")
+    );
+    let ctr = Container {
+        name: "ctr",
+        id: String::new(),
+        gpu_minor: minor(1),
+        decoy_minor: minor(2),
+        exec: Exec::Ctr("ctr-gpu"),
+    };
+    let all = [&hook, &wrapper, &cdi, &control, &ctr];
     for container in all {
         assert_opens(&booted, &log, container, "ENXIO", "before the reload");
     }
@@ -238,17 +310,18 @@ fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
         .lines()
         .filter(|l| l.contains("DeviceAllow"))
         .collect();
-    assert_eq!(told.len(), 1, "{logged}");
+    assert_eq!(told.len(), 2, "{logged}");
     assert!(
         told[0].contains(&scope(&hook)) && told[0].contains("Private"),
         "{logged}"
     );
+    assert!(told[1].contains("onh-ctr-gpu.scope"), "{logged}");
     assert!(!logged.contains("systemd was not told"), "{logged}");
 
     let reload = Instant::now();
     booted.ok(&["systemctl", "daemon-reload"]);
     let reload = reload.elapsed();
-    for container in [&hook, &wrapper, &cdi] {
+    for container in [&hook, &wrapper, &cdi, &ctr] {
         assert_opens(&booted, &log, container, "ENXIO", "after daemon-reload");
     }
     // Without our DeviceAllow, the reload took the hook's grant away.
@@ -265,6 +338,7 @@ fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
             .find(|c| c.name == "systemd")
             .unwrap_or_else(|| panic!("no {status} systemd check: {report:#}"))
     };
+    fs::write(booted.path(HOOK_CONFIG), hook_config(&host, &work, false)).unwrap();
     let warned = doctor_systemd("warn");
     assert!(
         warned.found.contains("systemd-device-allow = false")
