@@ -19,14 +19,16 @@
 //!   `systemd-device-allow = false`, as NVIDIA's hook behaves.
 //!
 //! (`--cpu-shares 0` for ctr: this cgroup2 tree has no cpu controller, the
-//! host's v1 holds it.) Each opens its GPU (ENXIO: the device cgroup allows it, no driver
-//! answers) and is denied a decoy node of another GPU (EPERM). Then
-//! `systemctl daemon-reload`, after which systemd has attached new device
-//! programs to every scope: the three still open their GPU and are still
-//! denied the decoy, and the control is denied its own GPU: EPERM, the
-//! reproduced issue, which shows the check can fail. systemd's record says
-//! why: the hook-path scope's `DeviceAllow` lists its GPU, the control's does
-//! not. `doctor`, run inside, says the hook reaches systemd. At the end no
+//! host's v1 holds it.) Each opens its GPU (ENXIO: the device cgroup allows
+//! it, no driver answers) and is denied a decoy node of another GPU
+//! (EPERM); the hook's log names the two scopes it told (Docker's and
+//! ctr's), over systemd's private socket. Then `systemctl daemon-reload`,
+//! after which systemd has attached new device programs to every scope: the
+//! four still open their GPU and are still denied the decoy, and the control
+//! is denied its own GPU: EPERM, the reproduced issue, which shows the check
+//! can fail. systemd's record says why: the hook-path scope's `DeviceAllow`
+//! lists its GPU, the control's does not. `doctor`, run inside, warns under
+//! the control's config and says the hook reaches systemd under ours. At the end no
 //! cgroup, mount or file of the host is left, and the simulated host is
 //! unchanged.
 //!
