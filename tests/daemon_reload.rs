@@ -319,6 +319,7 @@ fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
     );
     assert!(told[1].contains("onh-ctr-gpu.scope"), "{logged}");
     assert!(!logged.contains("systemd was not told"), "{logged}");
+    eprintln!("{}", told.join("\n"));
 
     let reload = Instant::now();
     booted.ok(&["systemctl", "daemon-reload"]);

@@ -282,12 +282,14 @@ impl Target {
 /// the devices of `rules`. Its failure is a warning: the device cgroup is
 /// granted, and the container works until the next `daemon-reload`.
 fn tell_systemd(sys: &impl Seam, id: &str, pid: u32, unit: &str, rules: &[CgroupRule]) {
+    let started = Instant::now();
     match sys.tell_systemd(pid, unit, rules) {
         Ok(told) => log::info!(
-            "container {id}: {} device(s) added to {}'s DeviceAllow through {:?}: they survive a systemctl daemon-reload",
+            "container {id}: {} device(s) added to {}'s DeviceAllow through {:?} in {} µs: they survive a systemctl daemon-reload",
             told.entries.len(),
             told.unit,
-            told.endpoint
+            told.endpoint,
+            started.elapsed().as_micros()
         ),
         Err(e) => log::warn!(
             "container {id}: systemd was not told about its devices, so the next `systemctl daemon-reload` takes them away (CDI keeps them): {e}"
