@@ -51,15 +51,13 @@ impl Bus {
     /// on the system bus, says `Hello` too.
     pub fn connect(endpoint: Endpoint, run: &Path, bound: Duration) -> Result<Bus> {
         let socket = endpoint.socket(run);
-        let stream = UnixStream::connect(&socket).map_err(|source| Error::Connect {
-            socket: socket.clone(),
-            source,
-        })?;
+        let until = Instant::now() + bound;
+        let stream = connect_until(&socket, until)?;
         let mut bus = Bus {
             stream,
             socket,
             serial: 0,
-            until: Instant::now() + bound,
+            until,
         };
         bus.authenticate()?;
         if endpoint == Endpoint::SystemBus {
@@ -214,4 +212,46 @@ impl Bus {
             },
         }
     }
+}
+
+/// Connects to the unix socket `socket` without blocking past `until`: a
+/// stuck peer whose backlog is full answers a blocking `connect` never.
+fn connect_until(socket: &Path, until: Instant) -> Result<UnixStream> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{self as net, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::fd::AsRawFd;
+
+    let failed = |errno: Errno| Error::Connect {
+        socket: socket.to_path_buf(),
+        source: errno.into(),
+    };
+    let addr = UnixAddr::new(socket).map_err(failed)?;
+    let fd = net::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )
+    .map_err(failed)?;
+    loop {
+        match net::connect(fd.as_raw_fd(), &addr) {
+            Ok(()) => break,
+            // The peer's backlog is full (or a signal came): again, within the bound.
+            Err(Errno::EAGAIN | Errno::EINTR) if Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(Errno::EAGAIN | Errno::EINTR) => {
+                return Err(Error::Timeout {
+                    socket: socket.to_path_buf(),
+                })
+            }
+            Err(errno) => return Err(failed(errno)),
+        }
+    }
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false).map_err(|source| Error::Io {
+        socket: socket.to_path_buf(),
+        source,
+    })?;
+    Ok(stream)
 }

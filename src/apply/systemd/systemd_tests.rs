@@ -249,3 +249,45 @@ fn no_systemd_names_both_sockets_and_a_silent_one_times_out() {
     assert!(err.to_string().contains("in time"), "{err}");
     fake.join().unwrap();
 }
+
+#[test]
+fn a_peer_whose_backlog_is_full_is_given_up_on_in_time() {
+    use nix::sys::socket::{self as net, AddressFamily, Backlog, SockFlag, SockType, UnixAddr};
+    let run = tempfile::tempdir().unwrap();
+    let socket = Endpoint::Private.socket(run.path());
+    std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+    let listener = net::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    net::bind(
+        std::os::fd::AsRawFd::as_raw_fd(&listener),
+        &UnixAddr::new(&socket).unwrap(),
+    )
+    .unwrap();
+    net::listen(&listener, Backlog::new(0).unwrap()).unwrap();
+    // One connection nobody accepts fills a backlog of 0.
+    let _queued = UnixStream::connect(&socket).unwrap();
+    let ping = Call {
+        destination: Some(MANAGER),
+        path: MANAGER_PATH,
+        interface: "org.freedesktop.DBus.Peer",
+        member: "Ping",
+        args: &[],
+    };
+    let started = std::time::Instant::now();
+    let err = call_within(run.path(), &ping, Duration::from_millis(200)).unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("no answer on") && text.contains("systemd/private in time"),
+        "{text}"
+    );
+}
