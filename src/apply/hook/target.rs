@@ -5,7 +5,8 @@
 //! from the caller's own namespaces (LXC's mount hook, enroot's hook,
 //! Apptainer's `--nvccli`: the rootfs is seen from the mount namespace
 //! this process runs in, and no device cgroup is known). Its [`Target::apply`] owns the order
-//! of every side effect: grant the device cgroup, check the held process
+//! of every side effect: grant the device cgroup (and record the grant in the
+//! container's systemd scope, under the systemd cgroup driver), check the held process
 //! again, open the host sources, switch to the container root's ids, enter
 //! the mount namespace, apply (which undoes itself on failure). Every
 //! privileged call goes through the [`Seam`] the caller passes, so each

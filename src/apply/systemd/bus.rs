@@ -217,30 +217,29 @@ impl Bus {
 /// Connects to the unix socket `socket` without blocking past `until`: a
 /// stuck peer whose backlog is full answers a blocking `connect` never.
 fn connect_until(socket: &Path, until: Instant) -> Result<UnixStream> {
-    use nix::errno::Errno;
-    use nix::sys::socket::{self as net, AddressFamily, SockFlag, SockType, UnixAddr};
-    use std::os::fd::AsRawFd;
+    use rustix::io::Errno;
+    use rustix::net::{self as net, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
     let failed = |errno: Errno| Error::Connect {
         socket: socket.to_path_buf(),
         source: errno.into(),
     };
-    let addr = UnixAddr::new(socket).map_err(failed)?;
-    let fd = net::socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+    let addr = SocketAddrUnix::new(socket).map_err(failed)?;
+    let fd = net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
         None,
     )
     .map_err(failed)?;
     loop {
-        match net::connect(fd.as_raw_fd(), &addr) {
+        match net::connect(&fd, &addr) {
             Ok(()) => break,
             // The peer's backlog is full (or a signal came): again, within the bound.
-            Err(Errno::EAGAIN | Errno::EINTR) if Instant::now() < until => {
+            Err(Errno::AGAIN | Errno::INTR) if Instant::now() < until => {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err(Errno::EAGAIN | Errno::EINTR) => {
+            Err(Errno::AGAIN | Errno::INTR) => {
                 return Err(Error::Timeout {
                     socket: socket.to_path_buf(),
                 })

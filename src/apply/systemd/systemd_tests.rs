@@ -252,23 +252,13 @@ fn no_systemd_names_both_sockets_and_a_silent_one_times_out() {
 
 #[test]
 fn a_peer_whose_backlog_is_full_is_given_up_on_in_time() {
-    use nix::sys::socket::{self as net, AddressFamily, Backlog, SockFlag, SockType, UnixAddr};
+    use rustix::net::{self as net, AddressFamily, SocketAddrUnix, SocketType};
     let run = tempfile::tempdir().unwrap();
     let socket = Endpoint::Private.socket(run.path());
     std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
-    let listener = net::socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .unwrap();
-    net::bind(
-        std::os::fd::AsRawFd::as_raw_fd(&listener),
-        &UnixAddr::new(&socket).unwrap(),
-    )
-    .unwrap();
-    net::listen(&listener, Backlog::new(0).unwrap()).unwrap();
+    let listener = net::socket(AddressFamily::UNIX, SocketType::STREAM, None).unwrap();
+    net::bind(&listener, &SocketAddrUnix::new(&socket).unwrap()).unwrap();
+    net::listen(&listener, 0).unwrap();
     // One connection nobody accepts fills a backlog of 0.
     let _queued = UnixStream::connect(&socket).unwrap();
     let ping = Call {
