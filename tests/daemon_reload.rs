@@ -29,14 +29,16 @@
 //! can fail. systemd's record says why: the hook-path scope's `DeviceAllow`
 //! lists its GPU, the control's does not. `doctor`, run inside, warns under
 //! the control's config and says the hook reaches systemd under ours. At the end no
-//! cgroup, mount or file of the host is left, and the simulated host is
-//! unchanged.
+//! cgroup, mount or file of the host is left, the host's `/etc` (units,
+//! Docker's, containerd's, CDI's and the hook's places) and `/dev/char` are
+//! as they were, and the simulated host is unchanged.
 //!
 //! Needs root and debootstrap (integration/install-deps); the first run
 //! makes the sid root: `cargo test --features _test_as_root --test daemon_reload`.
 
+use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use harness::booted::{BootSetup, Booted};
@@ -127,6 +129,30 @@ fn hook_config(host: &SimHost, scratch: &Path, tell: bool) -> String {
     )
 }
 
+/// The host's own places the booted root has its versions of (its units,
+/// Docker's and the hook's config, CDI specs) and `/dev/char`, listed
+/// whole; `None` for one that does not exist.
+fn host_paths() -> Vec<(&'static str, Option<BTreeMap<PathBuf, String>>)> {
+    [
+        "/etc/systemd/system",
+        "/etc/docker",
+        "/etc/cdi",
+        "/etc/oci-nvidia-hook",
+        "/etc/containerd",
+        "/dev/char",
+    ]
+    .into_iter()
+    .map(|dir| {
+        (
+            dir,
+            Path::new(dir)
+                .is_dir()
+                .then(|| tree_listing(Path::new(dir))),
+        )
+    })
+    .collect()
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
@@ -139,6 +165,7 @@ fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
     remove_tree_safely(&work);
     fs::create_dir_all(&work).unwrap();
     let (mounts_before, driver_before) = (host_mounts(), tree_listing(&host.dir));
+    let host_before = host_paths();
     let scratch = work.join("booted");
     let log = work.join("hook.log");
     let spec = host.stdout(&["cdi", "generate", "--output", "-"]);
@@ -365,6 +392,7 @@ fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
         &driver_before,
         "after the booted root stopped",
     );
+    assert_eq!(host_paths(), host_before, "the host's /etc or /dev changed");
     remove_tree_safely(&work);
     eprintln!(
         "daemon-reload suite: {:.0} s (boot {:.0} s, reload {} ms)",
