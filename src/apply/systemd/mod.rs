@@ -129,17 +129,17 @@ pub fn allow(proc: &Path, run: &Path, pid: u32, unit: &str, rules: &[CgroupRule]
 /// Whether systemd's manager answers below `run`, and where: what doctor
 /// asks before saying containers are protected.
 pub fn reach(run: &Path) -> Result<Endpoint> {
-    call(
-        run,
-        &Call {
-            destination: Some(MANAGER),
-            path: MANAGER_PATH,
-            interface: "org.freedesktop.DBus.Peer",
-            member: "Ping",
-            args: &[],
-        },
-    )
+    call(run, &PING)
 }
+
+/// A call systemd's manager answers and that changes nothing.
+const PING: Call<'static> = Call {
+    destination: Some(MANAGER),
+    path: MANAGER_PATH,
+    interface: "org.freedesktop.DBus.Peer",
+    member: "Ping",
+    args: &[],
+};
 
 /// systemd's bus name and manager object.
 const MANAGER: &str = "org.freedesktop.systemd1";

@@ -229,14 +229,7 @@ fn a_process_outside_the_unit_is_never_told_about() {
 #[test]
 fn no_systemd_names_both_sockets_and_a_silent_one_times_out() {
     let run = tempfile::tempdir().unwrap();
-    let ping = Call {
-        destination: Some(MANAGER),
-        path: MANAGER_PATH,
-        interface: "org.freedesktop.DBus.Peer",
-        member: "Ping",
-        args: &[],
-    };
-    let err = call_within(run.path(), &ping, Duration::from_millis(200)).unwrap_err();
+    let err = call_within(run.path(), &PING, Duration::from_millis(200)).unwrap_err();
     let text = err.to_string();
     assert!(
         text.contains("systemd/private") && text.contains("dbus/system_bus_socket"),
@@ -244,7 +237,7 @@ fn no_systemd_names_both_sockets_and_a_silent_one_times_out() {
     );
     let fake = peer(run.path(), Endpoint::Private, None);
     let started = std::time::Instant::now();
-    let err = call_within(run.path(), &ping, Duration::from_millis(200)).unwrap_err();
+    let err = call_within(run.path(), &PING, Duration::from_millis(200)).unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(2), "bounded");
     assert!(err.to_string().contains("in time"), "{err}");
     fake.join().unwrap();
@@ -261,15 +254,8 @@ fn a_peer_whose_backlog_is_full_is_given_up_on_in_time() {
     net::listen(&listener, 0).unwrap();
     // One connection nobody accepts fills a backlog of 0.
     let _queued = UnixStream::connect(&socket).unwrap();
-    let ping = Call {
-        destination: Some(MANAGER),
-        path: MANAGER_PATH,
-        interface: "org.freedesktop.DBus.Peer",
-        member: "Ping",
-        args: &[],
-    };
     let started = std::time::Instant::now();
-    let err = call_within(run.path(), &ping, Duration::from_millis(200)).unwrap_err();
+    let err = call_within(run.path(), &PING, Duration::from_millis(200)).unwrap_err();
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(200) && took < Duration::from_secs(2),
