@@ -37,14 +37,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use harness::debroot::sid;
-use harness::mounts::{assert_mounts_unchanged, host_mounts};
+use harness::mounts::host_mounts;
 use harness::runtime::bundle::{template_rootfs, work_root, write_hook_config};
-use harness::runtime::cleanup::{cgroup_dirs, remove_tree_safely};
+use harness::runtime::cleanup::{assert_left_as_found, remove_tree_safely};
 use harness::runtime::cri::{
     ensure_cri_api, import_pod_images, run_pod_leaving_nothing, PodRequest, PAUSE_IMAGE,
 };
 use harness::runtime::daemons::{checker_script, DaemonSetup, Daemons};
-use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::host_state::tree_listing;
 use harness::runtime::injected::{assert_gpus, gpu};
 use harness::runtime::oci_config::path_str;
 use harness::runtime::process::{run_bounded, Finished};
@@ -372,13 +372,12 @@ fn containerd_2_runs_gpu_pods_on_what_nvidia_ctk_writes() {
 
     let tag = node.daemons.tag.clone();
     drop(node);
-    let left = cgroup_dirs(|n| n.to_str().is_some_and(|n| n.starts_with(&tag)));
-    assert!(left.is_empty(), "cgroups left behind: {left:?}");
-    assert_mounts_unchanged(&mounts_before, "after containerd stopped");
-    let changed = listing_diff(&driver_before, &tree_listing(&host.dir));
-    assert!(
-        changed.is_empty(),
-        "the simulated host changed: {changed:?}"
+    assert_left_as_found(
+        &tag,
+        &mounts_before,
+        &host.dir,
+        &driver_before,
+        "after containerd stopped",
     );
     remove_tree_safely(&work);
     eprintln!(

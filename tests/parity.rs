@@ -278,6 +278,7 @@ fn outcome_of(case: &Case, hosts: &Hosts) -> String {
         device_mounts: case.mounts.iter().map(|m| expand(m, sim)).collect(),
         imex_mounts: Vec::new(),
         devices: Vec::new(),
+        systemd_scope: None,
     };
     let planned = match planner::plan(
         &config,
@@ -482,6 +483,7 @@ fn compat_used(sim: &SimHost, image: &Path) -> bool {
         device_mounts: Vec::new(),
         imex_mounts: Vec::new(),
         devices: Vec::new(),
+        systemd_scope: None,
     };
     let planned = planner::plan(
         &config,

@@ -28,7 +28,7 @@ use harness::runtime::bundle::write_hooks_dir;
 use harness::runtime::bundle::{
     copy_template, fresh_work_dir, template_rootfs, work_root, write_hook_config,
 };
-use harness::runtime::cleanup::{cgroup_dirs, remove_tree_safely};
+use harness::runtime::cleanup::{assert_left_as_found, remove_tree_safely};
 use harness::runtime::daemons::{checker_script, collect_run, docker_with_cdi, our_spec};
 use harness::runtime::host_state::{listing_diff, tree_listing};
 use harness::runtime::injected::{assert_gpus, gpu};
@@ -114,13 +114,12 @@ fn docker_26_gpus_cdi_and_runtime() {
 
     let tag = daemons.tag.clone();
     drop(daemons);
-    let left = cgroup_dirs(|n| n.to_str().is_some_and(|n| n.starts_with(&tag)));
-    assert!(left.is_empty(), "cgroups left behind: {left:?}");
-    assert_mounts_unchanged(&mounts_before, "after the trixie daemons stopped");
-    let changed = listing_diff(&driver_before, &tree_listing(&host.dir));
-    assert!(
-        changed.is_empty(),
-        "the simulated host changed: {changed:?}"
+    assert_left_as_found(
+        &tag,
+        &mounts_before,
+        &host.dir,
+        &driver_before,
+        "after the trixie daemons stopped",
     );
     remove_tree_safely(&work);
 }

@@ -87,6 +87,10 @@ pub struct Config {
     /// the runtime (NVIDIA's `no-cgroups`, for engines that list the
     /// devices themselves).
     pub grant_device_cgroup: bool,
+    /// Where the container runs under the systemd cgroup driver, add the
+    /// nodes the hook grants to its scope's `DeviceAllow` too, so that a
+    /// `systemctl daemon-reload` keeps them ([`crate::apply::systemd`]).
+    pub systemd_device_allow: bool,
     /// Never take IMEX channels from what a container carries (its
     /// variable or mounts); only an administrator's `--imex-channel`.
     pub ignore_imex_channel_requests: bool,
@@ -229,6 +233,7 @@ impl Default for Config {
             cuda_compat: CudaCompatConfig::default(),
             runtime: RuntimeConfig::default(),
             grant_device_cgroup: true,
+            systemd_device_allow: true,
             ignore_imex_channel_requests: false,
             no_additional_gids: false,
             nvidia_config: Some(PathBuf::from(nvidia::DEFAULT_PATH)),

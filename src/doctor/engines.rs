@@ -226,21 +226,64 @@ fn daemon_json(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -> Opti
     })
 }
 
-/// The systemd cgroup manager's `daemon-reload` drops a hook's device rules.
-pub(super) fn systemd(processes: &Table, hook_wired: bool, out: &mut Vec<Check>) {
+/// The systemd cgroup manager's `daemon-reload` drops a hook's device
+/// rules unless the hook tells systemd about them (`systemd-device-allow`,
+/// [`crate::apply::systemd`]): whether it does and reaches systemd's
+/// manager below `run` (the host's `/run`), as the hook would.
+pub(super) fn systemd(
+    processes: &Table,
+    hook_wired: bool,
+    tells: bool,
+    run: &Path,
+    out: &mut Vec<Check>,
+) {
     if processes.init() != Some("systemd") || !hook_wired {
         return;
     }
-    out.push(Check::warn(
-        L,
-        "systemd",
-        "systemd manages the cgroups and a hook grants the devices: a `systemctl \
-         daemon-reload` rewrites each container's device rules from its spec and drops \
-         the hook's, and running containers lose their GPUs (\"Failed to initialize NVML: \
-         Unknown Error\")",
-        "use CDI, which puts the devices in the spec: `oci-nvidia-hook cdi generate`, then \
-         `podman run --device nvidia.com/gpu=all` (docs/cdi.md)",
-    ));
+    const HAZARD: &str = "a `systemctl daemon-reload` rewrites each container's device rules from \
+         systemd's record and drops the hook's, and running containers lose their GPUs \
+         (\"Failed to initialize NVML: Unknown Error\")";
+    const CDI: &str =
+        "use CDI, which puts the devices in the spec: `oci-nvidia-hook cdi generate`, \
+         then `podman run --device nvidia.com/gpu=all` (docs/cdi.md)";
+    if !tells {
+        out.push(Check::warn(
+            L,
+            "systemd",
+            format!(
+                "systemd manages the cgroups, a hook grants the devices and \
+                 systemd-device-allow = false: {HAZARD}"
+            ),
+            format!("set systemd-device-allow = true, or {CDI}"),
+        ));
+        return;
+    }
+    match crate::apply::systemd::reach(run) {
+        Ok(endpoint) => out.push(Check::ok(
+            L,
+            "systemd",
+            format!(
+                "systemd's manager answers on {}: the hook adds each GPU it grants to the \
+                 container's scope's DeviceAllow under the systemd cgroup driver, so a \
+                 `systemctl daemon-reload` keeps it",
+                endpoint.socket(run).display()
+            ),
+        )),
+        Err(e) => out.push(Check::warn(
+            L,
+            "systemd",
+            format!(
+                "systemd manages the cgroups and a hook grants the devices, but systemd's \
+                 manager does not answer ({e}), so the hook cannot record the grants: {HAZARD}"
+            ),
+            format!(
+                "run the hook where {} is reachable (as root, the host's /run), or {CDI}",
+                crate::apply::systemd::Endpoint::Private
+                    .socket(run)
+                    .display()
+            ),
+        )),
+    }
 }
 
 /// What the wiring checks found, engine by engine, for [`reaches`].

@@ -377,7 +377,13 @@ pub fn diagnose(
     let crio = crio_config
         .as_ref()
         .map(|config| (config, crio::check(&host_root, config, &mut checks)));
-    engines::systemd(&processes, wired.ours || docker.hook_ours, &mut checks);
+    engines::systemd(
+        &processes,
+        wired.ours || docker.hook_ours,
+        loaded.config.systemd_device_allow,
+        &host_root.path("/run"),
+        &mut checks,
+    );
     let cri_runtime =
         !containerd.ours.is_empty() || crio.as_ref().is_some_and(|(_, ours)| !ours.is_empty());
     engines::reaches(

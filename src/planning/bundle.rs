@@ -1,6 +1,8 @@
 //! Reads what a container's bundle says about it, from `config.json`: the
 //! rootfs, the container's own environment (the only place its request
-//! comes from), its device mounts, privilege and user namespace. The hook
+//! comes from), its device mounts, privilege and user namespace, and the
+//! systemd scope its cgroup is when it runs under the systemd cgroup
+//! driver. The hook
 //! and `list --bundle` read it; the planner takes the [`Container`].
 //!
 //! Only those parts are decoded, into `oci-spec`'s own types where they
@@ -69,6 +71,8 @@ struct Mount {
 struct Linux {
     namespaces: Option<Vec<LinuxNamespace>>,
     devices: Option<Vec<Device>>,
+    #[serde(rename = "cgroupsPath")]
+    cgroups_path: Option<String>,
 }
 
 /// The parts of a `linux.devices` entry the CDI hook reads. oci-spec's own
@@ -102,6 +106,9 @@ pub struct Container {
     /// The character devices the runtime itself creates (`linux.devices`):
     /// what a CDI spec or the runtime wrapper granted the container.
     pub devices: Vec<GrantedNode>,
+    /// The systemd scope unit its cgroup is, when `linux.cgroupsPath` has
+    /// the systemd cgroup driver's form ([`systemd_scope`]).
+    pub systemd_scope: Option<String>,
 }
 
 impl Container {
@@ -117,6 +124,7 @@ impl Container {
             device_mounts: Vec::new(),
             imex_mounts: Vec::new(),
             devices: Vec::new(),
+            systemd_scope: None,
         }
     }
 }
@@ -216,7 +224,34 @@ pub fn parse(bundle: &Path, path: &Path, data: &[u8]) -> Result<Container> {
         device_mounts,
         imex_mounts,
         devices,
+        systemd_scope: spec
+            .linux
+            .as_ref()
+            .and_then(|l| l.cgroups_path.as_deref())
+            .and_then(systemd_scope),
     })
+}
+
+/// The scope unit a `linux.cgroupsPath` in the systemd cgroup driver's form
+/// (`SLICE:PREFIX:NAME`, as runc and crun take it under `--systemd-cgroup`)
+/// names: `PREFIX-NAME.scope` (`NAME.scope` without a prefix). `None` for
+/// a cgroupfs path (`/…`, or no colons), for a `NAME` that is itself a
+/// slice (no scope of the container's own), and for a name systemd would
+/// not take as a unit's.
+pub fn systemd_scope(cgroups_path: &str) -> Option<String> {
+    let mut parts = cgroups_path.split(':');
+    let (_slice, prefix, name) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || cgroups_path.starts_with('/') || name.ends_with(".slice") {
+        return None;
+    }
+    let unit = match prefix {
+        "" => format!("{name}.scope"),
+        prefix => format!("{prefix}-{name}.scope"),
+    };
+    let valid = |c: char| c.is_ascii_alphanumeric() || ":-_.\\@".contains(c);
+    let stem = &unit[..unit.len() - ".scope".len()];
+    (!stem.is_empty() && unit.len() <= 255 && !unit.starts_with('.') && unit.chars().all(valid))
+        .then_some(unit)
 }
 
 #[cfg(test)]
@@ -224,6 +259,38 @@ mod tests {
     use std::fs;
 
     use super::*;
+
+    #[test]
+    fn the_systemd_drivers_cgroups_path_names_the_containers_scope() {
+        for (path, unit) in [
+            (
+                "system.slice:docker:0123abcd",
+                Some("docker-0123abcd.scope"),
+            ),
+            (
+                "kubepods-besteffort-pod1.slice:cri-containerd:c0ffee",
+                Some("cri-containerd-c0ffee.scope"),
+            ),
+            (":libpod:abc", Some("libpod-abc.scope")),
+            ("machine.slice::abc", Some("abc.scope")),
+            // cgroupfs paths, a slice of its own, names no unit may have.
+            ("/docker/0123abcd", None),
+            ("docker/0123abcd", None),
+            ("system.slice:docker:my.slice", None),
+            ("a:b:c:d", None),
+            ("system.slice:docker:../x", None),
+            ("system.slice:docker:a b", None),
+            ("system.slice::", None),
+        ] {
+            assert_eq!(systemd_scope(path).as_deref(), unit, "{path}");
+        }
+        let dir = bundle(
+            r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},
+               "linux":{"cgroupsPath":"system.slice:docker:0123abcd"}}"#,
+        );
+        let c = load(dir.path()).unwrap();
+        assert_eq!(c.systemd_scope.as_deref(), Some("docker-0123abcd.scope"));
+    }
 
     fn bundle(config: &str) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

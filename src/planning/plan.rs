@@ -347,6 +347,10 @@ pub struct Plan {
     pub symlinks: Vec<Symlink>,
     /// Device cgroup rules, one per device node.
     pub cgroup_rules: Vec<CgroupRule>,
+    /// The systemd scope that is the container's cgroup, told about
+    /// `cgroup_rules` too so that a `daemon-reload` keeps them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub systemd_scope: Option<String>,
     /// Loader-cache entries for the injected libraries.
     pub loader_entries: Vec<LoaderEntry>,
     /// Library directories for the image's `/etc/ld.so.conf.d/` entry.

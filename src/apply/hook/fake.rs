@@ -9,6 +9,7 @@ use super::{Error, Result, Seam};
 use crate::apply::cgroup;
 use crate::apply::inject::fake::FakeSys;
 use crate::apply::inject::{self, NodeMade, Place, Source, Sys};
+use crate::apply::systemd::{self, Endpoint, Told};
 use crate::planning::plan::{CgroupRule, MountOptions};
 use crate::sys::process::Hold;
 
@@ -111,6 +112,18 @@ impl Seam for FakeSeam {
             source,
         })?;
         Ok(vec![cgroup::Outcome::Unrestricted])
+    }
+    fn tell_systemd(&self, _pid: u32, unit: &str, rules: &[CgroupRule]) -> systemd::Result<Told> {
+        self.call("systemd")
+            .map_err(|e| systemd::Error::Malformed(e.to_string()))?;
+        Ok(Told {
+            unit: unit.to_string(),
+            endpoint: Endpoint::Private,
+            entries: rules
+                .iter()
+                .map(|r| (r.to_string(), String::new()))
+                .collect(),
+        })
     }
     fn act_as(&self, uid: u32, gid: u32) -> Result<()> {
         self.call("act_as")

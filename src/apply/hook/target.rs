@@ -5,7 +5,8 @@
 //! from the caller's own namespaces (LXC's mount hook, enroot's hook,
 //! Apptainer's `--nvccli`: the rootfs is seen from the mount namespace
 //! this process runs in, and no device cgroup is known). Its [`Target::apply`] owns the order
-//! of every side effect: grant the device cgroup, check the held process
+//! of every side effect: grant the device cgroup (and record the grant in the
+//! container's systemd scope, under the systemd cgroup driver), check the held process
 //! again, open the host sources, switch to the container root's ids, enter
 //! the mount namespace, apply (which undoes itself on failure). Every
 //! privileged call goes through the [`Seam`] the caller passes, so each
@@ -18,6 +19,7 @@ use super::pid::{self, Held};
 use super::{Result, PROC};
 use crate::apply::cgroup;
 use crate::apply::inject::{self, LinuxSys, Sources, Sys};
+use crate::apply::systemd::{self, Told};
 use crate::planning::bundle;
 use crate::planning::plan::{CgroupRule, Plan};
 use crate::planning::planner::UserNamespace as UserNamespaceSource;
@@ -33,6 +35,9 @@ pub trait Seam: Sys {
     /// Grants `rules` in the device cgroup of process `pid`, held by `hold`.
     fn grant(&self, pid: u32, hold: Hold<'_>, rules: &[CgroupRule])
         -> Result<Vec<cgroup::Outcome>>;
+    /// Adds `rules` to the `DeviceAllow` of systemd scope `unit`, which
+    /// process `pid` runs in, so that a `daemon-reload` keeps them.
+    fn tell_systemd(&self, pid: u32, unit: &str, rules: &[CgroupRule]) -> systemd::Result<Told>;
     /// Creates files from now on as `uid`:`gid`.
     fn act_as(&self, uid: u32, gid: u32) -> Result<()>;
 }
@@ -53,10 +58,17 @@ impl Seam for LinuxSys {
         Ok(cgroup::allow_held(proc, pid, rules, &held)?)
     }
 
+    fn tell_systemd(&self, pid: u32, unit: &str, rules: &[CgroupRule]) -> systemd::Result<Told> {
+        systemd::allow(Path::new(PROC), Path::new(RUN), pid, unit, rules)
+    }
+
     fn act_as(&self, uid: u32, gid: u32) -> Result<()> {
         Ok(inject::userns::act_as(uid, gid)?)
     }
 }
+
+/// The host's `/run`, where systemd's sockets are.
+const RUN: &str = "/run";
 
 /// Where this process stands towards the container's mount namespace.
 #[derive(Debug)]
@@ -161,6 +173,9 @@ impl Target {
                 for outcome in sys.grant(held.pid, held.hold(), &plan.cgroup_rules)? {
                     log::debug!("container {id}: device cgroup: {outcome:?}");
                 }
+                if let Some(unit) = &plan.systemd_scope {
+                    tell_systemd(sys, id, held.pid, unit, &plan.cgroup_rules);
+                }
             }
             // The cgroup and the user namespace were found by pid: they were
             // the held process's only if it still exists.
@@ -239,6 +254,25 @@ impl Target {
             sys.enter_mount_namespace(Path::new(PROC), held.pid, held.hold())?;
         }
         Ok(())
+    }
+}
+
+/// Tells systemd that scope `unit` of the container `id` (init `pid`) has
+/// the devices of `rules`. Its failure is a warning: the device cgroup is
+/// granted, and the container works until the next `daemon-reload`.
+fn tell_systemd(sys: &impl Seam, id: &str, pid: u32, unit: &str, rules: &[CgroupRule]) {
+    let started = Instant::now();
+    match sys.tell_systemd(pid, unit, rules) {
+        Ok(told) => log::info!(
+            "container {id}: {} device(s) added to {}'s DeviceAllow through {:?} in {} µs: they survive a systemctl daemon-reload",
+            told.entries.len(),
+            told.unit,
+            told.endpoint,
+            started.elapsed().as_micros()
+        ),
+        Err(e) => log::warn!(
+            "container {id}: systemd was not told about its devices, so the next `systemctl daemon-reload` takes them away (CDI keeps them): {e}"
+        ),
     }
 }
 
@@ -327,6 +361,48 @@ mod tests {
             "{calls:?}"
         );
         assert!(applied.granted <= applied.opened);
+    }
+
+    #[test]
+    fn a_systemd_scope_is_told_after_the_grant_and_its_failure_stops_nothing() {
+        let mut world = world();
+        world.plan.systemd_scope = Some("docker-abc.scope".into());
+        let sys = FakeSeam::default();
+        target(&world, true)
+            .apply(&sys, &world.plan, Some(&mapped()))
+            .unwrap();
+        assert_eq!(
+            sys.calls.borrow()[..6],
+            ["grant", "systemd", "still_held", "act_as", "enter", "mknod"]
+        );
+        // systemd unreachable: a warning, and the same sequence to its end.
+        let sys = FakeSeam::refusing("systemd");
+        let applied = target(&world, true)
+            .apply(&sys, &world.plan, Some(&mapped()))
+            .unwrap();
+        assert_eq!(applied.summary.devices, 1);
+        assert_eq!(sys.calls.borrow()[..3], ["grant", "systemd", "still_held"]);
+        // A refused grant tells systemd nothing.
+        let sys = FakeSeam::refusing("grant");
+        target(&world, true)
+            .apply(&sys, &world.plan, Some(&mapped()))
+            .unwrap_err();
+        assert_eq!(*sys.calls.borrow(), ["grant"]);
+        // Nothing to grant, nothing to tell; inside, no process to find it by.
+        for (rules, held) in [(false, true), (true, false)] {
+            let mut world = self::world();
+            world.plan.systemd_scope = Some("docker-abc.scope".into());
+            if !rules {
+                world.plan.cgroup_rules.clear();
+            }
+            let sys = FakeSeam::default();
+            target(&world, held).apply(&sys, &world.plan, None).unwrap();
+            assert!(
+                !sys.calls.borrow().contains(&"systemd"),
+                "{:?}",
+                sys.calls.borrow()
+            );
+        }
     }
 
     #[test]

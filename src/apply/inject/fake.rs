@@ -231,6 +231,7 @@ impl World {
             }],
             modes: Vec::new(),
             additional_gids: Vec::new(),
+            systemd_scope: None,
         };
         World { dir, plan }
     }

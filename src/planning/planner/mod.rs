@@ -438,6 +438,7 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
     }
     let mut planned = planned(config, effective, inventory, image, left)?;
     planned.user_namespace = user_namespace;
+    planned.plan.systemd_scope = policy::systemd_scope(config, source, &planned.plan);
     Ok(planned)
 }
 

@@ -8,10 +8,24 @@
 use super::{Effective, Error, Result, Source};
 use crate::config::Config;
 use crate::planning::bundle::Container;
-use crate::planning::plan::NodeMode;
+use crate::planning::plan::{NodeMode, Plan};
 use crate::planning::planner::Asked;
 use crate::planning::request::{self, Capabilities, DeviceSelection, ImexChannels, Request};
 use crate::planning::require::Requirements;
+
+/// The systemd scope to tell about `plan`'s cgroup rules: the container's,
+/// when it runs under the systemd cgroup driver, the hook grants its
+/// device cgroup, and `systemd-device-allow` is on (a setting of how a
+/// grant is recorded, not of what a request gets: doctor reads it too).
+pub(super) fn systemd_scope(config: &Config, source: Source<'_>, plan: &Plan) -> Option<String> {
+    let container = match source {
+        Source::Container(container) | Source::Runtime { container, .. } => Some(container),
+        Source::Argv { container, .. } => container,
+        Source::Flags { .. } | Source::Granted(_) | Source::Edits(_) => None,
+    }?;
+    let wanted = config.systemd_device_allow && !plan.cgroup_rules.is_empty();
+    container.systemd_scope.clone().filter(|_| wanted)
+}
 
 /// The request `source` makes, as `config`'s policy lets it stand. Pure,
 /// and first: a container that asks for nothing costs no discovery.

@@ -131,6 +131,7 @@ mod tests {
             device_mounts: Vec::new(),
             imex_mounts: Vec::new(),
             devices: Vec::new(),
+            systemd_scope: None,
         }
     }
 

@@ -23,6 +23,7 @@ fn container(env: &[&str], privileged: bool, device_mounts: &[&str]) -> Containe
             .map(|d| d.to_string())
             .collect(),
         devices: Vec::new(),
+        systemd_scope: None,
     }
 }
 
@@ -900,6 +901,47 @@ fn a_config_that_leaves_the_cgroup_to_the_runtime_plans_no_rules() {
     assert!(plan.cgroup_rules.is_empty());
     assert_eq!(plan.devices, whole.devices);
     assert_eq!(plan.mounts, whole.mounts);
+}
+
+/// A container under the systemd cgroup driver: its scope is told about
+/// the rules, unless `systemd-device-allow` is off, the cgroup is left to
+/// the runtime, or there are no rules.
+#[test]
+fn the_systemd_scope_is_planned_beside_the_cgroup_rules() {
+    let mut under_systemd = container(&["NVIDIA_VISIBLE_DEVICES=0"], false, &[]);
+    under_systemd.systemd_scope = Some("docker-abc.scope".into());
+    let plan_with = |config: &Config, container: &Container| {
+        super::plan_on(
+            config,
+            Inputs::new(
+                Source::Container(container),
+                ImageSource::Layout(ImageLayout::Debian),
+            ),
+            Some(&inventory()),
+        )
+        .unwrap()
+        .plan
+    };
+    let plan = plan_with(&Config::default(), &under_systemd);
+    assert!(!plan.cgroup_rules.is_empty());
+    assert_eq!(plan.systemd_scope.as_deref(), Some("docker-abc.scope"));
+    let cgroupfs = container(&["NVIDIA_VISIBLE_DEVICES=0"], false, &[]);
+    assert_eq!(plan_with(&Config::default(), &cgroupfs).systemd_scope, None);
+    for config in [
+        Config {
+            systemd_device_allow: false,
+            ..Config::default()
+        },
+        Config {
+            grant_device_cgroup: false,
+            ..Config::default()
+        },
+    ] {
+        assert_eq!(plan_with(&config, &under_systemd).systemd_scope, None);
+    }
+    let mut void = under_systemd.clone();
+    void.env = vec!["NVIDIA_VISIBLE_DEVICES=void".into()];
+    assert_eq!(plan_with(&Config::default(), &void).systemd_scope, None);
 }
 
 /// NVIDIA's `features.ignore-imex-channel-requests`: neither the variable

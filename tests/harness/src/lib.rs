@@ -7,6 +7,7 @@
 //! only (a dev-dependency, never published), and it never stands in for
 //! the product: every answer it judges comes from the real binary.
 
+pub mod booted;
 pub mod cdi_schema;
 pub mod cli;
 pub mod compat;

@@ -108,3 +108,36 @@ pub fn remove_tree_safely(dir: &Path) {
     assert_no_mounts_under(dir);
     std::fs::remove_dir_all(dir).unwrap_or_else(|e| panic!("remove {}: {e}", dir.display()));
 }
+
+/// Removes an empty cgroup and its empty children, deepest first.
+pub fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// What a suite of daemons must leave as it found once they stopped: no
+/// cgroup named with `prefix`, the host's mounts as `mounts_before`, the
+/// simulated host at `host_dir` as `host_before`.
+pub fn assert_left_as_found(
+    prefix: &str,
+    mounts_before: &[String],
+    host_dir: &Path,
+    host_before: &std::collections::BTreeMap<PathBuf, String>,
+    when: &str,
+) {
+    let left = cgroup_dirs(|n| n.to_str().is_some_and(|n| n.starts_with(prefix)));
+    assert!(left.is_empty(), "cgroups left behind: {left:?}");
+    crate::mounts::assert_mounts_unchanged(mounts_before, when);
+    let changed =
+        super::host_state::listing_diff(host_before, &super::host_state::tree_listing(host_dir));
+    assert!(
+        changed.is_empty(),
+        "the simulated host changed: {changed:?}"
+    );
+}

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::cleanup::{cgroup_dirs, remove_tree_safely};
+use super::cleanup::{cgroup_dirs, remove_cgroup_tree, remove_tree_safely};
 use super::oci_config::{path_str, CONTAINER_SCRIPT, NVIDIA_MAJOR};
 use super::process::{run_bounded, Finished};
 use super::run::{Run, RunFiles, RUN_LIMIT};
@@ -541,18 +541,6 @@ fn stop(mut child: Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
-}
-
-/// Removes an empty cgroup and its empty children, deepest first.
-fn remove_cgroup_tree(dir: &Path) {
-    if let Ok(entries) = fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_cgroup_tree(&entry.path());
-            }
-        }
-    }
-    let _ = fs::remove_dir(dir);
 }
 
 fn log_file(path: &Path) -> Stdio {
