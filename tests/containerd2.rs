@@ -34,9 +34,8 @@
 
 use std::fs;
 
-use harness::runtime::bundle::template_rootfs;
 use harness::runtime::containerd2::{cri, edit, Node, Suite, CONFIG, DROP_IN, RUNC_V2};
-use harness::runtime::cri::{import_pod_images, Shape};
+use harness::runtime::cri::Shape;
 use harness::runtime::injected::{assert_gpus, gpu};
 use harness::runtime::run::Run;
 
@@ -106,12 +105,7 @@ fn containerd_2_runs_gpu_pods_on_what_nvidia_ctk_writes() {
         Some("runc")
     );
     node.restart();
-    import_pod_images(
-        &node.daemons,
-        &template_rootfs(host),
-        IMAGE,
-        &work.join("images"),
-    );
+    node.import_images(host, IMAGE, &work.join("images"));
     let (uuid, minor) = (|i| gpu(host, i).uuid, |i| gpu(host, i).minor);
     let value = uuid(1);
     let run = pod(

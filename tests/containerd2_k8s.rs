@@ -35,9 +35,8 @@
 use std::fs;
 use std::path::Path;
 
-use harness::runtime::bundle::template_rootfs;
 use harness::runtime::containerd2::{cri, Node, Suite, CONFIG, DROP_IN};
-use harness::runtime::cri::{device_plugin_spec_for, import_pod_images, PluginHooks, Shape};
+use harness::runtime::cri::{device_plugin_spec_for, PluginHooks, Shape};
 use harness::runtime::injected::{assert_gpus, assert_gpus_any_layout, gpu};
 use harness::runtime::oci_config::path_str;
 use harness::runtime::process::run_bounded;
@@ -102,12 +101,7 @@ fn containerd_2_serves_the_device_plugin_and_the_gpu_operator() {
     fs::write(node.etc(CONFIG), &node.default_config).unwrap();
     node.configure(&["--cdi.enabled"]);
     node.restart();
-    import_pod_images(
-        &node.daemons,
-        &template_rootfs(host),
-        IMAGE,
-        &work.join("images"),
-    );
+    node.import_images(host, IMAGE, &work.join("images"));
     let (uuid, minor) = (|i| gpu(host, i).uuid, |i| gpu(host, i).minor);
 
     // volume-mounts, under the nvidia handler.

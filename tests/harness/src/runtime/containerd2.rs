@@ -12,13 +12,15 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::bundle::fresh_work_dir;
+use super::bundle::{fresh_work_dir, template_rootfs};
 use super::cleanup::remove_tree_safely;
 use super::host_state::NodeBefore;
 use super::run::{serial, Serial};
 use crate::simhost::{Fixture, SimHost};
 
-use super::cri::{ensure_cri_api, run_checker_pod, PodOutcome, Shape, PAUSE_IMAGE};
+use super::cri::{
+    ensure_cri_api, import_pod_images, run_checker_pod, PodOutcome, Shape, PAUSE_IMAGE,
+};
 use super::daemons::{our_spec, DaemonSetup, Daemons};
 use super::oci_config::path_str;
 use super::process::{run_bounded, Finished};
@@ -179,6 +181,12 @@ impl Node {
                 self.daemons.logs()
             );
         }
+    }
+
+    /// Imports the pause image and `host`'s template rootfs as `image`
+    /// (archives made in `dir`) into containerd's Kubernetes namespace.
+    pub fn import_images(&self, host: &SimHost, image: &str, dir: &Path) {
+        import_pod_images(&self.daemons, &template_rootfs(host), image, dir);
     }
 
     /// One pod of `image` whose container runs the checker (decoys at
