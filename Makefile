@@ -102,7 +102,8 @@ bench-docker: build deps
 	integration/bench-docker $(BIN)
 
 # Docker 26 (--gpus all, --device nvidia.com/gpu=all, no GPU) and containerd
-# 1.7's CRI (CDIDevices or none) from the trixie root: BENCH_RUNS, BENCH_BLOCK.
+# 1.7's CRI (CDIDevices or none) from the trixie root, Docker 28 and containerd
+# 2.1's CRI from the sid root: BENCH_RUNS, BENCH_BLOCK.
 bench-trixie: deps
 	integration/bench-trixie
 

@@ -13,16 +13,20 @@
 //! - containerd 1.7's CRI, driven through integration/cri-client as the
 //!   kubelet drives it: CreateContainer + StartContainer of a `/bin/true`
 //!   container with CRI `CDIDevices = ["nvidia.com/gpu=all"]` against one
-//!   without (each pod's sandbox started before and removed after, not timed).
+//!   without (each pod's sandbox started before and removed after, not timed);
+//! - containerd 2.1's CRI (Debian sid, runc 1.3: the node
+//!   tests/containerd2.rs runs, harness::runtime::containerd2) on its own
+//!   default config with `nvidia-ctk runtime configure --cdi.enabled`: the
+//!   same two starts.
 //!
 //! Interleaved: blocks of BENCH_BLOCK (default 10) starts of each variant,
 //! whose order rotates, BENCH_RUNS (default 40) of each, after BENCH_WARMUP
 //! (default 3). The times are written as hyperfine's JSON
-//! (`$BENCH_OUT/bench-trixie/{docker,docker28,cri}.N.json`), so that
+//! (`$BENCH_OUT/bench-trixie/{docker,docker28,cri,cri2}.N.json`), so that
 //! integration/bench_stats.py's `starts` makes the tables: medians, IQRs,
 //! and what each variant adds to the base with bootstrap 95% intervals.
 //! Needs root and the cached trixie and sid roots; a part's name
-//! (`docker`, `docker28`, `cri`) picks it alone.
+//! (`docker`, `docker28`, `cri`, `cri2`) picks it alone.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -31,6 +35,7 @@ use std::time::Instant;
 use harness::debroot::{sid, trixie, DebRoot};
 use harness::runtime::bundle::{template_rootfs, write_hook_config};
 use harness::runtime::cleanup::remove_tree_safely;
+use harness::runtime::containerd2::{Node, CONFIG};
 use harness::runtime::cri::{
     ensure_cri_api, image_archive, import_k8s_image, pause_archive, run_pod, PodRequest,
     PAUSE_IMAGE,
@@ -132,6 +137,8 @@ fn docker(host: &SimHost, out: &Path, work: &Path, root: &DebRoot, key: &str) {
     );
 }
 
+/// containerd 1.7's CRI from the trixie root, with our runtime configured
+/// by `nvidia-ctk runtime configure --runtime=containerd --cdi.enabled`.
 fn cri(host: &SimHost, out: &Path, work: &Path) {
     const IMAGE: &str = "docker.io/library/onh-bench:trixie";
     let root = trixie();
@@ -163,15 +170,52 @@ fn cri(host: &SimHost, out: &Path, work: &Path) {
             }),
         },
     );
+    cri_starts(&daemons, host, &dir, IMAGE, &log, out, "cri");
+}
+
+/// containerd 2.1's CRI from the sid root (harness::runtime::containerd2),
+/// on its own default config with our `nvidia-ctk runtime configure
+/// --runtime=containerd --cdi.enabled` on NVIDIA's default paths.
+fn cri2(host: &SimHost, out: &Path, work: &Path) {
+    const IMAGE: &str = "docker.io/library/onh-bench:sid";
+    let dir = work.join("cri2");
+    fs::create_dir_all(&dir).unwrap();
+    let (config, log) = (dir.join("hook.toml"), dir.join("hook.log"));
+    write_hook_config(host, &config, &log, "warn");
+    let spec = our_spec(host, &dir);
+    let mut node = Node::hold(
+        &dir.join("node"),
+        &config,
+        &log,
+        &[("cdi/nvidia.yaml", &spec)],
+    );
+    fs::write(node.etc(CONFIG), &node.default_config).unwrap();
+    node.configure(&["--cdi.enabled"]);
+    node.restart();
+    cri_starts(&node.daemons, host, &dir, IMAGE, &log, out, "cri2");
+}
+
+/// CreateContainer + StartContainer of a `/bin/true` container of `image`
+/// (imported with the pause image into `daemons`' containerd) with CRI
+/// `CDIDevices = ["nvidia.com/gpu=all"]` against none, written as `key.N.json`.
+fn cri_starts(
+    daemons: &Daemons,
+    host: &SimHost,
+    dir: &Path,
+    image: &'static str,
+    log: &Path,
+    out: &Path,
+    key: &str,
+) {
     let images = dir.join("images");
     fs::create_dir_all(&images).unwrap();
-    import_k8s_image(&daemons, &pause_archive(&images));
-    let image = images.join("bench.tar");
-    image_archive(&template_rootfs(host), IMAGE, &[], &image);
-    import_k8s_image(&daemons, &image);
+    import_k8s_image(daemons, &pause_archive(&images));
+    let tar = images.join("bench.tar");
+    image_archive(&template_rootfs(host), image, &[], &tar);
+    import_k8s_image(daemons, &tar);
     let serial = std::cell::Cell::new(0u32);
     let start = |cdi_devices: &'static [&'static str]| {
-        let (daemons, serial, log) = (&daemons, &serial, &log);
+        let serial = &serial;
         move || {
             serial.set(serial.get() + 1);
             let name = format!("bench-{}", serial.get());
@@ -179,7 +223,7 @@ fn cri(host: &SimHost, out: &Path, work: &Path) {
                 daemons,
                 &PodRequest {
                     name: &name,
-                    image: IMAGE,
+                    image,
                     command: &["/bin/true"],
                     runtime_handler: "",
                     envs: &[],
@@ -201,7 +245,7 @@ fn cri(host: &SimHost, out: &Path, work: &Path) {
     let (plain, cdi) = (start(&[]), start(&["nvidia.com/gpu=all"]));
     interleave(
         out,
-        "cri",
+        key,
         &[
             ("no CDIDevices", &plain),
             ("CDIDevices nvidia.com/gpu=all", &cdi),
@@ -231,6 +275,9 @@ fn main() {
     }
     if asked("cri") {
         cri(&host, &out, &work);
+    }
+    if asked("cri2") {
+        cri2(&host, &out, &work);
     }
     remove_tree_safely(&work);
 }

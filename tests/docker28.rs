@@ -17,7 +17,9 @@
 //! `nvidia-cdi-hook` exists, moby PR 50228; Debian's 28.5 does not).
 //! With CDI on, the spec is then removed: Docker refuses the CDI name with
 //! its own message, `--gpus` still works through the hook, and doctor
-//! names the command that makes a spec.
+//! names the command that makes a spec; it does so too with `features.cdi`
+//! unset (on by default for this Docker, whose version doctor reads from
+//! dpkg's database) and an `nvidia-cdi-hook` on dockerd's PATH.
 //!
 //! Needs root and debootstrap (integration/install-deps); the first run
 //! makes or completes the root: `cargo test --features _test_as_root --test docker28`.
@@ -255,6 +257,29 @@ fn docker_28_with_cdi_on() {
                 && found.contains("no CDI spec")
                 && remedy.contains("oci-nvidia-hook cdi generate")),
         "doctor names the command that makes a spec: {warnings:#?}"
+    );
+    // features.cdi left unset, which this Docker (28.5, dpkg's database in
+    // the sid root says) takes as on, and an nvidia-cdi-hook on dockerd's
+    // PATH: Docker 29 would send `--gpus` through CDI and find no spec.
+    let daemon_json = engine.daemons.ns_path("/etc/docker/daemon.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&daemon_json).unwrap()).unwrap();
+    json.as_object_mut().unwrap().remove("features");
+    fs::write(&daemon_json, json.to_string()).unwrap();
+    std::os::unix::fs::symlink(
+        hook_binary(),
+        engine.daemons.dir.join("bin/nvidia-cdi-hook"),
+    )
+    .unwrap();
+    let warnings = doctor_warnings(&engine.daemons);
+    assert!(
+        warnings
+            .iter()
+            .any(|(name, found, remedy)| name == "Docker CDI"
+                && found.contains("the default from Docker 28.2")
+                && found.contains("nvidia-cdi-hook")
+                && remedy.contains("oci-nvidia-hook cdi generate")),
+        "doctor takes an unset features.cdi as on for Docker 28.5: {warnings:#?}"
     );
     engine.finish();
 }

@@ -789,7 +789,7 @@ fn colour_on_a_terminal_and_never_with_no_color() {
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn a_node_configured_by_our_nvidia_ctk_reaches_gpus_every_way_per_engine() {
     use harness::debroot::{trixie, Entry};
-    use harness::runtime::cri::device_plugin_spec;
+    use harness::runtime::cri::{device_plugin_spec_for, PluginHooks};
     use harness::runtime::process::run_bounded;
 
     let host = shared_host("k8s-node");
@@ -847,16 +847,9 @@ containerd config dump > "$hr/containerd-dump.toml"
     );
     assert!(host.path("etc/crio/crio.conf.d/99-nvidia.conf").is_file());
     host.cdi_spec("etc/cdi/nvidia.yaml");
-    let ours: Value = serde_json::from_str(
-        &host
-            .sim
-            .stdout(&["cdi", "generate", "--format", "json", "--output", "-"]),
-    )
-    .unwrap();
-    let plugin = device_plugin_spec(
-        &ours,
-        &host.sim.dir.join("driver"),
-        Path::new("/usr/local/bin/nvidia-cdi-hook"),
+    let plugin = device_plugin_spec_for(
+        &host.sim,
+        PluginHooks::CdiHook(Path::new("/usr/local/bin/nvidia-cdi-hook")),
     );
     host.write_json("var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json", &plugin);
 

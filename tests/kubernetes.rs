@@ -28,15 +28,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use harness::debroot::trixie;
-use harness::mounts::{assert_mounts_unchanged, host_mounts};
 use harness::runtime::bundle::{template_rootfs, work_root, write_hook_config};
-use harness::runtime::cleanup::{cgroup_dirs, remove_tree_safely};
+use harness::runtime::cleanup::remove_tree_safely;
 use harness::runtime::cri::{
-    device_plugin_spec, ensure_cri_api, import_pod_images, run_pod_leaving_nothing, PodOutcome,
-    PodRequest, PAUSE_IMAGE,
+    device_plugin_spec_for, ensure_cri_api, import_pod_images, run_checker_pod, PluginHooks,
+    PodOutcome, Shape, PAUSE_IMAGE,
 };
-use harness::runtime::daemons::{checker_script, CriSetup, DaemonSetup, Daemons};
-use harness::runtime::host_state::{listing_diff, tree_listing};
+use harness::runtime::daemons::{CriSetup, DaemonSetup, Daemons};
+use harness::runtime::host_state::NodeBefore;
 use harness::runtime::injected::{assert_gpus, assert_gpus_any_layout, gpu};
 use harness::runtime::oci_config::path_str;
 use harness::simhost::{require_root, Fixture, SimHost};
@@ -50,11 +49,9 @@ const PLUGIN_KIND: &str = "k8s.device-plugin.nvidia.com/gpu";
 /// images imported, the host's state recorded to compare at the end.
 struct Node {
     daemons: Daemons,
-    host: SimHost,
     hook_log: PathBuf,
     work: PathBuf,
-    mounts_before: Vec<String>,
-    driver_before: std::collections::BTreeMap<PathBuf, String>,
+    before: NodeBefore,
 }
 
 impl Node {
@@ -66,8 +63,7 @@ impl Node {
         let root = trixie();
         ensure_cri_api(&root);
         let work = work_root().join("k8s").join(name);
-        let mounts_before = host_mounts();
-        let driver_before = tree_listing(&host.dir);
+        let before = NodeBefore::take(&host.dir);
         let dir = work.join("node");
         let runtime_path = format!(
             "--nvidia-runtime-path={}",
@@ -101,66 +97,25 @@ impl Node {
         );
         Node {
             daemons,
-            host: host.clone(),
             hook_log: work.join("hook.log"),
             work,
-            mounts_before,
-            driver_before,
+            before,
         }
     }
 
     /// One pod whose container runs the checker (after making `decoys`).
     fn pod(&self, name: &str, decoys: &[u32], shape: Shape) -> PodOutcome {
-        let script = checker_script(decoys);
-        run_pod_leaving_nothing(
-            &self.daemons,
-            &PodRequest {
-                name,
-                image: IMAGE,
-                command: &["/bin/sh", "-c", &script],
-                runtime_handler: shape.handler,
-                envs: shape.envs,
-                mounts: shape.mounts,
-                annotations: shape.annotations,
-                cdi_devices: shape.cdi_devices,
-            },
-            &self.hook_log,
-        )
+        run_checker_pod(&self.daemons, name, IMAGE, decoys, shape, &self.hook_log)
     }
 
     /// Stops containerd and checks the host is as it was.
     fn finish(self) {
         let tag = self.daemons.tag.clone();
         drop(self.daemons);
-        let left = cgroup_dirs(|n| n.to_str().is_some_and(|n| n.starts_with(&tag)));
-        assert!(left.is_empty(), "cgroups left behind: {left:?}");
-        assert_mounts_unchanged(&self.mounts_before, "after containerd stopped");
-        let changed = listing_diff(&self.driver_before, &tree_listing(&self.host.dir));
-        assert!(
-            changed.is_empty(),
-            "the simulated host changed: {changed:?}"
-        );
+        self.before.assert_left_alone(&tag);
         remove_tree_safely(&self.work);
     }
 }
-
-/// What the device plugin's answer puts into the container.
-#[derive(Clone, Copy)]
-struct Shape<'a> {
-    handler: &'a str,
-    envs: &'a [(&'a str, &'a str)],
-    mounts: &'a [(&'a str, &'a str)],
-    annotations: &'a [(&'a str, &'a str)],
-    cdi_devices: &'a [&'a str],
-}
-
-const NO_SHAPE: Shape = Shape {
-    handler: "",
-    envs: &[],
-    mounts: &[],
-    annotations: &[],
-    cdi_devices: &[],
-};
 
 /// The hook config for `host` (logging to `log`) with `accept-volume-mounts`,
 /// and our spec for it, both in `work`.
@@ -199,25 +154,14 @@ fn device_plugin_strategies_through_the_cri() {
         Shape {
             handler: "nvidia",
             envs: &[("NVIDIA_VISIBLE_DEVICES", &value)],
-            ..NO_SHAPE
+            ..Shape::default()
         },
     );
     assert_gpus(&envvar.run, &host, &[1], &[minor(0)]);
 
     let at = format!("/var/run/nvidia-container-devices/{}", uuid(2));
-    let volumes = node.pod(
-        "volume-mounts",
-        &[minor(3)],
-        Shape {
-            handler: "nvidia",
-            envs: &[(
-                "NVIDIA_VISIBLE_DEVICES",
-                "/var/run/nvidia-container-devices",
-            )],
-            mounts: &[("/dev/null", &at)],
-            ..NO_SHAPE
-        },
-    );
+    let mounts = [("/dev/null", at.as_str())];
+    let volumes = node.pod("volume-mounts", &[minor(3)], Shape::volume_mounts(&mounts));
     assert_gpus(&volumes.run, &host, &[2], &[minor(3)]);
 
     let key = format!("cdi.k8s.io/nvidia-device-plugin_{}", uuid(0));
@@ -227,7 +171,7 @@ fn device_plugin_strategies_through_the_cri() {
         &[minor(2)],
         Shape {
             annotations: &[(&key, &name)],
-            ..NO_SHAPE
+            ..Shape::default()
         },
     );
     assert_gpus(&annotations.run, &host, &[0], &[minor(2)]);
@@ -238,7 +182,7 @@ fn device_plugin_strategies_through_the_cri() {
         &[minor(1)],
         Shape {
             cdi_devices: &[&name],
-            ..NO_SHAPE
+            ..Shape::default()
         },
     );
     assert_gpus(&cri.run, &host, &[3], &[minor(1)]);
@@ -256,14 +200,9 @@ fn device_plugin_spec_through_the_cri() {
     let work = work_root().join("k8s").join("plugin-spec");
     let (config, spec) = config_and_spec(&host, &work);
     let node = Node::start("plugin-spec", &host, &config, Some(&spec));
-    let ours: serde_json::Value = serde_json::from_str(
-        &host.stdout(&["cdi", "generate", "--format", "json", "--output", "-"]),
-    )
-    .unwrap();
-    let plugin = device_plugin_spec(
-        &ours,
-        &host.dir.join("driver"),
-        &node.daemons.dir.join("bin/nvidia-cdi-hook"),
+    let plugin = device_plugin_spec_for(
+        &host,
+        PluginHooks::CdiHook(&node.daemons.dir.join("bin/nvidia-cdi-hook")),
     );
     // /var/run is a link to /run: named by its target, since the link
     // would resolve against this host's root from outside the namespace.
@@ -283,7 +222,7 @@ fn device_plugin_spec_through_the_cri() {
         &[minor(1)],
         Shape {
             annotations: &[(&key, &name)],
-            ..NO_SHAPE
+            ..Shape::default()
         },
     );
     // NVIDIA's layout, not ours: the driver's files at their host paths.
@@ -295,7 +234,7 @@ fn device_plugin_spec_through_the_cri() {
         &[minor(2)],
         Shape {
             cdi_devices: &[&name],
-            ..NO_SHAPE
+            ..Shape::default()
         },
     );
     assert_gpus_any_layout(&cri.run, &host, &[1], &[minor(2)]);
@@ -368,7 +307,7 @@ mkdir -p /run/cdi"#;
         Shape {
             handler: "nvidia",
             envs: &[("NVIDIA_VISIBLE_DEVICES", &value)],
-            ..NO_SHAPE
+            ..Shape::default()
         },
     );
     assert_gpus(&envvar.run, &host, &[2], &[minor(0)]);
@@ -378,7 +317,7 @@ mkdir -p /run/cdi"#;
         &[minor(3)],
         Shape {
             cdi_devices: &[&name],
-            ..NO_SHAPE
+            ..Shape::default()
         },
     );
     assert_gpus(&cri.run, &host, &[1], &[minor(3)]);

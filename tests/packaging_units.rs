@@ -404,7 +404,7 @@ fn nvidia_unit_links() -> Vec<(String, String)> {
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
-fn exec_start_writes_the_spec_runtimes_read_from_the_simulated_host() {
+fn exec_start_writes_the_spec_runtimes_and_docker_29_ask_for() {
     let sim = SimHost::shared(Fixture::synthetic(8));
     let argv = exec_start(&shipped(SERVICE));
     assert_eq!(argv[0], PACKAGED_BINARY);
@@ -443,6 +443,19 @@ fn exec_start_writes_the_spec_runtimes_read_from_the_simulated_host() {
     let listed = sim.stdout(&["cdi", "list"]);
     assert_eq!(names, listed.lines().collect::<Vec<_>>());
     assert_eq!(names.len(), 8 * 2 + 1, "index and UUID per GPU, and all");
+    // Docker 29 with CDI on turns `--gpus` into CDI names of kind
+    // nvidia.com/gpu (moby PR 50228): `all` into `=all`, each
+    // `device=ID` into `=ID`, an index or a `GPU-<uuid>`. The spec names
+    // exactly those, made from the host's GPUs as NVML numbers them.
+    let mut asked: Vec<String> = vec!["nvidia.com/gpu=all".into()];
+    for gpu in &sim.facts.gpus {
+        asked.push(format!("nvidia.com/gpu={}", gpu.index));
+        asked.push(format!("nvidia.com/gpu={}", gpu.uuid));
+    }
+    let mut have = names.clone();
+    asked.sort();
+    have.sort();
+    assert_eq!(have, asked, "the names Docker 29's --gpus asks for");
     // The spec's hook is the binary the unit ran (the packaged one, on a host).
     let hook_path = spec["containerEdits"]["hooks"][0]["path"]
         .as_str()

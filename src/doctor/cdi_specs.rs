@@ -29,6 +29,12 @@ pub(super) struct Specs {
     pub ours: bool,
     /// Whether the device plugin's spec exists.
     pub plugin: bool,
+    /// Whether a spec names a device of kind `nvidia.com/gpu` (ours or
+    /// NVIDIA's): what Docker's CDI `--gpus` path asks for.
+    pub gpu_names: bool,
+    /// Whether a spec defines `management.nvidia.com/gpu=all`, what the GPU
+    /// Operator's own pods ask for.
+    pub management: bool,
 }
 
 /// One parsed spec file.
@@ -96,6 +102,9 @@ pub(super) fn check(
     for loaded in &specs {
         let ours = spec_driver(&loaded.spec).is_some();
         result.ours |= ours;
+        let names = |name: &str| loaded.spec.devices.iter().any(|d| d.name == name);
+        result.gpu_names |= loaded.spec.kind == GPU_KIND && !loaded.spec.devices.is_empty();
+        result.management |= loaded.spec.kind == MANAGEMENT_KIND && names("all");
         if loaded.spec.kind.starts_with(PLUGIN_VENDOR) {
             result.plugin = true;
             plugin_spec(host, loaded, out);
@@ -152,6 +161,63 @@ pub(super) fn check(
     result
 }
 
+/// The kind Docker's `--gpus` asks for on its CDI path, and `cdi generate` writes.
+const GPU_KIND: &str = "nvidia.com/gpu";
+/// The kind of the GPU Operator's management spec (`cdi generate --mode management`).
+const MANAGEMENT_KIND: &str = "management.nvidia.com/gpu";
+
+/// The GPU Operator's management flow: with the runtime wrapper in `cdi`
+/// mode reading annotations under a prefix of its own (the operator's
+/// `nvidia.cdi.k8s.io/`), the operator's pods ask for
+/// `management.nvidia.com/gpu=all` in a `<prefix>container.<name>`
+/// annotation; without a spec defining it each such pod fails to start.
+pub(super) fn management_check(
+    config: &crate::config::Config,
+    specs: &Specs,
+    out: &mut Vec<Check>,
+) {
+    let runtime = &config.runtime;
+    let defaults = crate::config::RuntimeCdiConfig::default().annotation_prefixes;
+    let extra: Vec<&str> = runtime
+        .cdi
+        .annotation_prefixes
+        .iter()
+        .filter(|p| !defaults.contains(p))
+        .map(String::as_str)
+        .collect();
+    if runtime.mode != crate::config::RuntimeMode::Cdi || extra.is_empty() {
+        return;
+    }
+    let prefixes = extra.join(", ");
+    if specs.management {
+        out.push(Check::ok(
+            L,
+            "GPU Operator",
+            format!(
+                "the runtime is in cdi mode with annotation prefixes {prefixes}, and a spec \
+                 defines {MANAGEMENT_KIND}=all for the operator's own pods"
+            ),
+        ));
+    } else {
+        out.push(Check::warn(
+            L,
+            "GPU Operator",
+            format!(
+                "the runtime is in cdi mode with annotation prefixes {prefixes} (the GPU \
+                 Operator's setup), but no spec defines {MANAGEMENT_KIND}=all: the operator's \
+                 pods that ask for it (`{}container.<name>` annotations) fail with \
+                 \"unresolvable CDI devices\"",
+                extra[0]
+            ),
+            format!(
+                "`nvidia-ctk cdi generate --mode management --output \
+                 /var/run/cdi/{}.yaml`",
+                MANAGEMENT_KIND.replace('/', "-")
+            ),
+        ));
+    }
+}
+
 /// The vendor of the CDI kinds NVIDIA's device plugin writes its spec for
 /// (`k8s.device-plugin.nvidia.com/gpu`, `…/imex`) under its
 /// `cdi-annotations` and `cdi-cri` strategies.
@@ -180,11 +246,13 @@ fn plugin_spec(host: &HostRoot, loaded: &Loaded, out: &mut Vec<Check>) {
                     L,
                     "device plugin CDI",
                     format!(
-                        "{} (the device plugin's spec, kind {}) has hooks that run {program},                          which is not on this host: every pod given its devices fails to start",
+                        "{} (the device plugin's spec, kind {}) has hooks that run {program}, \
+                    which is not on this host: every pod given its devices fails to start",
                         loaded.file.display(),
                         spec.kind
                     ),
-                    "`make install` (it links /usr/local/bin/nvidia-cdi-hook to                      oci-nvidia-hook), or set the plugin's nvidiaCDIHookPath to it",
+                    "`make install` (it links /usr/local/bin/nvidia-cdi-hook to \
+                     oci-nvidia-hook), or set the plugin's nvidiaCDIHookPath to it",
                 ));
                 return;
             }
@@ -399,5 +467,35 @@ containerEdits:
             .found
             .contains("1 devices of k8s.device-plugin.nvidia.com/gpu"));
         assert!(plugin.found.contains("(oci-nvidia-hook)"), "{plugin:?}");
+    }
+
+    #[test]
+    fn the_operators_cdi_mode_without_a_management_spec_is_named() {
+        let mut config = crate::config::Config::default();
+        let checks = |config: &crate::config::Config, management: bool| {
+            let mut out = Vec::new();
+            let specs = Specs {
+                management,
+                ..Specs::default()
+            };
+            management_check(config, &specs, &mut out);
+            out
+        };
+        // NVIDIA's defaults (auto, cdi.k8s.io/): not the operator's flow.
+        assert!(checks(&config, false).is_empty());
+        config.runtime.mode = crate::config::RuntimeMode::Cdi;
+        assert!(checks(&config, false).is_empty());
+        config.runtime.cdi.annotation_prefixes = vec!["nvidia.cdi.k8s.io/".into()];
+        let out = checks(&config, false);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].status, super::super::Status::Warn);
+        assert!(out[0].found.contains("nvidia.cdi.k8s.io/container.<name>"));
+        assert!(out[0]
+            .remedy
+            .as_deref()
+            .unwrap_or_default()
+            .contains("cdi generate --mode management"));
+        let out = checks(&config, true);
+        assert_eq!(out[0].status, super::super::Status::Ok);
     }
 }

@@ -41,6 +41,52 @@ pub(super) struct Docker {
     pub running: bool,
     /// daemon.json exists and parses.
     pub configured: bool,
+    /// The installed Docker package's version (major, minor), from dpkg's
+    /// database: from 28.2 an unset `features.cdi` counts as on.
+    pub version: Option<(u32, u32)>,
+    /// The `nvidia-cdi-hook` dockerd finds: with it, Docker 29 sends
+    /// `--gpus` through CDI (moby PR 50228).
+    pub cdi_hook: Option<String>,
+}
+
+impl Docker {
+    /// Whether Docker's CDI support is on: `features.cdi`, or unset on
+    /// Docker 28.2 and later (its default there).
+    fn cdi_on(&self) -> bool {
+        self.cdi
+            .unwrap_or_else(|| self.version.is_some_and(|v| v >= CDI_DEFAULT_FROM))
+    }
+}
+
+/// The first Docker whose CDI support is on without `features.cdi`.
+const CDI_DEFAULT_FROM: (u32, u32) = (28, 2);
+/// The packages Docker's daemon comes in, Debian's and Docker's own.
+const DOCKER_PACKAGES: [&str; 3] = ["docker.io", "docker-ce", "moby-engine"];
+/// The name Docker 29 looks for before taking the CDI path for `--gpus`.
+const CDI_HOOK_NAME: &str = "nvidia-cdi-hook";
+
+/// The installed Docker package's (major, minor) from dpkg's status file,
+/// its epoch and Debian revision dropped (`5:28.5.2-1~debian.12`,
+/// `28.5.2+dfsg1-2`); `None` without dpkg or such a package.
+fn docker_version(host: &HostRoot) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(host.path("/var/lib/dpkg/status")).ok()?;
+    status.split("\n\n").find_map(|entry| {
+        let field = |name: &str| {
+            entry
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+        };
+        let package = field("Package")?;
+        if !DOCKER_PACKAGES.contains(&package)
+            || !field("Status").is_some_and(|s| s.ends_with(" installed"))
+        {
+            return None;
+        }
+        let version = field("Version")?;
+        let version = version.split_once(':').map_or(version, |(_, v)| v);
+        let mut parts = version.split(|c: char| !c.is_ascii_digit());
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    })
 }
 
 /// Docker: the hook on each running dockerd's `PATH`, and daemon.json.
@@ -130,6 +176,17 @@ pub(super) fn docker(host: &HostRoot, processes: &Table, out: &mut Vec<Check>) -
         }
     }
     docker.running = processes.named("dockerd").next().is_some();
+    docker.version = docker_version(host);
+    // Looked up as dockerd does, on its own PATH (the system's when none runs).
+    docker.cdi_hook = match processes.named("dockerd").next() {
+        Some(d) => processes.env_var(d.pid, "PATH").and_then(|path| {
+            let root = DriverRoot::new(processes.dir(d.pid).join("root").join(""));
+            look_path(&root, &path, CDI_HOOK_NAME).map(|f| f.shown)
+        }),
+        None => {
+            look_path(&DriverRoot::new(host.root()), SYSTEM_PATH, CDI_HOOK_NAME).map(|f| f.shown)
+        }
+    };
     if let Some(json) = daemon_json(host, processes, out) {
         docker.configured = true;
         docker.runtime_ours = json.runtime_ours;
@@ -300,6 +357,8 @@ pub(super) struct Engines<'a> {
     pub cdi_ours: bool,
     /// The device plugin's spec exists.
     pub plugin_spec: bool,
+    /// A spec names devices of kind `nvidia.com/gpu` (ours or not).
+    pub gpu_spec: bool,
 }
 
 /// One check per engine configured here, saying which ways it reaches GPUs
@@ -335,31 +394,71 @@ pub(super) fn reaches(engines: &Engines<'_>, out: &mut Vec<Check>) {
         if docker.runtime_ours {
             ways.push("the runtime handler nvidia (`docker run --runtime nvidia`)".into());
         }
-        let mut note = "";
-        match docker.cdi {
-            Some(true) if engines.cdi_ours => {
-                ways.push("CDI (`docker run --device nvidia.com/gpu=…`, features.cdi)".into())
-            }
-            // Docker 29 sends `--gpus` through CDI too (moby PR 50228) when
-            // features.cdi is on and nvidia-cdi-hook is installed.
-            Some(true) => out.push(Check::warn(
+        let mut note = String::new();
+        let cdi_on = docker.cdi_on();
+        let by_default = if docker.cdi.is_none() {
+            " (on by default from Docker 28.2)"
+        } else {
+            ""
+        };
+        if cdi_on && engines.cdi_ours {
+            ways.push(format!(
+                "CDI (`docker run --device nvidia.com/gpu=…`, features.cdi{by_default})"
+            ));
+        }
+        // Docker 29 sends `--gpus` through CDI too (moby PR 50228) when CDI
+        // is on and nvidia-cdi-hook is on dockerd's PATH: it asks for
+        // nvidia.com/gpu=all, =<index> and =GPU-<uuid>.
+        let gpus_through_cdi = docker.cdi_hook.as_deref().map(|hook| {
+            format!(
+                ", and so does `--gpus` from Docker 29 on, which takes the CDI path \
+                 because {hook} is installed"
+            )
+        });
+        let warn = match (docker.cdi, &gpus_through_cdi) {
+            (Some(true), _) => !engines.cdi_ours,
+            (None, Some(_)) => cdi_on && !engines.gpu_spec,
+            _ => false,
+        };
+        if warn {
+            out.push(Check::warn(
                 L,
                 "Docker CDI",
-                "features.cdi is on but no CDI spec of oci-nvidia-hook's exists: \
-                 `--device nvidia.com/gpu=…` fails, and so does `--gpus` from Docker 29 \
-                 on, which takes the CDI path where nvidia-cdi-hook is installed",
+                format!(
+                    "Docker's CDI support is on (features.cdi{}) but no CDI spec of \
+                     oci-nvidia-hook's exists: `--device nvidia.com/gpu=…` fails{}",
+                    if docker.cdi.is_some() {
+                        ""
+                    } else {
+                        " unset, the default from Docker 28.2"
+                    },
+                    gpus_through_cdi.as_deref().unwrap_or(
+                        ", and so does `--gpus` from Docker 29 on where nvidia-cdi-hook is \
+                         installed, since it then takes the CDI path"
+                    )
+                ),
                 "`systemctl start oci-nvidia-hook-cdi` (the refresh unit), or \
                  `oci-nvidia-hook cdi generate --output /var/run/cdi/nvidia.yaml`",
-            )),
+            ));
+        } else if !cdi_on && engines.cdi_ours {
             // Not a warning: the spec may be there for another engine.
-            Some(false) | None if engines.cdi_ours => {
-                note = " (not CDI: features.cdi is not set in daemon.json, so Docker before \
-                        28.2 refuses `--device nvidia.com/gpu=…`; `nvidia-ctk \
-                        runtime configure --runtime=docker --cdi.enabled` sets it)"
-            }
-            _ => {}
+            note =
+                match docker.version {
+                    Some((major, minor)) => {
+                        format!(
+                    " (not CDI: features.cdi is {} in daemon.json, and Docker {major}.{minor} \
+                     refuses `--device nvidia.com/gpu=…`; `nvidia-ctk runtime configure \
+                     --runtime=docker --cdi.enabled` sets it)",
+                    if docker.cdi.is_some() { "off" } else { "not set" }
+                )
+                    }
+                    None => " (not CDI: features.cdi is not set in daemon.json, so Docker before \
+                          28.2 refuses `--device nvidia.com/gpu=…`; `nvidia-ctk \
+                          runtime configure --runtime=docker --cdi.enabled` sets it)"
+                        .into(),
+                };
         }
-        say("Docker", ways, note, out);
+        say("Docker", ways, &note, out);
     }
     let containerd = engines.containerd;
     if containerd.configured {
@@ -368,13 +467,15 @@ pub(super) fn reaches(engines: &Engines<'_>, out: &mut Vec<Check>) {
             .iter()
             .map(|name| {
                 format!(
-                    "the runtime handler {name:?} (a RuntimeClass; the device plugin's envvar                      and volume-mounts strategies)"
+                    "the runtime handler {name:?} (a RuntimeClass; the device plugin's envvar \
+                     and volume-mounts strategies)"
                 )
             })
             .collect();
         if containerd.cdi && any_spec {
             ways.push(
-                "CDI (CRI CDIDevices and cdi.k8s.io annotations; the cdi-cri and                  cdi-annotations strategies)"
+                "CDI (CRI CDIDevices and cdi.k8s.io annotations; the cdi-cri and \
+                 cdi-annotations strategies)"
                     .into(),
             );
         }
@@ -501,6 +602,7 @@ mod tests {
             hooks_d: true,
             cdi_ours: true,
             plugin_spec: false,
+            gpu_spec: false,
         };
         let out = reached(&engines);
         let found = |name: &str| {
@@ -537,6 +639,7 @@ mod tests {
             hooks_d: true,
             cdi_ours: true,
             plugin_spec: false,
+            gpu_spec: false,
         };
         let out = reached(&engines);
         let docker_ways = &out
@@ -572,6 +675,7 @@ mod tests {
             hooks_d: false,
             cdi_ours: false,
             plugin_spec: false,
+            gpu_spec: false,
         });
         let warned = out.iter().find(|c| c.name == "Docker CDI").unwrap();
         assert_eq!(warned.status, super::super::Status::Warn);
@@ -596,8 +700,96 @@ mod tests {
             hooks_d: false,
             cdi_ours: false,
             plugin_spec: false,
+            gpu_spec: false,
         });
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].status, super::super::Status::Warn);
+    }
+
+    #[test]
+    fn reads_dockers_version_from_dpkgs_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostRoot::new(dir.path());
+        assert_eq!(docker_version(&host), None);
+        std::fs::create_dir_all(dir.path().join("var/lib/dpkg")).unwrap();
+        let status = |docker: &str| {
+            format!(
+                "Package: containerd\nStatus: install ok installed\nVersion: 2.1.9~ds1-1\n\n\
+                 Package: {docker}\nStatus: install ok installed\n\n"
+            )
+        };
+        for (entry, version) in [
+            ("docker.io\nVersion: 28.5.2+dfsg1-2", Some((28, 5))),
+            (
+                "docker-ce\nVersion: 5:29.1.0-1~debian.13~trixie",
+                Some((29, 1)),
+            ),
+            (
+                "docker-ce\nVersion: 5:28.1.1-1~debian.12~bookworm",
+                Some((28, 1)),
+            ),
+        ] {
+            std::fs::write(dir.path().join("var/lib/dpkg/status"), status(entry)).unwrap();
+            assert_eq!(docker_version(&host), version, "{entry}");
+        }
+        // Removed, its config files kept: not installed.
+        std::fs::write(
+            dir.path().join("var/lib/dpkg/status"),
+            "Package: docker.io\nStatus: deinstall ok config-files\nVersion: 26.1.5\n",
+        )
+        .unwrap();
+        assert_eq!(docker_version(&host), None);
+    }
+
+    #[test]
+    fn docker_28_2_counts_an_unset_features_cdi_as_on() {
+        let containerd = super::super::containerd::Containerd::default();
+        let engines = |docker: &Docker, cdi_ours: bool, gpu_spec: bool| {
+            reached(&Engines {
+                docker,
+                containerd: &containerd,
+                crio: None,
+                hooks_d: false,
+                cdi_ours,
+                plugin_spec: false,
+                gpu_spec,
+            })
+        };
+        let docker = |version: (u32, u32), hook: Option<&str>| Docker {
+            hook_ours: true,
+            running: true,
+            version: Some(version),
+            cdi_hook: hook.map(String::from),
+            ..Docker::default()
+        };
+        let found = |out: &[Check], name: &str| {
+            out.iter()
+                .find(|c| c.name == name)
+                .map(|c| (c.status, c.found.clone(), c.remedy.clone()))
+        };
+        // 28.5, features.cdi unset, nvidia-cdi-hook installed, no spec names
+        // a GPU: Docker 29's --gpus would take CDI and find nothing.
+        let hooked = docker((28, 5), Some("/usr/bin/nvidia-cdi-hook"));
+        let out = engines(&hooked, false, false);
+        let (status, text, remedy) = found(&out, "Docker CDI").expect("a Docker CDI check");
+        assert_eq!(status, super::super::Status::Warn);
+        assert!(text.contains("/usr/bin/nvidia-cdi-hook"), "{text}");
+        assert!(text.contains("the default from Docker 28.2"), "{text}");
+        assert!(remedy.unwrap_or_default().contains("cdi generate"));
+        // A spec naming the GPUs (NVIDIA's, say) serves that path.
+        assert!(found(&engines(&hooked, false, true), "Docker CDI").is_none());
+        // No nvidia-cdi-hook and features.cdi unset: --gpus takes the hook.
+        let plain = docker((28, 5), None);
+        assert!(found(&engines(&plain, false, false), "Docker CDI").is_none());
+        // Our spec: CDI is one of its ways, on by default.
+        let (_, ways, _) = found(&engines(&plain, true, true), "Docker reaches GPUs").unwrap();
+        assert!(ways.contains("on by default from Docker 28.2"), "{ways}");
+        // Before 28.2, unset is off, and the note names the version.
+        let old = docker((28, 1), Some("/usr/bin/nvidia-cdi-hook"));
+        let out = engines(&old, true, true);
+        assert!(found(&out, "Docker CDI").is_none());
+        let (_, ways, _) = found(&out, "Docker reaches GPUs").unwrap();
+        assert!(ways.contains("Docker 28.1 refuses"), "{ways}");
+        assert!(!ways.contains("CDI (`docker run"), "{ways}");
     }
 }

@@ -394,9 +394,11 @@ pub fn diagnose(
             hooks_d: wired.ours,
             cdi_ours: specs.ours,
             plugin_spec: specs.plugin,
+            gpu_spec: specs.gpu_names,
         },
         &mut checks,
     );
+    cdi_specs::management_check(&loaded.config, &specs, &mut checks);
     let cli_callers = hpc::check(&host_root, &mut checks);
     engines::wired(
         &engines::Wiring {

@@ -152,7 +152,8 @@ fn imex(
             _ if mode == NodeMode::Bind => {
                 return Err(Error::NodeUnusable {
                     path,
-                    problem: "the host has no node for it, and a container in a user                               namespace gets the host's node bound"
+                    problem: "the host has no node for it, and a container in a user \
+                    namespace gets the host's node bound"
                         .into(),
                 })
             }
@@ -165,7 +166,10 @@ fn imex(
                         path,
                         major,
                         minor: channel,
-                        state: NodeState::Ok { mode: IMEX_MODE, gid: 0 },
+                        state: NodeState::Ok {
+                            mode: IMEX_MODE,
+                            gid: 0,
+                        },
                     },
                     IMEX_MODE,
                 ));

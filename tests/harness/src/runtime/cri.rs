@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::daemons::{collect_run, Daemons};
+use super::daemons::{checker_script, collect_run, Daemons};
 use super::oci_config::path_str;
 use super::process::run_bounded;
 use super::run::Run;
@@ -185,6 +185,66 @@ pub struct PodRequest<'a> {
     pub cdi_devices: &'a [&'a str],
 }
 
+/// What a device plugin's answer (or a pod's spec) puts into the container.
+#[derive(Clone, Copy, Default)]
+pub struct Shape<'a> {
+    /// The runtime handler (`""`: containerd's default).
+    pub handler: &'a str,
+    /// The container's environment.
+    pub envs: &'a [(&'a str, &'a str)],
+    /// Mounts (host path, container path).
+    pub mounts: &'a [(&'a str, &'a str)],
+    /// The container's annotations.
+    pub annotations: &'a [(&'a str, &'a str)],
+    /// CRI `CDIDevices` names.
+    pub cdi_devices: &'a [&'a str],
+}
+
+impl<'a> Shape<'a> {
+    /// The device plugin's `volume-mounts` answer under the `nvidia`
+    /// handler: `mounts` (`/dev/null` at
+    /// `/var/run/nvidia-container-devices/<id>`) and the variable naming
+    /// their directory.
+    pub fn volume_mounts(mounts: &'a [(&'a str, &'a str)]) -> Shape<'a> {
+        Shape {
+            handler: "nvidia",
+            envs: &[(
+                "NVIDIA_VISIBLE_DEVICES",
+                "/var/run/nvidia-container-devices",
+            )],
+            mounts,
+            ..Shape::default()
+        }
+    }
+}
+
+/// One pod of `image` whose container runs the checker (after making
+/// `decoys`), shaped by `shape`, through [`run_pod_leaving_nothing`].
+pub fn run_checker_pod(
+    daemons: &Daemons,
+    name: &str,
+    image: &str,
+    decoys: &[u32],
+    shape: Shape,
+    hook_log: &Path,
+) -> PodOutcome {
+    let script = checker_script(decoys);
+    run_pod_leaving_nothing(
+        daemons,
+        &PodRequest {
+            name,
+            image,
+            command: &["/bin/sh", "-c", &script],
+            runtime_handler: shape.handler,
+            envs: shape.envs,
+            mounts: shape.mounts,
+            annotations: shape.annotations,
+            cdi_devices: shape.cdi_devices,
+        },
+        hook_log,
+    )
+}
+
 /// What the CRI client answered.
 pub struct PodOutcome {
     /// The checker's run (stdout and stderr from the CRI log).
@@ -306,14 +366,44 @@ pub fn run_pod_leaving_nothing(
     outcome
 }
 
+/// How the device plugin's spec calls NVIDIA's hooks.
+#[derive(Clone, Copy)]
+pub enum PluginHooks<'a> {
+    /// `nvidia-cdi-hook HOOK …` at this path, no `env` (ANCHORS.md):
+    /// `create-symlinks` and `update-ldcache --folder`.
+    CdiHook(&'a Path),
+    /// `nvidia-ctk hook HOOK …` at this path, `env` =
+    /// `NVIDIA_CTK_DEBUG=false`: the device plugin's default
+    /// `--nvidia-cdi-hook-path=/usr/bin/nvidia-ctk` (v0.17 and later), with
+    /// toolkit v1.20's hooks: `create-symlinks`, `enable-cuda-compat
+    /// --host-driver-version=VERSION`, `update-ldcache --folder`,
+    /// `disable-device-node-modification`
+    /// (../shared/research/nvidia-v1.20-gaps.md, §2a).
+    Ctk {
+        /// The `nvidia-ctk` the spec names.
+        path: &'a Path,
+        /// The host driver's version.
+        driver_version: &'a str,
+    },
+}
+
+/// [`device_plugin_spec`] for `host`, from its driver root and our
+/// `cdi generate --format json` spec for it.
+pub fn device_plugin_spec_for(host: &crate::simhost::SimHost, hooks: PluginHooks) -> Value {
+    let ours: Value = serde_json::from_str(
+        &host.stdout(&["cdi", "generate", "--format", "json", "--output", "-"]),
+    )
+    .expect("our spec is JSON");
+    device_plugin_spec(&ours, &host.dir.join("driver"), hooks)
+}
+
 /// The device plugin's own spec (kind `k8s.device-plugin.nvidia.com/gpu`,
 /// one device per GPU UUID), shaped as NVIDIA's CDI library writes it:
 /// the driver's files mounted at their paths inside the driver root,
-/// `NVIDIA_VISIBLE_DEVICES=void`, and `createContainer` hooks that call
-/// `nvidia-cdi-hook` (`create-symlinks`, `update-ldcache --folder`) at
-/// `cdi_hook`, with no `env` (ANCHORS.md). Made from `ours`, our
-/// `cdi generate --format json` spec for the same host.
-pub fn device_plugin_spec(ours: &Value, driver_root: &Path, cdi_hook: &Path) -> Value {
+/// `NVIDIA_VISIBLE_DEVICES=void`, and `createContainer` hooks called as
+/// `hooks` says. Made from `ours`, our `cdi generate --format json` spec
+/// for the same host.
+fn device_plugin_spec(ours: &Value, driver_root: &Path, hooks: PluginHooks) -> Value {
     let root = path_str(driver_root);
     let edits = &ours["containerEdits"];
     let mut folders: Vec<String> = Vec::new();
@@ -334,22 +424,36 @@ pub fn device_plugin_spec(ours: &Value, driver_root: &Path, cdi_hook: &Path) -> 
                         "options": ["ro", "nosuid", "nodev", "bind"]}))
         })
         .collect();
-    let hook = |args: Vec<String>| {
-        let mut argv = vec!["nvidia-cdi-hook".to_string()];
-        argv.extend(args);
-        json!({"hookName": "createContainer", "path": path_str(cdi_hook), "args": argv})
+    let hook = |args: Vec<String>| match hooks {
+        PluginHooks::CdiHook(path) => {
+            let mut argv = vec!["nvidia-cdi-hook".to_string()];
+            argv.extend(args);
+            json!({"hookName": "createContainer", "path": path_str(path), "args": argv})
+        }
+        PluginHooks::Ctk { path, .. } => {
+            let mut argv = vec!["nvidia-ctk".to_string(), "hook".into()];
+            argv.extend(args);
+            json!({"hookName": "createContainer", "path": path_str(path), "args": argv,
+                   "env": ["NVIDIA_CTK_DEBUG=false"]})
+        }
     };
-    let mut hooks = Vec::new();
+    let mut edits_hooks = Vec::new();
     if let Some(libcuda) = mounts
         .iter()
         .filter_map(|m| m["containerPath"].as_str())
         .find(|p| p.contains("/libcuda.so."))
     {
         let dir = libcuda.rsplit_once('/').map_or("", |(d, _)| d);
-        hooks.push(hook(vec![
+        edits_hooks.push(hook(vec![
             "create-symlinks".into(),
             "--link".into(),
             format!("libcuda.so.1::{dir}/libcuda.so"),
+        ]));
+    }
+    if let PluginHooks::Ctk { driver_version, .. } = hooks {
+        edits_hooks.push(hook(vec![
+            "enable-cuda-compat".into(),
+            format!("--host-driver-version={driver_version}"),
         ]));
     }
     let mut ldcache = vec!["update-ldcache".to_string()];
@@ -357,7 +461,10 @@ pub fn device_plugin_spec(ours: &Value, driver_root: &Path, cdi_hook: &Path) -> 
         ldcache.push("--folder".into());
         ldcache.push(folder.clone());
     }
-    hooks.push(hook(ldcache));
+    edits_hooks.push(hook(ldcache));
+    if let PluginHooks::Ctk { .. } = hooks {
+        edits_hooks.push(hook(vec!["disable-device-node-modification".into()]));
+    }
     let devices: Vec<Value> = ours["devices"]
         .as_array()
         .into_iter()
@@ -373,7 +480,7 @@ pub fn device_plugin_spec(ours: &Value, driver_root: &Path, cdi_hook: &Path) -> 
             "env": ["NVIDIA_VISIBLE_DEVICES=void"],
             "deviceNodes": edits["deviceNodes"],
             "mounts": mounts,
-            "hooks": hooks,
+            "hooks": edits_hooks,
         },
     })
 }

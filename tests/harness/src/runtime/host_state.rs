@@ -80,3 +80,35 @@ pub fn listing_diff(
     }
     diff
 }
+
+/// What a node of daemons must leave the host as it found: the host's
+/// mount table and the simulated host's tree, taken before it starts.
+pub struct NodeBefore {
+    mounts: Vec<String>,
+    host_dir: PathBuf,
+    driver: BTreeMap<PathBuf, String>,
+}
+
+impl NodeBefore {
+    /// The host's state now, `host_dir` being the simulated host's tree.
+    pub fn take(host_dir: &Path) -> NodeBefore {
+        NodeBefore {
+            mounts: crate::mounts::host_mounts(),
+            host_dir: host_dir.to_path_buf(),
+            driver: tree_listing(host_dir),
+        }
+    }
+
+    /// Panics unless, once the daemons tagged `tag` are gone, no cgroup of
+    /// theirs is left, the mount table is as it was and the simulated host
+    /// is unchanged.
+    pub fn assert_left_alone(&self, tag: &str) {
+        super::cleanup::assert_left_as_found(
+            tag,
+            &self.mounts,
+            &self.host_dir,
+            &self.driver,
+            "after containerd stopped",
+        );
+    }
+}

@@ -5,6 +5,7 @@
 pub mod bundle;
 pub mod cleanup;
 pub mod container;
+pub mod containerd2;
 pub mod cri;
 pub mod daemons;
 pub mod docker;
