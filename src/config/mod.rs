@@ -319,6 +319,26 @@ pub struct DriverConfig {
     /// Directories inside the driver root searched for the driver's
     /// libraries, before the standard ones, where its loader cache lists none.
     pub library_search_paths: Vec<PathBuf>,
+    /// Which CSV files a CSV (Jetson) host's inventory reads: set by the
+    /// commands that take NVIDIA's `--csv.*` flags and modes, never by the file.
+    #[serde(skip)]
+    pub csv: CsvSelection,
+}
+
+/// Which CSV mount-spec files are read on a CSV (Jetson) host, and which
+/// of their `sym` entries are ignored (NVIDIA's `--csv.*` flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CsvSelection {
+    /// The files, as host paths (`--csv.file`); `None` for NVIDIA's base
+    /// files (`devices.csv`, `drivers.csv`, `l4t.csv`) in
+    /// `/etc/nvidia-container-runtime/host-files-for-container.d` inside
+    /// the driver root.
+    pub files: Option<Vec<PathBuf>>,
+    /// Patterns of `sym` entries to ignore (`--csv.ignore-pattern`).
+    pub ignore_patterns: Vec<String>,
+    /// Whether the host is taken as a CSV host whatever it looks like
+    /// (NVIDIA's `csv` modes).
+    pub force: bool,
 }
 
 /// Where snapshots go unless the config says otherwise: memory, emptied at boot.
@@ -333,6 +353,7 @@ impl Default for DriverConfig {
             sys_root: PathBuf::from("/sys"),
             snapshot_dir: Some(PathBuf::from(DEFAULT_SNAPSHOT_DIR)),
             library_search_paths: Vec::new(),
+            csv: CsvSelection::default(),
         }
     }
 }

@@ -282,6 +282,9 @@ fn create_command(role: NodeRole, minor: u32) -> String {
         NodeRole::Dxg => "`wsl --update` on Windows, then `wsl --shutdown`: WSL2's own \
                           kernel (its dxgkrnl) makes /dev/dxg"
             .into(),
+        NodeRole::Listed => "the L4T (JetPack) kernel makes it: reinstall or update \
+                             JetPack, or fix the CSV file that lists it"
+            .into(),
     }
 }
 

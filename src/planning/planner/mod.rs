@@ -639,8 +639,9 @@ pub fn plan_each_device(
     };
     let none = flags("none")?;
     let mut inventory = discover(config, &none, Discovery::Walk)?;
-    // A WSL2 host shows no GPU but through /dev/dxg: its spec's one device is `all`.
-    if inventory.gpus.is_empty() && inventory.wsl.is_none() {
+    // A WSL2 host shows no GPU but through /dev/dxg: its spec's one device
+    // is `all`; a CSV host's one GPU is `0`, its nodes listed.
+    if inventory.gpus.is_empty() && inventory.wsl.is_none() && inventory.csv.is_none() {
         return Err(Error::NoGpu {
             version: inventory.driver_version,
         });
@@ -672,7 +673,12 @@ pub fn plan_each_device(
         .iter()
         .flatten()
         .map(|m| (format!("{}:{}", m.parent, m.index), m.uuid.clone()));
-    let names: Vec<(String, String)> = gpus.chain(migs).collect();
+    // A CSV host's integrated GPU: `0`, of no UUID (NVIDIA's `csv` mode names it so).
+    let integrated = inventory
+        .csv
+        .is_some()
+        .then(|| ("0".to_string(), String::new()));
+    let names: Vec<(String, String)> = gpus.chain(migs).chain(integrated).collect();
     let mut devices = Vec::new();
     for (index, uuid) in names {
         let effective = flags(&index)?;
