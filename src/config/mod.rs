@@ -145,6 +145,10 @@ pub enum RuntimeMode {
     /// host's driver; here the planner's edits, as `legacy` writes them.
     #[serde(rename = "jit-cdi")]
     JitCdi,
+    /// NVIDIA's mode for Jetson/IGX hosts: the planner's edits from the
+    /// host's CSV mount specs, the host read as a CSV host whatever it
+    /// looks like (`auto` and `legacy` take a CSV host's anyway).
+    Csv,
 }
 
 /// CDI's spec directories, in increasing priority: `spec-dirs` unless set.
@@ -809,12 +813,13 @@ file = "/var/log/oci-nvidia-hook.log"
             ("legacy", RuntimeMode::Legacy),
             ("cdi", RuntimeMode::Cdi),
             ("jit-cdi", RuntimeMode::JitCdi),
+            ("csv", RuntimeMode::Csv),
         ] {
             let text = format!("[runtime]\nmode = \"{value}\"\n");
             let config = Config::parse(Path::new("/c.toml"), &text).unwrap();
             assert_eq!(config.runtime.mode, mode, "{value}");
         }
-        assert!(Config::parse(Path::new("/c.toml"), "[runtime]\nmode = \"csv\"\n").is_err());
+        assert!(Config::parse(Path::new("/c.toml"), "[runtime]\nmode = \"tegra\"\n").is_err());
     }
 
     /// A host set up only by NVIDIA's instructions: its file takes effect

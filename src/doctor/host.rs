@@ -41,12 +41,7 @@ pub(super) fn check(
     container: Option<Inputs<'_>>,
     out: &mut Vec<Check>,
 ) -> HostFacts {
-    let none = HostFacts {
-        inventory: None,
-        container: None,
-        cuda: None,
-        failed: true,
-    };
+    let none = HostFacts::unknown();
     let nvidia = config.driver.proc_root.join("driver/nvidia");
     if !module(&nvidia, out) {
         return none;

@@ -324,7 +324,16 @@ impl Inventory {
     fn discover_csv(config: &DriverConfig, scope: &Capabilities) -> Result<Inventory> {
         let host = Arch::host();
         let (found, nodes) = csv::discover(config, &config.csv, host)?;
+        // L4T's release stands in for the driver version: specs made for
+        // one are told from another's.
+        let driver_version = found
+            .release
+            .as_ref()
+            .and_then(|r| crate::util::bounded_read::read_text(&r.host).ok())
+            .and_then(|text| csv::release_version(&text))
+            .unwrap_or_default();
         Ok(Inventory {
+            driver_version,
             nodes,
             libraries: found.libraries(host),
             csv: Some(found),

@@ -16,6 +16,7 @@
 mod access;
 mod granted;
 mod hook_edits;
+mod left;
 mod policy;
 mod requirements;
 mod runtime_cdi;
@@ -24,7 +25,7 @@ use std::path::Path;
 
 use thiserror::Error;
 
-use crate::config::Config;
+use crate::config::{Config, RuntimeMode};
 use crate::host::driver::{self, Inventory};
 use crate::planning::bundle::{Container, GrantedNode};
 use crate::planning::image::{self, Image, ImageLayout};
@@ -38,6 +39,7 @@ use policy::effective;
 use requirements::build;
 
 pub use hook_edits::COMPAT_CONF;
+pub use left::LeftToOthers;
 
 /// Why a request cannot be planned on this host.
 #[derive(Debug, Error)]
@@ -258,50 +260,6 @@ pub enum Discovery {
     Snapshot,
 }
 
-/// What the caller leaves to someone else: a runtime that creates the
-/// nodes or grants the cgroup itself (NVIDIA's CLI `--no-devbind`,
-/// `--no-cgroups`), or a CDI spec whose edits the runtime applied. The
-/// plan then holds none of it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LeftToOthers {
-    /// The device nodes in the container's `/dev`.
-    pub nodes: bool,
-    /// The device cgroup rules.
-    pub cgroup_rules: bool,
-    /// The bind mounts.
-    pub mounts: bool,
-}
-
-impl LeftToOthers {
-    /// Nothing: the caller applies the whole plan.
-    pub const NOTHING: LeftToOthers = LeftToOthers {
-        nodes: false,
-        cgroup_rules: false,
-        mounts: false,
-    };
-
-    /// What a runtime applies from a spec we generated: the nodes, their
-    /// cgroup rules and the mounts.
-    pub const SPEC_EDITS: LeftToOthers = LeftToOthers {
-        nodes: true,
-        cgroup_rules: true,
-        mounts: true,
-    };
-
-    /// `plan` without what others own.
-    fn take_from(self, plan: &mut Plan) {
-        if self.nodes {
-            plan.devices.clear();
-        }
-        if self.cgroup_rules {
-            plan.cgroup_rules.clear();
-        }
-        if self.mounts {
-            plan.mounts.clear();
-        }
-    }
-}
-
 /// The container's user namespace, as far as the caller knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UserNamespace {
@@ -445,10 +403,24 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
 /// need, and NVML only when the request needs it.
 fn discover(config: &Config, effective: &Effective, discovery: Discovery) -> Result<Inventory> {
     let scope = effective.discovery_scope();
+    // NVIDIA's `csv` mode reads the host as a CSV (Jetson) host, whatever it looks like.
+    let forced;
+    let driver = if config.runtime.mode == RuntimeMode::Csv && !config.driver.csv.force {
+        forced = crate::config::DriverConfig {
+            csv: crate::config::CsvSelection {
+                force: true,
+                ..config.driver.csv.clone()
+            },
+            ..config.driver.clone()
+        };
+        &forced
+    } else {
+        &config.driver
+    };
     let mut inventory = match discovery {
-        Discovery::Walk => Inventory::discover(&config.driver, &scope)?,
+        Discovery::Walk => Inventory::discover(driver, &scope)?,
         Discovery::Snapshot => {
-            let (inventory, unstored) = Inventory::discover_with_snapshot(&config.driver, &scope)?;
+            let (inventory, unstored) = Inventory::discover_with_snapshot(driver, &scope)?;
             // For the next container start.
             if let Some(snapshot) = unstored {
                 snapshot.store();
@@ -575,7 +547,16 @@ impl Planned {
             capabilities: self.effective.request.capabilities.to_string(),
             layout: self.layout,
             mig_layout: Some(driver::mig_layout(&self.inventory.as_ref()?.mig_instances)),
-            roots: Default::default(),
+            // A CSV host's (read from its base files): the hook reads it so too.
+            roots: crate::specs::cdi_hook_args::Roots {
+                csv: self
+                    .inventory
+                    .as_ref()?
+                    .csv
+                    .as_ref()
+                    .map(|_| Default::default()),
+                ..Default::default()
+            },
         })
     }
 }

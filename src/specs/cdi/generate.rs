@@ -231,7 +231,17 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
             driver_version: inventory.driver_version,
             capabilities,
             layout: options.layout,
-            roots: options.roots.clone(),
+            // A CSV host is recorded with what it was read from, for the hook.
+            roots: Roots {
+                csv: inventory
+                    .csv
+                    .is_some()
+                    .then(|| crate::config::CsvSelection {
+                        force: false,
+                        ..config.driver.csv.clone()
+                    }),
+                ..options.roots.clone()
+            },
         },
     };
     let mut spec = Spec {

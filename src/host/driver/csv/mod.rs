@@ -251,6 +251,12 @@ pub fn inventory(
 }
 
 impl Csv {
+    /// The CSV files read, as one line.
+    pub fn files_line(&self) -> String {
+        let files: Vec<String> = self.files.iter().map(|f| f.display().to_string()).collect();
+        files.join(", ")
+    }
+
     fn add_file(&mut self, file: ListedFile) {
         if !self.files_listed.iter().any(|f| f.inner == file.inner) {
             self.files_listed.push(file);
@@ -443,6 +449,26 @@ fn chain(
         }
     }
     Ok(())
+}
+
+/// The L4T release `/etc/nv_tegra_release` names (`# R36 (release),
+/// REVISION: 4.3, …` is `R36.4.3`), which stands in for a driver version.
+pub fn release_version(text: &str) -> Option<String> {
+    let line = text.lines().next()?.trim_start_matches('#').trim();
+    let major = line.split_whitespace().next()?;
+    let digits = major.strip_prefix('R')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let revision = line
+        .split(',')
+        .find_map(|field| field.trim().strip_prefix("REVISION:"))
+        .map(str::trim)
+        .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
+    Some(match revision {
+        Some(revision) => format!("{major}.{revision}"),
+        None => major.to_string(),
+    })
 }
 
 /// The CSV host's inventory parts, from `config` and `selection`.

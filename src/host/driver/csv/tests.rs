@@ -303,3 +303,12 @@ fn a_char_device_is_taken_with_its_own_numbers() {
     assert_eq!(nodes[0].path, Path::new("/null"));
     assert_eq!(nodes[0].role, NodeRole::Listed);
 }
+
+#[test]
+fn the_l4t_release_stands_in_for_a_driver_version() {
+    let line = "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, DATE: Wed Jan  8 01:49:37 UTC 2025\n";
+    assert_eq!(release_version(line).as_deref(), Some("R36.4.3"));
+    assert_eq!(release_version("# R32 (release)\n").as_deref(), Some("R32"));
+    assert_eq!(release_version("36.4\n"), None);
+    assert_eq!(release_version(""), None);
+}
