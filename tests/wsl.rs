@@ -16,6 +16,7 @@
 
 use std::process::Command;
 
+use harness::cli::assert_auto_is_mode_and_nvml_refused;
 use harness::project::hook_binary;
 use harness::runtime::bundle::{work_root, write_hook_config, Hook, Scenario};
 use harness::runtime::cleanup::remove_tree_safely;
@@ -40,17 +41,8 @@ fn scenario<'a>(
     env: &'a [(&'a str, &'a str)],
     hook: Hook,
 ) -> Scenario<'a> {
-    Scenario {
-        name,
-        runtime,
-        host,
-        env,
-        hook,
-        decoy_minors: DECOYS,
-        decoys: &[],
-        reuse_rootfs: false,
-        prepare: None,
-    }
+    let decoys: &[u32] = DECOYS;
+    Scenario::asking(name, runtime, host, env, hook, decoys)
 }
 
 fn prestart(serial: &Serial, runtime: Runtime, env: &[(&str, &str)]) -> Run {
@@ -218,15 +210,7 @@ fn cdi_generate_mode_wsl_gives_one_device_all_with_dxg_and_validates() {
     );
     host.stdout(&["cdi", "validate", &file]);
     // auto takes WSL on a WSL host; nvml refuses it, by name.
-    assert_eq!(
-        host.stdout(&["cdi", "generate", "--output", "-", "--format", "json"]),
-        host.stdout(&["cdi", "generate", "--mode", "wsl", "--output", "-", "--format", "json"]),
-    );
-    let err = host.failure(&["cdi", "generate", "--mode", "nvml", "--output", "-"]);
-    assert!(
-        err.contains("--mode=nvml") && err.contains("wsl host"),
-        "{err}"
-    );
+    assert_auto_is_mode_and_nvml_refused(&host, "wsl");
 }
 
 #[test]

@@ -228,7 +228,8 @@ pub fn inventory(
             }),
         };
         if let Err(reason) = outcome {
-            log::warn!(
+            // NVIDIA warns ("Could not locate"); info and doctor list them here.
+            log::debug!(
                 "skipping {} {}: {reason}",
                 entry.kind.name(),
                 entry.path.display()
