@@ -248,7 +248,7 @@ static void report_files(void)
 	/* A Jetson's files, at the paths its CSV files list (L4T's nvidia/
 	 * library directory, CUDA's tree, the release file). */
 	for_each_match("/usr/lib/x86_64-linux-gnu/nvidia", all, report_file);
-	for_each_match("/usr/local/cuda-12.6/bin", all, report_file);
+	for_each_match("/usr/local/cuda/bin", all, report_file);
 	static const char *const release[] = {"nv_tegra_release", NULL};
 	for_each_match("/etc", release, report_file);
 }

@@ -19,12 +19,11 @@
 use std::process::Command;
 
 use harness::cli::assert_auto_is_mode_and_nvml_refused;
-use harness::jetson::{jetson, JetsonFacts, CSV_DIR, CUDA, LIB, RELEASE};
+use harness::jetson::{assert_jetson_injected, jetson, CSV_DIR, RELEASE};
 use harness::project::hook_binary;
 use harness::runtime::bundle::{work_root, write_hook_config, Hook, Scenario};
 use harness::runtime::cleanup::remove_tree_safely;
 use harness::runtime::container::{run, run_through};
-use harness::runtime::injected::assert_decoys_denied;
 use harness::runtime::oci_config::path_str;
 use harness::runtime::run::{serial, Run};
 use harness::runtime::runtimes::{find_tool, Runtime};
@@ -54,86 +53,12 @@ fn prestart(runtime: Runtime, env: &[(&str, &str)]) -> Run {
     )
 }
 
-/// Every listed node, allowed; every listed file, link and directory at
-/// its path, read-only; libcuda found through the loader cache, answering.
-fn assert_jetson_injected(run: &Run, facts: &JetsonFacts) {
-    run.assert_completed();
-    let report = &run.report;
-    let ctx = run.describe();
-    for (path, major, minor) in &facts.nodes {
-        let node = report
-            .nodes
-            .get(path)
-            .unwrap_or_else(|| panic!("{path} is missing in the container:{ctx}"));
-        assert_eq!(node.kind, 'c', "{path} is not a char device:{ctx}");
-        assert_eq!(node.numbers, Some((*major, *minor)), "{path} numbers:{ctx}");
-        // The misc driver answers a minor it does not serve with ENODEV;
-        // no driver has the dynamic majors: ENXIO. Either is past the cgroup.
-        let allowed = if *major == 10 { "ENODEV" } else { "ENXIO" };
-        assert_eq!(
-            node.open.as_deref(),
-            Some(allowed),
-            "{path}: the device cgroup should allow it:{ctx}"
-        );
-    }
-    assert!(
-        !report.nodes.contains_key(&facts.missing_node),
-        "{} is listed but not on the host: skipped:{ctx}",
-        facts.missing_node
-    );
-    if run.runtime.is_podman() {
-        assert!(report.gpu_nodes().is_empty(), "no /dev/nvidiaN:{ctx}");
-    } else {
-        assert_decoys_denied(run, &[], DECOYS);
-    }
-    assert_eq!(report.devnull.as_deref(), Some("ok"), "/dev/null:{ctx}");
-    for path in facts.files.iter().chain([&facts.dir_file]) {
-        let file = report
-            .files
-            .get(path)
-            .unwrap_or_else(|| panic!("{path} is not in the container:{ctx}"));
-        assert!(
-            file.read_only && file.nosuid && file.nodev,
-            "{path} must be mounted ro,nosuid,nodev: {file:?}:{ctx}"
-        );
-    }
-    for (link, target) in &facts.links {
-        assert_eq!(
-            report.links.get(link),
-            Some(target),
-            "{link} -> {target}:{ctx}"
-        );
-    }
-    assert!(
-        !report.files.contains_key(&facts.only_in_cuda_csv),
-        "cuda.csv is not a base file: {} must not come:{ctx}",
-        facts.only_in_cuda_csv
-    );
-    let cuda = report.cuda.as_ref().expect("a cuda line");
-    assert!(cuda.loaded, "dlopen(libcuda.so.1) failed: {cuda:?}:{ctx}");
-    assert!(
-        cuda.path.starts_with(LIB),
-        "libcuda loaded from {} instead of {LIB}:{ctx}",
-        cuda.path
-    );
-    assert_eq!(
-        cuda.field("version"),
-        Some(CUDA.to_string().as_str()),
-        "{ctx}"
-    );
-    assert_eq!(
-        report.ldcache.get("libcuda.so.1").map(String::as_str),
-        Some("yes"),
-        "the loader cache names libcuda.so.1:{ctx}"
-    );
-}
-
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn the_prestart_hook_under_runc_v1_gives_every_listed_node_file_link_and_directory() {
     let (_, facts) = jetson();
     let run = prestart(Runtime::RuncV1, &[("NVIDIA_VISIBLE_DEVICES", "all")]);
-    assert_jetson_injected(&run, &facts);
+    assert_jetson_injected(&run, &facts, DECOYS);
 }
 
 #[test]
@@ -141,7 +66,7 @@ fn the_prestart_hook_under_runc_v1_gives_every_listed_node_file_link_and_directo
 fn gpu_0_under_runc_v2_gets_the_nodes_through_the_bpf_device_filter() {
     let (_, facts) = jetson();
     let run = prestart(Runtime::RuncV2, &[("NVIDIA_VISIBLE_DEVICES", "0")]);
-    assert_jetson_injected(&run, &facts);
+    assert_jetson_injected(&run, &facts, DECOYS);
 }
 
 #[test]
@@ -149,7 +74,7 @@ fn gpu_0_under_runc_v2_gets_the_nodes_through_the_bpf_device_filter() {
 fn podman_with_the_hooks_d_hook_gives_the_same() {
     let (_, facts) = jetson();
     let run = prestart(Runtime::Podman, &[("NVIDIA_VISIBLE_DEVICES", "all")]);
-    assert_jetson_injected(&run, &facts);
+    assert_jetson_injected(&run, &facts, DECOYS);
 }
 
 #[test]
@@ -211,7 +136,7 @@ fn the_runtime_wrapper_in_front_of_runc_writes_the_csv_edits() {
                 .args(&argv[1..]);
             cmd
         });
-        assert_jetson_injected(&run, &facts);
+        assert_jetson_injected(&run, &facts, DECOYS);
     }
 }
 

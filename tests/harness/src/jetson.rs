@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::runtime::injected::assert_decoys_denied;
 use crate::runtime::oci_config::path_str;
+use crate::runtime::run::Run;
 use crate::simhost::{CacheFormat, Flavour, HostFacts, NvmlFacts, SimHost};
 
 /// L4T's library directory (its `nvidia/` below the triplet's).
@@ -43,7 +45,7 @@ pub struct JetsonFacts {
     pub files: Vec<String>,
     /// The links `sym` entries recreate: path, target.
     pub links: Vec<(String, String)>,
-    /// The listed directory (its real path, links resolved).
+    /// The listed directory, at the path listed (the host's is a link).
     pub dir: String,
     /// A file inside it.
     pub dir_file: String,
@@ -157,8 +159,12 @@ pub fn build(dir: &Path) -> (SimHost, JetsonFacts) {
     let icd = format!("{LIB}/nvidia_icd.json");
     write(&at(&icd), "{\"file_format_version\": \"1.0.0\"}\n");
     // CUDA's tree, behind the link L4T's cuda package makes.
-    let dir_file = "/usr/local/cuda-12.6/bin/cuda-stub".to_string();
-    write(&at(&dir_file), "#!/bin/sh\necho cuda 12.6\n");
+    write(
+        &at("/usr/local/cuda-12.6/bin/cuda-stub"),
+        "#!/bin/sh\necho cuda 12.6\n",
+    );
+    // The container sees it at the path listed, as NVIDIA mounts it.
+    let dir_file = "/usr/local/cuda/bin/cuda-stub".to_string();
     link(&at("/usr/local/cuda"), "cuda-12.6");
     let only_in_cuda_csv = format!("{LIB}/libcudnn_stub.so");
     cc(
@@ -270,7 +276,7 @@ pub fn build(dir: &Path) -> (SimHost, JetsonFacts) {
                 "nvidia/libcuda.so".into(),
             ),
         ],
-        dir: "/usr/local/cuda-12.6".into(),
+        dir: "/usr/local/cuda".into(),
         dir_file,
         only_in_cuda_csv,
     };
@@ -280,6 +286,82 @@ pub fn build(dir: &Path) -> (SimHost, JetsonFacts) {
         facts,
     };
     (host, jetson)
+}
+
+/// Every listed node of the Jetson, allowed; every listed file, link and
+/// directory at its path, read-only; libcuda found through the loader
+/// cache, answering; the runtime's `/dev/nvidiaN` `decoys` denied (none
+/// under Podman).
+pub fn assert_jetson_injected(run: &Run, facts: &JetsonFacts, decoys: &[u32]) {
+    run.assert_completed();
+    let report = &run.report;
+    let ctx = run.describe();
+    for (path, major, minor) in &facts.nodes {
+        let node = report
+            .nodes
+            .get(path)
+            .unwrap_or_else(|| panic!("{path} is missing in the container:{ctx}"));
+        assert_eq!(node.kind, 'c', "{path} is not a char device:{ctx}");
+        assert_eq!(node.numbers, Some((*major, *minor)), "{path} numbers:{ctx}");
+        // The misc driver answers a minor it does not serve with ENODEV;
+        // no driver has the dynamic majors: ENXIO. Either is past the cgroup.
+        let allowed = if *major == 10 { "ENODEV" } else { "ENXIO" };
+        assert_eq!(
+            node.open.as_deref(),
+            Some(allowed),
+            "{path}: the device cgroup should allow it:{ctx}"
+        );
+    }
+    assert!(
+        !report.nodes.contains_key(&facts.missing_node),
+        "{} is listed but not on the host: skipped:{ctx}",
+        facts.missing_node
+    );
+    if run.runtime.is_podman() {
+        assert!(report.gpu_nodes().is_empty(), "no /dev/nvidiaN:{ctx}");
+    } else {
+        assert_decoys_denied(run, &[], decoys);
+    }
+    assert_eq!(report.devnull.as_deref(), Some("ok"), "/dev/null:{ctx}");
+    for path in facts.files.iter().chain([&facts.dir_file]) {
+        let file = report
+            .files
+            .get(path)
+            .unwrap_or_else(|| panic!("{path} is not in the container:{ctx}"));
+        assert!(
+            file.read_only && file.nosuid && file.nodev,
+            "{path} must be mounted ro,nosuid,nodev: {file:?}:{ctx}"
+        );
+    }
+    for (link, target) in &facts.links {
+        assert_eq!(
+            report.links.get(link),
+            Some(target),
+            "{link} -> {target}:{ctx}"
+        );
+    }
+    assert!(
+        !report.files.contains_key(&facts.only_in_cuda_csv),
+        "cuda.csv is not a base file: {} must not come:{ctx}",
+        facts.only_in_cuda_csv
+    );
+    let cuda = report.cuda.as_ref().expect("a cuda line");
+    assert!(cuda.loaded, "dlopen(libcuda.so.1) failed: {cuda:?}:{ctx}");
+    assert!(
+        cuda.path.starts_with(LIB),
+        "libcuda loaded from {} instead of {LIB}:{ctx}",
+        cuda.path
+    );
+    assert_eq!(
+        cuda.field("version"),
+        Some(CUDA.to_string().as_str()),
+        "{ctx}"
+    );
+    assert_eq!(
+        report.ldcache.get("libcuda.so.1").map(String::as_str),
+        Some("yes"),
+        "the loader cache names libcuda.so.1:{ctx}"
+    );
 }
 
 /// The host path of `inner` in the Jetson's driver root.

@@ -62,7 +62,7 @@ pub struct Csv {
     pub files_listed: Vec<ListedFile>,
     /// Links of `sym` entries, to recreate: each link once.
     pub links: Vec<ListedLink>,
-    /// `dir` entries found.
+    /// `dir` entries found: each at the path listed, from the directory it resolves to.
     pub dirs: Vec<ListedFile>,
     /// Entries the host lacks or that failed their check, each with why.
     pub skipped: Vec<Skipped>,
@@ -387,17 +387,18 @@ fn listed_file(
     })
 }
 
-/// A `dir` entry: a directory resolved inside the root.
+/// A `dir` entry: a directory resolved inside the root, which the
+/// container gets at the path listed (as NVIDIA mounts it: `/usr/local/cuda`
+/// stays that, though the host's is a link to `cuda-12.6`).
 fn listed_dir(root: &DriverRoot, listed: &Path) -> std::result::Result<ListedFile, String> {
-    let resolved = root
-        .resolve(&inner_path(listed)?)
-        .map_err(|e| e.to_string())?;
+    let inner = inner_path(listed)?;
+    let resolved = root.resolve(&inner).map_err(|e| e.to_string())?;
     if !resolved.metadata.is_dir() {
         return Err(format!("{} is not a directory", resolved.host.display()));
     }
     Ok(ListedFile {
         host: resolved.host,
-        inner: resolved.inner,
+        inner,
         soname: None,
     })
 }

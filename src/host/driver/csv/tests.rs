@@ -235,7 +235,8 @@ fn every_entry_is_checked_and_what_fails_is_skipped_with_why() {
         ]
     );
     assert_eq!(csv.dirs.len(), 1);
-    assert_eq!(csv.dirs[0].inner, Path::new("/usr/local/cuda-12.6"));
+    assert_eq!(csv.dirs[0].inner, Path::new("/usr/local/cuda"));
+    assert_eq!(csv.dirs[0].host, sim.root().join("usr/local/cuda-12.6"));
     assert_eq!(
         csv.release.as_ref().unwrap().inner,
         Path::new(TEGRA_RELEASE)
