@@ -21,12 +21,12 @@ use std::process::Command;
 use harness::cli::assert_auto_is_mode_and_nvml_refused;
 use harness::jetson::{assert_jetson_injected, jetson, CSV_DIR, RELEASE};
 use harness::project::hook_binary;
-use harness::runtime::bundle::{work_root, write_hook_config, Hook, Scenario};
+use harness::runtime::bundle::{work_root, Hook, Scenario};
 use harness::runtime::cleanup::remove_tree_safely;
-use harness::runtime::container::{run, run_through};
+use harness::runtime::container::{run, run_through_wrapper};
 use harness::runtime::oci_config::path_str;
 use harness::runtime::run::{serial, Run};
-use harness::runtime::runtimes::{find_tool, Runtime};
+use harness::runtime::runtimes::Runtime;
 use harness::simhost::SimHost;
 
 /// The runtime's `/dev/nvidia0`, made without a cgroup rule: it must be denied.
@@ -112,30 +112,11 @@ fn another_gpu_is_refused_in_one_line_naming_all_and_0() {
 fn the_runtime_wrapper_in_front_of_runc_writes_the_csv_edits() {
     let serial = serial();
     let (host, facts) = jetson();
-    let runc = find_tool("runc").expect("runc is not on PATH (integration/install-deps)");
-    let dir = work_root().join("jetson-wrapper");
-    remove_tree_safely(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let env = [("NVIDIA_VISIBLE_DEVICES", "all")];
     for mode in ["auto", "csv"] {
-        let config = dir.join(format!("wrapper-{mode}.toml"));
-        write_hook_config(&host, &config, &dir.join("wrapper.log"), "debug");
-        let mut text = std::fs::read_to_string(&config).unwrap();
-        text.push_str(&format!(
-            "\n[runtime]\nmode = \"{mode}\"\nruntimes = [\"{}\"]\n",
-            path_str(&runc)
-        ));
-        std::fs::write(&config, text).unwrap();
-        let env = [("NVIDIA_VISIBLE_DEVICES", "all")];
         let name = format!("jetson-wrapper-{mode}");
         let scenario = scenario(&name, Runtime::RuncV1, &host, &env, Hook::Absent);
-        let run = run_through(&serial, &scenario, |argv| {
-            let mut cmd = Command::new(hook_binary());
-            cmd.arg("--config")
-                .arg(&config)
-                .arg("runtime")
-                .args(&argv[1..]);
-            cmd
-        });
+        let run = run_through_wrapper(&serial, &scenario, &format!("mode = \"{mode}\"\n"));
         assert_jetson_injected(&run, &facts, DECOYS);
     }
 }
@@ -302,4 +283,39 @@ impl Arg0 for Command {
     fn arg0_as(&mut self, name: &str) -> &mut Self {
         std::os::unix::process::CommandExt::arg0(self, name)
     }
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn jetpack_csv_mounts_all_brings_every_csv_file_through_the_hook_and_the_wrapper() {
+    let (host, facts) = jetson();
+    let env = [
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ("NVIDIA_REQUIRE_JETPACK", "csv-mounts=all"),
+    ];
+    let run = prestart(Runtime::RuncV1, &env);
+    run.assert_completed();
+    let ctx = run.describe();
+    let file = run.report.files.get(&facts.only_in_cuda_csv);
+    assert!(file.is_some_and(|f| f.read_only), "cuda.csv's file:{ctx}");
+    // The wrapper's spec hook reads the same files for the loader cache.
+    let serial = serial();
+    let scenario = scenario(
+        "jetson-wrapper-all",
+        Runtime::RuncV1,
+        &host,
+        &env,
+        Hook::Absent,
+    );
+    let run = run_through_wrapper(&serial, &scenario, "");
+    let ctx = run.describe();
+    assert!(
+        run.report.files.contains_key(&facts.only_in_cuda_csv),
+        "cuda.csv's file through the wrapper:{ctx}"
+    );
+    let cache = run.ld_cache.as_deref().unwrap_or_default();
+    assert!(
+        cache.iter().any(|e| e.soname == "libcudnn_stub.so"),
+        "the spec hook's loader cache names cuda.csv's library: {cache:?}:{ctx}"
+    );
 }

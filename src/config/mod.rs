@@ -340,6 +340,9 @@ pub struct CsvSelection {
     pub files: Option<Vec<PathBuf>>,
     /// Patterns of `sym` entries to ignore (`--csv.ignore-pattern`).
     pub ignore_patterns: Vec<String>,
+    /// Every CSV file of the directory instead of the base files, where
+    /// `files` names none (an image's `NVIDIA_REQUIRE_JETPACK=csv-mounts=all`).
+    pub all: bool,
     /// Whether the host is taken as a CSV host whatever it looks like
     /// (NVIDIA's `csv` modes).
     pub force: bool,

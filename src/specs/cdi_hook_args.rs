@@ -36,6 +36,9 @@ const DEV_ROOT: &str = "--dev-root";
 /// The flag that records a spec made for a CSV (Jetson/Tegra) host.
 const CSV_HOST: &str = "--csv-host";
 
+/// The flag that records a spec made from every CSV file of the directory.
+const CSV_ALL: &str = "--csv-all";
+
 /// The flag that records a CSV file the spec was made from.
 const CSV_FILE: &str = "--csv-file";
 
@@ -98,6 +101,9 @@ impl SpecMade {
         }
         if let Some(csv) = &self.roots.csv {
             args.push(CSV_HOST.into());
+            if csv.all {
+                args.push(CSV_ALL.into());
+            }
             for file in csv.files.iter().flatten() {
                 args.extend([CSV_FILE.into(), file.display().to_string()]);
             }
@@ -136,6 +142,10 @@ impl SpecMade {
             [CSV_HOST, tail @ ..] => {
                 let mut rest: &[&str] = tail;
                 let mut csv = crate::config::CsvSelection::default();
+                if let [CSV_ALL, more @ ..] = rest {
+                    csv.all = true;
+                    rest = more;
+                }
                 while let [CSV_FILE, file, more @ ..] = rest {
                     if !accept(file) {
                         return None;
@@ -251,6 +261,7 @@ mod tests {
                 csv: Some(crate::config::CsvSelection {
                     files: Some(vec!["/sim/a.csv".into(), "/sim/b.csv".into()]),
                     ignore_patterns: vec!["**/*.so".into()],
+                    all: true,
                     force: false,
                 }),
             },

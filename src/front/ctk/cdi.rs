@@ -280,6 +280,7 @@ fn generate(args: &GenerateArgs) -> Result<(Operation, Vec<Note>)> {
             files: (!args.csv_file.is_empty())
                 .then(|| args.csv_file.iter().map(PathBuf::from).collect()),
             ignore_patterns: args.csv_ignore_pattern.clone(),
+            all: false,
             force: false,
         },
         ..Generate::new(

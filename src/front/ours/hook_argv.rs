@@ -45,6 +45,7 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
                 driver_root: made.roots.driver,
                 dev_root: made.roots.dev,
                 csv_host: made.roots.csv.is_some(),
+                csv_all: made.roots.csv.as_ref().is_some_and(|c| c.all),
                 csv_files: made
                     .roots
                     .csv
@@ -130,6 +131,7 @@ mod tests {
                 csv: Some(crate::config::CsvSelection {
                     files: Some(vec!["/sim/a.csv".into(), "/sim/b.csv".into()]),
                     ignore_patterns: vec!["**/*.so".into()],
+                    all: false,
                     force: false,
                 }),
                 ..Default::default()

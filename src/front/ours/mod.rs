@@ -101,6 +101,9 @@ pub enum Command {
         /// The spec was made for a CSV (Jetson/Tegra) host: this one is read so too.
         #[arg(long)]
         csv_host: bool,
+        /// The spec was made from every CSV file of the host's directory.
+        #[arg(long, requires = "csv_host")]
+        csv_all: bool,
         /// A CSV file the spec was made from (repeatable) [default: the base files].
         #[arg(long = "csv-file", value_name = "FILE")]
         csv_files: Vec<PathBuf>,
@@ -386,6 +389,7 @@ fn operation(command: Command) -> Operation {
             driver_root,
             dev_root,
             csv_host,
+            csv_all,
             csv_files,
             csv_ignore_patterns,
         } => Operation::CdiHook {
@@ -401,6 +405,7 @@ fn operation(command: Command) -> Operation {
                     csv: csv_host.then(|| crate::config::CsvSelection {
                         files: (!csv_files.is_empty()).then_some(csv_files),
                         ignore_patterns: csv_ignore_patterns,
+                        all: csv_all,
                         force: false,
                     }),
                 },

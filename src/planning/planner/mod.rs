@@ -403,17 +403,21 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
 /// need, and NVML only when the request needs it.
 fn discover(config: &Config, effective: &Effective, discovery: Discovery) -> Result<Inventory> {
     let scope = effective.discovery_scope();
-    // NVIDIA's `csv` mode reads the host as a CSV (Jetson) host, whatever it looks like.
-    let forced;
-    let driver = if config.runtime.mode == RuntimeMode::Csv && !config.driver.csv.force {
-        forced = crate::config::DriverConfig {
+    // NVIDIA's `csv` mode reads the host as a CSV (Jetson) host, whatever
+    // it looks like; a Jetson image may ask for every CSV file.
+    let csv_mode = config.runtime.mode == RuntimeMode::Csv && !config.driver.csv.force;
+    let all_csv = effective.request.all_csv_files && !config.driver.csv.all;
+    let widened;
+    let driver = if csv_mode || all_csv {
+        widened = crate::config::DriverConfig {
             csv: crate::config::CsvSelection {
-                force: true,
+                force: config.driver.csv.force || csv_mode,
+                all: config.driver.csv.all || all_csv,
                 ..config.driver.csv.clone()
             },
             ..config.driver.clone()
         };
-        &forced
+        &widened
     } else {
         &config.driver
     };
@@ -547,14 +551,18 @@ impl Planned {
             capabilities: self.effective.request.capabilities.to_string(),
             layout: self.layout,
             mig_layout: Some(driver::mig_layout(&self.inventory.as_ref()?.mig_instances)),
-            // A CSV host's (read from its base files): the hook reads it so too.
+            // A CSV host's (its base files, or all that the image asked
+            // for): the hook reads it so too.
             roots: crate::specs::cdi_hook_args::Roots {
                 csv: self
                     .inventory
                     .as_ref()?
                     .csv
                     .as_ref()
-                    .map(|_| Default::default()),
+                    .map(|_| crate::config::CsvSelection {
+                        all: self.effective.request.all_csv_files,
+                        ..Default::default()
+                    }),
                 ..Default::default()
             },
         })

@@ -131,11 +131,14 @@ pub fn has_tegra_files(config: &DriverConfig) -> bool {
     }
 }
 
-/// The CSV files `selection` names: its own, or the base files of
-/// [`format::DIR`] inside the driver root that exist.
+/// The CSV files `selection` names: its own, or every one or the base
+/// files of [`format::DIR`] inside the driver root that exist.
 pub fn csv_files(root: &DriverRoot, selection: &CsvSelection) -> Vec<PathBuf> {
     if let Some(files) = &selection.files {
         return files.iter().take(format::MAX_FILES).cloned().collect();
+    }
+    if selection.all {
+        return all_csv_files(root);
     }
     let Some(dir) = lookup(root, Path::new(format::DIR)).filter(|d| d.metadata.is_dir()) else {
         log::debug!("no {} in {}", format::DIR, root.path().display());

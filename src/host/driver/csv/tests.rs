@@ -121,6 +121,11 @@ fn base_files_are_read_from_the_driver_roots_csv_dir_and_others_only_when_named(
         ..CsvSelection::default()
     };
     assert_eq!(csv_files(&root, &named), vec![dir.join("cuda.csv")]);
+    let all = CsvSelection {
+        all: true,
+        ..CsvSelection::default()
+    };
+    assert_eq!(csv_files(&root, &all), all_csv_files(&root));
     // An empty file is skipped, as NVIDIA skips it; an unreadable one too.
     sim.csv("l4t.csv", "# nothing\n");
     let (read, entries) = read_entries(&[
