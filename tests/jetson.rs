@@ -20,6 +20,7 @@ use std::process::Command;
 
 use harness::cli::assert_auto_is_mode_and_nvml_refused;
 use harness::jetson::{assert_jetson_injected, jetson, CSV_DIR, RELEASE};
+use harness::nvidia_cli::nvidia_cli;
 use harness::project::hook_binary;
 use harness::runtime::bundle::{work_root, Hook, Scenario};
 use harness::runtime::cleanup::remove_tree_safely;
@@ -318,4 +319,34 @@ fn jetpack_csv_mounts_all_brings_every_csv_file_through_the_hook_and_the_wrapper
         cache.iter().any(|e| e.soname == "libcudnn_stub.so"),
         "the spec hook's loader cache names cuda.csv's library: {cache:?}:{ctx}"
     );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn nvidia_container_cli_info_and_list_know_the_jetson() {
+    let (host, facts) = jetson();
+    let out = nvidia_cli(&host.config, &["info"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(RELEASE) && stdout.contains("12.6"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("Jetson/Tegra host"), "{stderr}");
+    let out = nvidia_cli(&host.config, &["list"]);
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{list}");
+    for (path, _, _) in &facts.nodes {
+        let node = format!("{}{path}", host.facts.dev_root);
+        assert!(
+            list.lines().any(|l| l == node),
+            "{node} not listed:\n{list}"
+        );
+    }
+    for lib in host.facts.libraries.values() {
+        assert!(list.lines().any(|l| l == lib), "{lib} not listed:\n{list}");
+    }
 }
