@@ -19,7 +19,7 @@
 use std::process::Command;
 
 use harness::cli::assert_auto_is_mode_and_nvml_refused;
-use harness::jetson::{assert_jetson_injected, jetson, CSV_DIR, RELEASE};
+use harness::jetson::{assert_jetson_injected, jetson, JetsonFacts, CSV_DIR, RELEASE};
 use harness::nvidia_cli::nvidia_cli;
 use harness::project::hook_binary;
 use harness::runtime::bundle::{work_root, Hook, Scenario};
@@ -29,6 +29,20 @@ use harness::runtime::oci_config::path_str;
 use harness::runtime::run::{serial, Run};
 use harness::runtime::runtimes::Runtime;
 use harness::simhost::SimHost;
+
+/// `list`'s output names every listed node and library of the Jetson.
+fn assert_lists_the_jetson(list: &str, host: &SimHost, facts: &JetsonFacts) {
+    for (path, _, _) in &facts.nodes {
+        let node = format!("{}{path}", host.facts.dev_root);
+        assert!(
+            list.lines().any(|l| l == node),
+            "{node} not listed:\n{list}"
+        );
+    }
+    for lib in host.facts.libraries.values() {
+        assert!(list.lines().any(|l| l == lib), "{lib} not listed:\n{list}");
+    }
+}
 
 /// The runtime's `/dev/nvidia0`, made without a cgroup rule: it must be denied.
 const DECOYS: &[u32] = &[0];
@@ -140,16 +154,7 @@ fn info_list_and_doctor_know_the_jetson() {
         "{info}"
     );
     let list = host.stdout(&["list", "--device", "all"]);
-    for (path, _, _) in &facts.nodes {
-        let node = format!("{}{path}", host.facts.dev_root);
-        assert!(
-            list.lines().any(|l| l == node),
-            "{node} not listed:\n{list}"
-        );
-    }
-    for lib in host.facts.libraries.values() {
-        assert!(list.lines().any(|l| l == lib), "{lib} not listed:\n{list}");
-    }
+    assert_lists_the_jetson(&list, &host, &facts);
     let none = host.stdout(&["list", "--device", "none"]);
     assert!(!none.contains("/dev/nvmap"), "none gets no nodes:\n{none}");
     let out = host.run(&["doctor"]);
@@ -339,14 +344,5 @@ fn nvidia_container_cli_info_and_list_know_the_jetson() {
     let out = nvidia_cli(&host.config, &["list"]);
     let list = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{list}");
-    for (path, _, _) in &facts.nodes {
-        let node = format!("{}{path}", host.facts.dev_root);
-        assert!(
-            list.lines().any(|l| l == node),
-            "{node} not listed:\n{list}"
-        );
-    }
-    for lib in host.facts.libraries.values() {
-        assert!(list.lines().any(|l| l == lib), "{lib} not listed:\n{list}");
-    }
+    assert_lists_the_jetson(&list, &host, &facts);
 }
