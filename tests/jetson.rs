@@ -346,3 +346,36 @@ fn nvidia_container_cli_info_and_list_know_the_jetson() {
     assert!(out.status.success(), "{list}");
     assert_lists_the_jetson(&list, &host, &facts);
 }
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn a_cuda_images_requirement_is_judged_by_the_jetsons_libcuda() {
+    let (_, facts) = jetson();
+    // NVIDIA's CUDA 12.6 image's rule: its first alternative needs CUDA 12.6.
+    let rule = "cuda>=12.6 brand=unknown,driver>=470,driver<471 brand=tesla,driver>=535,driver<536";
+    let run = prestart(
+        Runtime::RuncV1,
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "all"),
+            ("NVIDIA_REQUIRE_CUDA", rule),
+        ],
+    );
+    assert_jetson_injected(&run, &facts, DECOYS);
+    let newer = prestart(
+        Runtime::RuncV1,
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "all"),
+            ("NVIDIA_REQUIRE_CUDA", "cuda>=12.8"),
+        ],
+    );
+    let ctx = newer.describe();
+    assert!(
+        !newer.succeeded(),
+        "CUDA 12.8 is more than the Jetson's 12.6:{ctx}"
+    );
+    let log = newer.hook_log.as_deref().unwrap_or_default();
+    assert!(
+        log.contains("cuda>=12.8"),
+        "the refusal names the rule:{ctx}"
+    );
+}
