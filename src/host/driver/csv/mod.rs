@@ -165,9 +165,9 @@ pub fn all_csv_files(root: &DriverRoot) -> Vec<PathBuf> {
         .filter(|e| e.file_type().is_ok_and(|t| !t.is_dir()))
         .filter(|e| format::is_csv_name(&e.file_name().to_string_lossy()))
         .map(|e| e.path())
-        .take(format::MAX_FILES)
         .collect();
     files.sort();
+    files.truncate(format::MAX_FILES);
     files
 }
 
