@@ -125,6 +125,7 @@ fn inventory(gpus: u32) -> Inventory {
         drm: Vec::new(),
         gated_files: Vec::new(),
         wsl: None,
+        csv: None,
     }
 }
 

@@ -7,7 +7,8 @@
  * where `msg=` and `line=`, when present, are the last field and run to the
  * end of the line (they may hold spaces). Lines:
  *
- *   node PATH TYPE MAJ:MIN mode=0666 open=ok|ERRNO   every /dev/nvidia... and /dev/dxg and
+ *   node PATH TYPE MAJ:MIN mode=0666 open=ok|ERRNO   every /dev/nvidia... and /dev/dxg, a
+ *                                       Jetson's /dev/nvmap, nvhost-* and nvgpu/igpu0/, and
  *                                       /dev/nvidia-caps/ entry, and of
  *                                       /dev/nvidia-caps-imex-channels/,
  *                                       /dev/infiniband/, /dev/gdrdrv,
@@ -166,6 +167,10 @@ static void report_devices(void)
 	for_each_match("/dev", gdr, report_node);
 	for_each_match("/dev/dri", dri, report_node);
 	for_each_match("/dev/dri/by-path", all, report_node);
+	/* A Jetson's nodes, as its CSV files list them (tests/jetson.rs). */
+	static const char *const tegra[] = {"nvmap", "nvhost-*", NULL};
+	for_each_match("/dev", tegra, report_node);
+	for_each_match("/dev/nvgpu/igpu0", all, report_node);
 
 	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (fd >= 0) {
@@ -240,6 +245,12 @@ static void report_files(void)
 	 * each driver store below /usr/lib/wsl/drivers. */
 	for_each_match("/usr/lib/wsl/lib", all, report_file);
 	for_each_match("/usr/lib/wsl/drivers", all, report_wsl_store);
+	/* A Jetson's files, at the paths its CSV files list (L4T's nvidia/
+	 * library directory, CUDA's tree, the release file). */
+	for_each_match("/usr/lib/x86_64-linux-gnu/nvidia", all, report_file);
+	for_each_match("/usr/local/cuda/bin", all, report_file);
+	static const char *const release[] = {"nv_tegra_release", NULL};
+	for_each_match("/etc", release, report_file);
 }
 
 /* The loaded object's real path, from the link map dlopen made. */

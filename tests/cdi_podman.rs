@@ -775,3 +775,26 @@ fn podman_with_the_runtime_wrapper_on_a_wsl_host() {
     });
     assert_wsl_injected(&run, &host, &[]);
 }
+
+/// A Jetson (`harness::jetson`): Podman takes `nvidia.com/gpu=0` from the
+/// spec `cdi generate` wrote there (its mode auto-detected from the CSV
+/// files): every listed node allowed, the listed files, links and CUDA's
+/// directory read-only at their paths, and the spec's hook writing the
+/// loader cache, libcuda answering.
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn podman_applies_the_jetson_csv_spec() {
+    let (host, facts) = harness::jetson::jetson();
+    let run = run_cdi(&CdiRun {
+        name: "jetson",
+        host: &host,
+        devices: &["0"],
+        env: &[],
+        hooks: HooksDir::Empty,
+        imex: &[],
+        wrapper: false,
+        reshape: None,
+        ctk: None,
+    });
+    harness::jetson::assert_jetson_injected(&run, &facts, &[]);
+}

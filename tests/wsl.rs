@@ -14,16 +14,14 @@
 //!
 //! Run as root: `cargo test --features _test_as_root --test wsl`.
 
-use std::process::Command;
-
-use harness::project::hook_binary;
-use harness::runtime::bundle::{work_root, write_hook_config, Hook, Scenario};
+use harness::cli::assert_auto_is_mode_and_nvml_refused;
+use harness::runtime::bundle::{work_root, Hook, Scenario};
 use harness::runtime::cleanup::remove_tree_safely;
-use harness::runtime::container::{run, run_through};
+use harness::runtime::container::{run, run_through_wrapper};
 use harness::runtime::injected::assert_wsl_injected;
 use harness::runtime::oci_config::path_str;
 use harness::runtime::run::{serial, Run, Serial};
-use harness::runtime::runtimes::{find_tool, Runtime};
+use harness::runtime::runtimes::Runtime;
 use harness::simhost::{Fixture, SimHost};
 
 fn host() -> SimHost {
@@ -40,17 +38,8 @@ fn scenario<'a>(
     env: &'a [(&'a str, &'a str)],
     hook: Hook,
 ) -> Scenario<'a> {
-    Scenario {
-        name,
-        runtime,
-        host,
-        env,
-        hook,
-        decoy_minors: DECOYS,
-        decoys: &[],
-        reuse_rootfs: false,
-        prepare: None,
-    }
+    let decoys: &[u32] = DECOYS;
+    Scenario::asking(name, runtime, host, env, hook, decoys)
 }
 
 fn prestart(serial: &Serial, runtime: Runtime, env: &[(&str, &str)]) -> Run {
@@ -108,29 +97,10 @@ fn a_gpu_by_index_is_refused_in_one_line_naming_all() {
 fn the_runtime_wrapper_in_front_of_runc_writes_the_wsl_edits() {
     let serial = serial();
     let host = host();
-    let runc = find_tool("runc").expect("runc is not on PATH (integration/install-deps)");
-    let dir = work_root().join("wsl-wrapper");
-    remove_tree_safely(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("wrapper.toml");
-    write_hook_config(&host, &config, &dir.join("wrapper.log"), "debug");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str(&format!(
-        "\n[runtime]\nruntimes = [\"{}\"]\n",
-        path_str(&runc)
-    ));
-    std::fs::write(&config, text).unwrap();
     let env = [("NVIDIA_VISIBLE_DEVICES", "all")];
     // No hook in config.json: the wrapper writes the plan's edits into it.
     let scenario = scenario("wsl-wrapper", Runtime::RuncV1, &host, &env, Hook::Absent);
-    let run = run_through(&serial, &scenario, |argv| {
-        let mut cmd = Command::new(hook_binary());
-        cmd.arg("--config")
-            .arg(&config)
-            .arg("runtime")
-            .args(&argv[1..]);
-        cmd
-    });
+    let run = run_through_wrapper(&serial, &scenario, "");
     assert_wsl_injected(&run, &host, DECOYS);
 }
 
@@ -218,15 +188,7 @@ fn cdi_generate_mode_wsl_gives_one_device_all_with_dxg_and_validates() {
     );
     host.stdout(&["cdi", "validate", &file]);
     // auto takes WSL on a WSL host; nvml refuses it, by name.
-    assert_eq!(
-        host.stdout(&["cdi", "generate", "--output", "-", "--format", "json"]),
-        host.stdout(&["cdi", "generate", "--mode", "wsl", "--output", "-", "--format", "json"]),
-    );
-    let err = host.failure(&["cdi", "generate", "--mode", "nvml", "--output", "-"]);
-    assert!(
-        err.contains("--mode=nvml") && err.contains("wsl host"),
-        "{err}"
-    );
+    assert_auto_is_mode_and_nvml_refused(&host, "wsl");
 }
 
 #[test]

@@ -42,6 +42,9 @@ pub struct Generate {
     /// read for this spec instead of the config's and recorded in its hook,
     /// which reads the driver there at container start.
     pub roots: Roots,
+    /// The CSV files read on a Jetson/Tegra host, and the `sym` entries
+    /// ignored (`nvidia-ctk`'s `--csv.file`, `--csv.ignore-pattern`).
+    pub csv: crate::config::CsvSelection,
 }
 
 impl Generate {
@@ -61,6 +64,7 @@ impl Generate {
             device_ids: vec!["all".into()],
             hook: true,
             roots: Roots::default(),
+            csv: crate::config::CsvSelection::default(),
         }
     }
 }
@@ -70,9 +74,15 @@ impl Generate {
 /// `nvidia.com/gpu=all`, its `all` does not clash.
 pub const MANAGEMENT_KIND: &str = "management.nvidia.com/gpu";
 
-/// `config` with the roots `roots` names instead of its own.
-fn on_roots(config: &Config, roots: &Roots) -> Config {
+/// `config` with the roots `ask` names instead of its own, and its CSV
+/// selection (taken as a CSV host's whatever it looks like in `csv` mode).
+fn on_roots(config: &Config, ask: &Generate) -> Config {
+    let roots = &ask.roots;
     let mut config = config.clone();
+    config.driver.csv = crate::config::CsvSelection {
+        force: ask.mode == cdi::Mode::Csv,
+        ..ask.csv.clone()
+    };
     if let Some(root) = &roots.driver {
         config.driver.root.clone_from(root);
     }
@@ -99,7 +109,7 @@ fn spec(config: &Config, config_path: Option<&Path>, ask: &Generate) -> Result<c
         .to_string()
     });
     Ok(cdi::generate(
-        &on_roots(config, &ask.roots),
+        &on_roots(config, ask),
         &Options {
             mode: ask.mode,
             strategies,

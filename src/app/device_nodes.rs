@@ -152,6 +152,7 @@ fn is_control(role: NodeRole) -> bool {
         | NodeRole::DrmCard
         | NodeRole::DrmRender
         | NodeRole::Dxg
+        | NodeRole::Listed
         | NodeRole::Gated(_) => false,
     }
 }

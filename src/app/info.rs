@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::Result;
 use crate::config::Config;
-use crate::host::driver::{CudaVersion, Inventory, Library, NodeState};
+use crate::host::driver::{Csv, CudaVersion, Inventory, Library, NodeState};
 use crate::planning::planner;
 use crate::planning::request::{Capabilities, Capability};
 
@@ -66,6 +66,43 @@ fn write_library(lib: &Library, out: &mut impl Write) -> Result<()> {
     Ok(())
 }
 
+/// A CSV (Jetson) host's mount specs: the files read, and what they
+/// provide beyond the nodes and libraries listed below.
+fn write_csv(csv: &Csv, out: &mut impl Write) -> Result<()> {
+    writeln!(
+        out,
+        "Host:           Jetson/Tegra (integrated GPU, NVIDIA's CSV mode: device 0 or all)"
+    )?;
+    for file in &csv.files {
+        writeln!(out, "CSV file:       {}", file.display())?;
+    }
+    let files = csv.files_listed.iter().filter(|f| f.soname.is_none());
+    for file in files.chain(&csv.release) {
+        writeln!(out, "  file          {}", file.inner.display())?;
+    }
+    for dir in &csv.dirs {
+        writeln!(out, "  directory     {}", dir.inner.display())?;
+    }
+    for link in &csv.links {
+        writeln!(
+            out,
+            "  link          {} -> {}",
+            link.path.display(),
+            link.target.display()
+        )?;
+    }
+    for skipped in &csv.skipped {
+        writeln!(
+            out,
+            "  SKIPPED {}    {}: {}",
+            skipped.kind.name(),
+            skipped.path.display(),
+            skipped.reason
+        )?;
+    }
+    Ok(())
+}
+
 fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) -> Result<()> {
     writeln!(out, "Driver version: {}", inv.driver_version)?;
     match cuda {
@@ -81,6 +118,9 @@ fn write_text(inv: &Inventory, cuda: Option<CudaVersion>, out: &mut impl Write) 
              Driver store:   {}",
             wsl.store.display()
         )?;
+    }
+    if let Some(csv) = &inv.csv {
+        write_csv(csv, out)?;
     }
     writeln!(out, "\nGPUs: {}", inv.gpus.len())?;
     if !inv.gpus.is_empty() {

@@ -243,6 +243,9 @@ pub struct Overrides {
     pub driver_root: Option<PathBuf>,
     /// The dev root, instead of the file's.
     pub dev_root: Option<PathBuf>,
+    /// A CSV (Jetson/Tegra) host's CSV selection, the host read as one
+    /// whatever it looks like (a spec made for one records it).
+    pub csv: Option<config::CsvSelection>,
     /// The CUDA compat mode, instead of the file's.
     pub cuda_compat: Option<CompatMode>,
     /// The runtime wrapper's mode, instead of the file's.
@@ -268,6 +271,12 @@ impl Overrides {
         }
         if let Some(root) = &self.dev_root {
             config.driver.dev_root = root.clone();
+        }
+        if let Some(csv) = &self.csv {
+            config.driver.csv = config::CsvSelection {
+                force: true,
+                ..csv.clone()
+            };
         }
         if let Some(level) = self.log_level {
             config.log.level = level;

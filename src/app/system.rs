@@ -56,7 +56,11 @@ fn driver_made(role: NodeRole) -> bool {
         | NodeRole::Capability
         | NodeRole::ImexChannel => true,
         // udev's own (DRM), Windows' (dxg), or other drivers' nodes.
-        NodeRole::DrmCard | NodeRole::DrmRender | NodeRole::Dxg | NodeRole::Gated(_) => false,
+        NodeRole::DrmCard
+        | NodeRole::DrmRender
+        | NodeRole::Dxg
+        | NodeRole::Listed
+        | NodeRole::Gated(_) => false,
     }
 }
 

@@ -149,6 +149,10 @@ pub enum RuntimeMode {
     /// host's driver; here the planner's edits, as `legacy` writes them.
     #[serde(rename = "jit-cdi")]
     JitCdi,
+    /// NVIDIA's mode for Jetson/IGX hosts: the planner's edits from the
+    /// host's CSV mount specs, the host read as a CSV host whatever it
+    /// looks like (`auto` and `legacy` take a CSV host's anyway).
+    Csv,
 }
 
 /// CDI's spec directories, in increasing priority: `spec-dirs` unless set.
@@ -324,6 +328,29 @@ pub struct DriverConfig {
     /// Directories inside the driver root searched for the driver's
     /// libraries, before the standard ones, where its loader cache lists none.
     pub library_search_paths: Vec<PathBuf>,
+    /// Which CSV files a CSV (Jetson) host's inventory reads: set by the
+    /// commands that take NVIDIA's `--csv.*` flags and modes, never by the file.
+    #[serde(skip)]
+    pub csv: CsvSelection,
+}
+
+/// Which CSV mount-spec files are read on a CSV (Jetson) host, and which
+/// of their `sym` entries are ignored (NVIDIA's `--csv.*` flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CsvSelection {
+    /// The files, as host paths (`--csv.file`); `None` for NVIDIA's base
+    /// files (`devices.csv`, `drivers.csv`, `l4t.csv`) in
+    /// `/etc/nvidia-container-runtime/host-files-for-container.d` inside
+    /// the driver root.
+    pub files: Option<Vec<PathBuf>>,
+    /// Patterns of `sym` entries to ignore (`--csv.ignore-pattern`).
+    pub ignore_patterns: Vec<String>,
+    /// Every CSV file of the directory instead of the base files, where
+    /// `files` names none (an image's `NVIDIA_REQUIRE_JETPACK=csv-mounts=all`).
+    pub all: bool,
+    /// Whether the host is taken as a CSV host whatever it looks like
+    /// (NVIDIA's `csv` modes).
+    pub force: bool,
 }
 
 /// Where snapshots go unless the config says otherwise: memory, emptied at boot.
@@ -338,6 +365,7 @@ impl Default for DriverConfig {
             sys_root: PathBuf::from("/sys"),
             snapshot_dir: Some(PathBuf::from(DEFAULT_SNAPSHOT_DIR)),
             library_search_paths: Vec::new(),
+            csv: CsvSelection::default(),
         }
     }
 }
@@ -793,12 +821,13 @@ file = "/var/log/oci-nvidia-hook.log"
             ("legacy", RuntimeMode::Legacy),
             ("cdi", RuntimeMode::Cdi),
             ("jit-cdi", RuntimeMode::JitCdi),
+            ("csv", RuntimeMode::Csv),
         ] {
             let text = format!("[runtime]\nmode = \"{value}\"\n");
             let config = Config::parse(Path::new("/c.toml"), &text).unwrap();
             assert_eq!(config.runtime.mode, mode, "{value}");
         }
-        assert!(Config::parse(Path::new("/c.toml"), "[runtime]\nmode = \"csv\"\n").is_err());
+        assert!(Config::parse(Path::new("/c.toml"), "[runtime]\nmode = \"tegra\"\n").is_err());
     }
 
     /// A host set up only by NVIDIA's instructions: its file takes effect

@@ -36,7 +36,7 @@ pub enum Translate {
     Not,
     /// NVIDIA's logrus level names (`warning`, `trace`, `panic`, …).
     Level,
-    /// `nvidia-container-runtime.mode`: `csv` is not served.
+    /// `nvidia-container-runtime.mode`: every value is ours.
     RuntimeMode,
     /// `modes.legacy.cuda-compat-mode`: `hook` is ours, `mount` is not.
     CompatMode,
@@ -99,7 +99,10 @@ use Translate::{CompatMode, DisableCompat, EmptyList, Level, Not, RuntimeMode, S
 const NO_CLI: &str = "no nvidia-container-cli is run: the hook does its work itself";
 const NO_LDCONFIG: &str =
     "no ldconfig is run, from the image or the host: the loader cache is written in Rust";
-const NO_CSV: &str = "csv mode (Jetson/IGX mount specs) is not served here";
+const CSV_ROOT: &str = "the CSV mount specs are read from the driver root's \
+                        /etc/nvidia-container-runtime/host-files-for-container.d";
+const CSV_COMPAT: &str =
+    "a CSV host's edits carry no enable-cuda-compat: NVIDIA's do only where NVML answers";
 const JIT_EDITS: &str =
     "jit-cdi edits come from the planner as legacy's do; nvcdi's options do not apply";
 
@@ -135,8 +138,8 @@ pub const KEYS: [Key; 37] = [
     key("nvidia-container-runtime.modes.cdi.annotation-prefixes", List, "[\"cdi.k8s.io/\"]", Ours(&["runtime", "cdi", "annotation-prefixes"], Same)),
     key("nvidia-container-runtime.modes.cdi.default-kind", Str, "\"nvidia.com/gpu\"", Ours(&["runtime", "cdi", "default-kind"], Same)),
     key("nvidia-container-runtime.modes.cdi.spec-dirs", List, "[\"/etc/cdi\", \"/var/run/cdi\"]", Ours(&["runtime", "cdi", "spec-dirs"], Same)),
-    commented("nvidia-container-runtime.modes.csv.compat-container-root", Str, "\"\"", NoEffect(NO_CSV)),
-    key("nvidia-container-runtime.modes.csv.mount-spec-path", Str, "\"/etc/nvidia-container-runtime/host-files-for-container.d\"", NoEffect(NO_CSV)),
+    commented("nvidia-container-runtime.modes.csv.compat-container-root", Str, "\"\"", NoEffect(CSV_COMPAT)),
+    key("nvidia-container-runtime.modes.csv.mount-spec-path", Str, "\"/etc/nvidia-container-runtime/host-files-for-container.d\"", NoEffect(CSV_ROOT)),
     commented("nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks", List, "[]", Ours(&[], EmptyList(JIT_EDITS))),
     commented("nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags", List, "[]", Ours(&[], EmptyList(JIT_EDITS))),
     key("nvidia-container-runtime.modes.legacy.cuda-compat-mode", Str, "\"ldconfig\"", Ours(&["cuda-compat", "mode"], CompatMode)),
@@ -316,10 +319,7 @@ fn translated(translate: Translate, value: &Value) -> Result<Option<Value>, &'st
             }
             .into(),
         ),
-        Translate::RuntimeMode => match text {
-            "csv" => return Err(NO_CSV),
-            _ => value.clone(),
-        },
+        Translate::RuntimeMode => value.clone(),
         Translate::CompatMode => match text {
             "hook" | "ldconfig" => Value::String("ldconfig".into()),
             "mount" => {
@@ -560,7 +560,6 @@ mod tests {
         let (table, report) = run(
             "swarm-resource = \"DOCKER_RESOURCE_GPU\"\nbogus = 1\n\
              [nvidia-container-cli]\nldconfig = \"@/sbin/ldconfig\"\nload-kmods = true\n\
-             [nvidia-container-runtime]\nmode = \"csv\"\n\
              [nvidia-container-runtime.modes.legacy]\ncuda-compat-mode = \"mount\"\n\
              [nvidia-container-runtime.modes.jit-cdi]\nnvcdi-feature-flags = [\"x\"]\n",
             "",
@@ -572,7 +571,6 @@ mod tests {
         assert_eq!(
             unhonoured,
             [
-                "nvidia-container-runtime.mode",
                 "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags",
                 "nvidia-container-runtime.modes.legacy.cuda-compat-mode",
                 "swarm-resource",
@@ -583,6 +581,14 @@ mod tests {
             fate_of(&report, "nvidia-container-cli.ldconfig"),
             Fate::NoEffect(_)
         ));
+    }
+
+    /// NVIDIA's `mode = "csv"` (a Jetson's default file sets it) is ours.
+    #[test]
+    fn csv_mode_is_ours() {
+        let (table, report) = run("[nvidia-container-runtime]\nmode = \"csv\"\n", "").unwrap();
+        assert_eq!(table["runtime"]["mode"].as_str(), Some("csv"), "{table:?}");
+        assert_eq!(report.unhonoured().count(), 0);
     }
 
     #[test]

@@ -41,12 +41,7 @@ pub(super) fn check(
     container: Option<Inputs<'_>>,
     out: &mut Vec<Check>,
 ) -> HostFacts {
-    let none = HostFacts {
-        inventory: None,
-        container: None,
-        cuda: None,
-        failed: true,
-    };
+    let none = HostFacts::unknown();
     let nvidia = config.driver.proc_root.join("driver/nvidia");
     if !module(&nvidia, out) {
         return none;
@@ -281,6 +276,9 @@ fn create_command(role: NodeRole, minor: u32) -> String {
         NodeRole::Gated(class) => class.row().remedy.into(),
         NodeRole::Dxg => "`wsl --update` on Windows, then `wsl --shutdown`: WSL2's own \
                           kernel (its dxgkrnl) makes /dev/dxg"
+            .into(),
+        NodeRole::Listed => "the L4T (JetPack) kernel makes it: reinstall or update \
+                             JetPack, or fix the CSV file that lists it"
             .into(),
     }
 }

@@ -30,6 +30,7 @@ mod live;
 mod procs;
 mod programs;
 pub mod report;
+mod tegra;
 mod wsl;
 
 use std::io;
@@ -340,6 +341,18 @@ pub(crate) struct HostFacts {
     pub failed: bool,
 }
 
+impl HostFacts {
+    /// What later layers know of a host that could not be inventoried.
+    fn unknown() -> HostFacts {
+        HostFacts {
+            inventory: None,
+            container: None,
+            cuda: None,
+            failed: true,
+        }
+    }
+}
+
 /// Every check `options` asks for, layer after layer.
 pub fn diagnose(
     loaded: &Loaded<'_>,
@@ -355,6 +368,9 @@ pub fn diagnose(
     // A WSL2 host's driver is Windows': its own host layer.
     let mut facts = if crate::host::driver::wsl::detect(&loaded.config.driver) {
         wsl::check(&loaded.config, options.host_smi, container, &mut checks)
+    } else if crate::host::driver::csv::detect(&loaded.config.driver) {
+        // A Jetson/Tegra host's GPU is integrated: its CSV files are the host layer.
+        tegra::check(&loaded.config, container, &mut checks)
     } else {
         host::check(
             &loaded.config,

@@ -21,12 +21,7 @@ pub(super) fn check(
                driver; never install a Linux driver inside WSL), then `wsl --shutdown`";
     let Some((inventory, planned)) = host::examine(config, container, "WSL2 driver", fix, out)
     else {
-        return HostFacts {
-            inventory: None,
-            container: None,
-            cuda: None,
-            failed: true,
-        };
+        return HostFacts::unknown();
     };
     let mut failed = false;
     if let Some(found) = &inventory.wsl {

@@ -260,24 +260,9 @@ pub fn loader_object(file: &std::fs::File, name: &str) -> Option<SharedObject> {
 /// The architecture of a little-endian shared object of a known
 /// architecture, and its SONAME if it has one.
 fn object_parts(file: &std::fs::File) -> Option<(Arch, Option<String>)> {
-    use std::os::unix::fs::FileExt;
-    let read = |offset: u64, len: u64| -> Option<Vec<u8>> {
-        if len > MAX_TABLE {
-            return None;
-        }
-        let mut buf = vec![0u8; usize::try_from(len).ok()?];
-        file.read_exact_at(&mut buf, offset).ok()?;
-        Some(buf)
-    };
+    let read = |offset: u64, len: u64| read_at_most(file, offset, len, MAX_TABLE);
     let header = read(0, 52)?;
-    if !header.starts_with(b"\x7fELF") || header.get(5) != Some(&1) {
-        return None;
-    }
-    let wide = match header.get(EI_CLASS) {
-        Some(&ELFCLASS64) => true,
-        Some(&ELFCLASS32) => false,
-        _ => return None,
-    };
+    let wide = little_endian_wide(&header)?;
     let header = if wide { read(0, 64)? } else { header };
     let u16_at =
         |b: &[u8], at: usize| Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?));
@@ -360,13 +345,117 @@ fn object_parts(file: &std::fs::File) -> Option<(Arch, Option<String>)> {
         .checked_add(load_offset)?
         .checked_add(soname)?;
     let mut name = vec![0u8; MAX_SONAME];
-    let len = file.read_at(&mut name, at).ok()?;
+    let len = std::os::unix::fs::FileExt::read_at(file, &mut name, at).ok()?;
     let end = name.get(..len)?.iter().position(|&b| b == 0)?;
     name.truncate(end);
     let soname = String::from_utf8(name)
         .ok()
         .filter(|s| !s.is_empty() && !s.contains('/'))?;
     Some((arch, Some(soname)))
+}
+
+/// `len` bytes of `file` at `offset`; none where `len` is past `most`.
+fn read_at_most(file: &std::fs::File, offset: u64, len: u64, most: u64) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    if len > most {
+        return None;
+    }
+    let mut buf = vec![0u8; usize::try_from(len).ok()?];
+    file.read_exact_at(&mut buf, offset).ok()?;
+    Some(buf)
+}
+
+/// Whether the little-endian ELF whose header starts `header` is 64-bit;
+/// `None` for anything else.
+fn little_endian_wide(header: &[u8]) -> Option<bool> {
+    if !header.starts_with(b"\x7fELF") || header.get(5) != Some(&1) {
+        return None;
+    }
+    match header.get(EI_CLASS) {
+        Some(&ELFCLASS64) => Some(true),
+        Some(&ELFCLASS32) => Some(false),
+        _ => None,
+    }
+}
+
+/// Largest section header string table or note section read for a note.
+const MAX_NOTE_SECTION: u64 = 1024 * 1024;
+
+/// The descriptor of the note of `owner` in section `section` (an
+/// `SHT_NOTE`) of the little-endian ELF `file`, read with a few bounded
+/// `pread`s: NVIDIA's CUDA compat libraries say in one
+/// (`.note.cuda.fwd_compatibility`, owner `NVIDIA Corporation`) which CUDA
+/// they support. `None` for a file without it, or malformed.
+pub fn note(file: &std::fs::File, section: &str, owner: &str) -> Option<Vec<u8>> {
+    const SHT_NOTE: u32 = 7;
+    let read = |offset: u64, len: u64, most: u64| read_at_most(file, offset, len, most);
+    let header = read(0, 64, 64).or_else(|| read(0, 52, 52))?;
+    let wide = little_endian_wide(&header)?;
+    let u16_at =
+        |b: &[u8], at: usize| Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?));
+    let u32_at =
+        |b: &[u8], at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
+    let word = |b: &[u8], at: usize| -> Option<u64> {
+        if wide {
+            Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+        } else {
+            u32_at(b, at).map(u64::from)
+        }
+    };
+    // e_shoff, e_shentsize, e_shnum, e_shstrndx; then sh_name, sh_type,
+    // sh_offset, sh_size, sh_addralign within each section header.
+    let (shoff, entsize, num, strndx) = if wide {
+        (
+            word(&header, 0x28)?,
+            u16_at(&header, 0x3A)?,
+            u16_at(&header, 0x3C)?,
+            u16_at(&header, 0x3E)?,
+        )
+    } else {
+        (
+            word(&header, 0x20)?,
+            u16_at(&header, 0x2E)?,
+            u16_at(&header, 0x30)?,
+            u16_at(&header, 0x32)?,
+        )
+    };
+    let (at_offset, at_size, at_align) = if wide { (24, 32, 48) } else { (16, 20, 32) };
+    let table = read(shoff, u64::from(entsize) * u64::from(num), MAX_TABLE)?;
+    let entry = |i: u16| table.get(usize::from(i) * usize::from(entsize)..);
+    let strtab = entry(strndx)?;
+    let names = read(
+        word(strtab, at_offset)?,
+        word(strtab, at_size)?,
+        MAX_NOTE_SECTION,
+    )?;
+    let found = (0..num).filter_map(entry).find(|sh| {
+        let named = u32_at(sh, 0)
+            .and_then(|at| names.get(usize::try_from(at).ok()?..))
+            .and_then(|rest| rest.split(|b| *b == 0).next())
+            == Some(section.as_bytes());
+        named && u32_at(sh, 4) == Some(SHT_NOTE)
+    })?;
+    let data = read(
+        word(found, at_offset)?,
+        word(found, at_size)?,
+        MAX_NOTE_SECTION,
+    )?;
+    // Name and descriptor are padded to the section's alignment, as NVIDIA reads them.
+    let align = usize::try_from(word(found, at_align)?.max(1)).ok()?;
+    let pad = |n: usize| n.div_ceil(align) * align;
+    let namesz = usize::try_from(u32_at(&data, 0)?).ok()?;
+    let descsz = usize::try_from(u32_at(&data, 4)?).ok()?;
+    let name = data.get(12..12 + pad(namesz))?;
+    let trimmed = |b: &[u8]| -> Vec<u8> {
+        let end = b.iter().rposition(|c| *c != 0).map_or(0, |i| i + 1);
+        let start = b[..end].iter().position(|c| *c != 0).unwrap_or(end);
+        b[start..end].to_vec()
+    };
+    if trimmed(name) != owner.as_bytes() {
+        return None;
+    }
+    let start = 12 + pad(namesz);
+    Some(trimmed(data.get(start..start + descsz)?))
 }
 
 #[cfg(test)]
@@ -387,6 +476,75 @@ pub(crate) mod tests {
             h.truncate(52);
         }
         h
+    }
+
+    /// A 64-bit x86-64 shared object holding one note of `owner` with
+    /// `desc` in section `section` (and the section name table).
+    pub(crate) fn with_note(section: &str, owner: &str, desc: &[u8]) -> Vec<u8> {
+        let mut elf = header(ELFCLASS64, EM_X86_64, ET_DYN);
+        elf.resize(HEADER_LEN, 0);
+        let pad4 = |v: &mut Vec<u8>| v.resize(v.len().div_ceil(4) * 4, 0);
+        let names = format!("\0.shstrtab\0{section}\0").into_bytes();
+        let names_at = elf.len() as u64;
+        elf.extend(&names);
+        pad4(&mut elf);
+        let note_at = elf.len() as u64;
+        let mut note = Vec::new();
+        note.extend((owner.len() as u32 + 1).to_le_bytes());
+        note.extend((desc.len() as u32).to_le_bytes());
+        note.extend(1u32.to_le_bytes());
+        note.extend(owner.as_bytes());
+        note.push(0);
+        pad4(&mut note);
+        note.extend(desc);
+        pad4(&mut note);
+        elf.extend(&note);
+        let shoff = elf.len() as u64;
+        let section_header = |name: u32, kind: u32, at: u64, size: u64| {
+            let mut sh = vec![0u8; 64];
+            sh[0..4].copy_from_slice(&name.to_le_bytes());
+            sh[4..8].copy_from_slice(&kind.to_le_bytes());
+            sh[24..32].copy_from_slice(&at.to_le_bytes());
+            sh[32..40].copy_from_slice(&size.to_le_bytes());
+            sh[48..56].copy_from_slice(&4u64.to_le_bytes());
+            sh
+        };
+        elf.extend(vec![0u8; 64]);
+        elf.extend(section_header(1, 3, names_at, names.len() as u64));
+        elf.extend(section_header(11, 7, note_at, note.len() as u64));
+        elf[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+        elf[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
+        elf[0x3C..0x3E].copy_from_slice(&3u16.to_le_bytes());
+        elf[0x3E..0x40].copy_from_slice(&1u16.to_le_bytes());
+        elf
+    }
+
+    #[test]
+    fn a_note_is_read_by_section_and_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("libcuda.so.1.1");
+        let desc = br#"{"Format": 1, "CUDA Version": "13.2"}"#;
+        std::fs::write(
+            &path,
+            with_note(".note.cuda.fwd_compatibility", "NVIDIA Corporation", desc),
+        )
+        .unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        assert_eq!(
+            note(&file, ".note.cuda.fwd_compatibility", "NVIDIA Corporation").as_deref(),
+            Some(&desc[..])
+        );
+        assert_eq!(
+            note(&file, ".note.cuda.fwd_compatibility", "Someone Else"),
+            None
+        );
+        assert_eq!(note(&file, ".note.other", "NVIDIA Corporation"), None);
+        std::fs::write(&path, header(ELFCLASS64, EM_X86_64, ET_DYN)).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        assert_eq!(
+            note(&file, ".note.cuda.fwd_compatibility", "NVIDIA Corporation"),
+            None
+        );
     }
 
     fn check(bytes: &[u8], arch: Arch, kind: Kind) -> Result<()> {

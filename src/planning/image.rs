@@ -190,7 +190,15 @@ fn find_compat(root: &Root, dir_path: &Path, host: HostOffers<'_>) -> Result<Opt
             return Ok(None);
         }
     }
-    let cuda = cuda_of_driver(&version);
+    // The CUDA the compat libcuda's own note names (NVIDIA's 1.20 hook reads
+    // it: Orin's compat libcuda is `libcuda.so.1.1`, of no branch), else its branch's.
+    let cuda = note_cuda(
+        &reopener,
+        handle.as_fd(),
+        dir_path,
+        &format!("libcuda.so.{version}"),
+    )
+    .or_else(|| cuda_of_driver(&version));
     if let HostOffers::Cuda(host_cuda) = host {
         let Some(cuda) = cuda else {
             log::warn!(
@@ -263,6 +271,37 @@ fn regular_elf_library(
         elf::Kind::SharedObject,
     )
     .map_err(|e| e.to_string())
+}
+
+/// The note section NVIDIA's compat libraries carry their CUDA version in.
+const FWD_COMPAT_NOTE: &str = ".note.cuda.fwd_compatibility";
+
+/// The CUDA version the note of `name` in `dir` names (`{"CUDA Version":
+/// "13.2", …}`), the file opened as [`regular_elf_library`] opens it.
+fn note_cuda(
+    reopener: &Reopener,
+    dir: BorrowedFd<'_>,
+    dir_path: &Path,
+    name: &str,
+) -> Option<CudaVersion> {
+    let entry = openat(
+        dir,
+        OsStr::new(name),
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let file = reopener
+        .reopen(entry.as_fd(), &dir_path.join(name), Expect::File)
+        .ok()?;
+    let note = elf::note(&file, FWD_COMPAT_NOTE, "NVIDIA Corporation")?;
+    let json: serde_json::Value = serde_json::from_slice(&note).ok()?;
+    let version = CudaVersion::parse(json.get("CUDA Version")?.as_str()?);
+    log::debug!(
+        "{}/{name}: its note names CUDA {version:?}",
+        dir_path.display()
+    );
+    version
 }
 
 /// Whether driver `version` is of a newer branch (major version) than
@@ -404,6 +443,41 @@ mod tests {
         assert!(found("12.8", "/opt/compat").is_none());
         // The default directory holds none.
         assert!(found("12.2", COMPAT_DIR).is_none());
+    }
+
+    /// Orin's compat libcuda (`libcuda.so.1.1`, of no branch) names its CUDA
+    /// in its `.note.cuda.fwd_compatibility`, which NVIDIA's 1.20 hook reads:
+    /// used where it is newer than `--host-cuda-version`.
+    #[test]
+    fn the_compat_libcudas_note_names_its_cuda() {
+        let dir = rootfs();
+        let orin = dir.path().join("usr/local/cuda/compat_orin");
+        fs::create_dir_all(&orin).unwrap();
+        let desc = br#"{"Format": 1, "CUDA Version": "13.2"}"#;
+        fs::write(
+            orin.join("libcuda.so.1.1"),
+            crate::host::elf::tests::with_note(FWD_COMPAT_NOTE, "NVIDIA Corporation", desc),
+        )
+        .unwrap();
+        let found = |cuda: &str| {
+            Image::compat_in(
+                dir.path(),
+                Path::new("/usr/local/cuda/compat_orin"),
+                HostOffers::Cuda(CudaVersion::parse(cuda).unwrap()),
+            )
+            .unwrap()
+        };
+        let compat = found("12.6").unwrap();
+        assert_eq!(compat.cuda, Some(CudaVersion(13020)));
+        assert_eq!(compat.files, ["libcuda.so.1.1"]);
+        assert!(found("13.2").is_none(), "not newer than the host's");
+        // Without the note, a version of no branch supports no known CUDA.
+        fs::write(
+            orin.join("libcuda.so.1.1"),
+            header(ELFCLASS64, EM_X86_64, ET_DYN),
+        )
+        .unwrap();
+        assert!(found("12.6").is_none());
     }
 
     /// A branch past the table's last supports at least its CUDA; one

@@ -81,6 +81,9 @@ pub enum MountKind {
     Directory,
     /// A directory of host state read, never written (udev's database, for GDS).
     State,
+    /// A directory of the driver's files, read-only, its programs runnable:
+    /// what a CSV (Jetson) host's `dir` entries list (`/usr/local/cuda`, …).
+    Tree,
 }
 
 impl MountKind {
@@ -88,14 +91,16 @@ impl MountKind {
     /// and pipe directories must be writable but never executable.
     pub fn options(self) -> MountOptions {
         match self {
-            MountKind::Binary | MountKind::Library | MountKind::Firmware | MountKind::Config => {
-                MountOptions {
-                    read_only: true,
-                    nosuid: true,
-                    nodev: true,
-                    noexec: false,
-                }
-            }
+            MountKind::Binary
+            | MountKind::Library
+            | MountKind::Firmware
+            | MountKind::Config
+            | MountKind::Tree => MountOptions {
+                read_only: true,
+                nosuid: true,
+                nodev: true,
+                noexec: false,
+            },
             MountKind::State => MountOptions {
                 read_only: true,
                 nosuid: true,
@@ -387,6 +392,10 @@ impl Plan {
             wsl::plan(&mut plan, inventory, found, request)?;
             return Ok(plan);
         }
+        if let Some(found) = &inventory.csv {
+            csv::plan(&mut plan, inventory, found, request)?;
+            return Ok(plan);
+        }
         check_core_libraries(inventory, request)?;
         mig::refuse_beside_mig_devices(request)?;
         let devices = select(inventory, &request.devices)?;
@@ -439,6 +448,7 @@ fn check_core_libraries(inventory: &Inventory, request: &Request) -> Result<()> 
     Ok(())
 }
 
+mod csv;
 mod files;
 mod mig;
 mod nodes;

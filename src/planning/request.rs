@@ -290,6 +290,9 @@ pub struct Request {
     pub imex: ImexChannels,
     /// The feature-gated devices enabled.
     pub gated: Gated,
+    /// `NVIDIA_REQUIRE_JETPACK=csv-mounts=all`: on a CSV (Jetson) host,
+    /// every CSV file of the directory, not only the base files.
+    pub all_csv_files: bool,
 }
 
 impl Request {
@@ -302,6 +305,7 @@ impl Request {
             mig_monitor: false,
             imex: ImexChannels::None,
             gated: Gated::default(),
+            all_csv_files: false,
         }
     }
 
@@ -368,6 +372,11 @@ fn is_legacy(env: &[String]) -> bool {
     set("CUDA_VERSION") && !set("NVIDIA_REQUIRE_CUDA")
 }
 
+/// The variable with which a Jetson image asks for every CSV file.
+const JETPACK: &str = "NVIDIA_REQUIRE_JETPACK";
+/// Its value that asks for them (NVIDIA's `internal/modifier/csv.go`).
+const JETPACK_ALL: &str = "csv-mounts=all";
+
 impl Request {
     /// The devices a container's environment asks for: `NVIDIA_VISIBLE_DEVICES`,
     /// or every GPU for a legacy CUDA image that leaves it unset (IMG:168-171).
@@ -403,6 +412,7 @@ impl Request {
             // Which source of channels counts is policy: the planner's.
             imex: ImexChannels::None,
             gated: gated_from_env(env),
+            all_csv_files: env_var(env, JETPACK).is_some_and(|v| v == JETPACK_ALL),
         })
     }
 

@@ -33,6 +33,18 @@ const DRIVER_ROOT: &str = "--driver-root";
 /// The flag that records a dev root other than the config's.
 const DEV_ROOT: &str = "--dev-root";
 
+/// The flag that records a spec made for a CSV (Jetson/Tegra) host.
+const CSV_HOST: &str = "--csv-host";
+
+/// The flag that records a spec made from every CSV file of the directory.
+const CSV_ALL: &str = "--csv-all";
+
+/// The flag that records a CSV file the spec was made from.
+const CSV_FILE: &str = "--csv-file";
+
+/// The flag that records a `sym` pattern the spec was made ignoring.
+const CSV_IGNORE: &str = "--csv-ignore-pattern";
+
 /// The roots a spec was made on where its maker named them (`nvidia-ctk cdi
 /// generate --driver-root`, `--dev-root`): the hook then reads the driver
 /// there too, whatever the config says. `None` is the config's.
@@ -42,6 +54,9 @@ pub struct Roots {
     pub driver: Option<PathBuf>,
     /// The tree whose `dev/` holds the device nodes.
     pub dev: Option<PathBuf>,
+    /// For a spec made for a CSV (Jetson/Tegra) host, the CSV files and
+    /// patterns it was made with: the hook reads that host so too.
+    pub csv: Option<crate::config::CsvSelection>,
 }
 
 /// How a spec we generated was made: what its `cdi-hook` records on its
@@ -84,6 +99,18 @@ impl SpecMade {
                 args.extend([flag.into(), root.display().to_string()]);
             }
         }
+        if let Some(csv) = &self.roots.csv {
+            args.push(CSV_HOST.into());
+            if csv.all {
+                args.push(CSV_ALL.into());
+            }
+            for file in csv.files.iter().flatten() {
+                args.extend([CSV_FILE.into(), file.display().to_string()]);
+            }
+            for pattern in &csv.ignore_patterns {
+                args.extend([CSV_IGNORE.into(), pattern.clone()]);
+            }
+        }
         args
     }
 
@@ -105,9 +132,41 @@ impl SpecMade {
             [DRIVER_ROOT, ..] => return None,
             rest => (None, rest),
         };
-        let dev = match rest {
+        let (dev, rest) = match rest {
+            [DEV_ROOT, root, rest @ ..] if accept(root) => (Some(PathBuf::from(root)), rest),
+            [DEV_ROOT, ..] => return None,
+            rest => (None, rest),
+        };
+        let csv = match rest {
             [] => None,
-            [DEV_ROOT, root] if accept(root) => Some(PathBuf::from(root)),
+            [CSV_HOST, tail @ ..] => {
+                let mut rest: &[&str] = tail;
+                let mut csv = crate::config::CsvSelection::default();
+                if let [CSV_ALL, more @ ..] = rest {
+                    csv.all = true;
+                    rest = more;
+                }
+                while let [CSV_FILE, file, more @ ..] = rest {
+                    if !accept(file) {
+                        return None;
+                    }
+                    csv.files
+                        .get_or_insert_with(Vec::new)
+                        .push(PathBuf::from(file));
+                    rest = more;
+                }
+                while let [CSV_IGNORE, pattern, more @ ..] = rest {
+                    if !accept(pattern) {
+                        return None;
+                    }
+                    csv.ignore_patterns.push((*pattern).to_string());
+                    rest = more;
+                }
+                if !rest.is_empty() {
+                    return None;
+                }
+                Some(csv)
+            }
             _ => return None,
         };
         if ![version, capabilities, layout].iter().all(|w| accept(w)) {
@@ -118,7 +177,7 @@ impl SpecMade {
             capabilities: (*capabilities).to_string(),
             layout: layout_named(layout)?,
             mig_layout,
-            roots: Roots { driver, dev },
+            roots: Roots { driver, dev, csv },
         })
     }
 
@@ -184,14 +243,27 @@ mod tests {
             Roots {
                 driver: Some("/run/nvidia/driver".into()),
                 dev: Some("/run/nvidia/driver".into()),
+                csv: None,
             },
             Roots {
                 driver: Some("/run/nvidia/driver".into()),
                 dev: None,
+                csv: None,
             },
             Roots {
                 driver: None,
                 dev: Some("/sim/devroot".into()),
+                csv: None,
+            },
+            Roots {
+                driver: Some("/sim".into()),
+                dev: None,
+                csv: Some(crate::config::CsvSelection {
+                    files: Some(vec!["/sim/a.csv".into(), "/sim/b.csv".into()]),
+                    ignore_patterns: vec!["**/*.so".into()],
+                    all: true,
+                    force: false,
+                }),
             },
         ] {
             let rooted = SpecMade {
@@ -208,5 +280,26 @@ mod tests {
         assert_eq!(SpecMade::recorded_driver(&hook), Some(Some("535.261.03")));
         assert_eq!(SpecMade::recorded_driver(&hook[..3]), Some(None));
         assert_eq!(SpecMade::recorded_driver(&["sh", "-c"]), None);
+    }
+
+    #[test]
+    fn a_csv_host_spec_reads_back_with_or_without_its_files() {
+        let made = SpecMade {
+            driver_version: "R36.4.3".into(),
+            capabilities: "compute,utility".into(),
+            layout: ImageLayout::Debian,
+            mig_layout: Some("none".into()),
+            roots: Roots {
+                csv: Some(crate::config::CsvSelection::default()),
+                ..Roots::default()
+            },
+        };
+        let args = made.args();
+        assert_eq!(args.last().map(String::as_str), Some(CSV_HOST));
+        let words: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(SpecMade::parse(&words, |_| true), Some(made));
+        let mut extra = words.clone();
+        extra.push("--csv-other");
+        assert_eq!(SpecMade::parse(&extra, |_| true), None);
     }
 }

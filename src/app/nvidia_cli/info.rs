@@ -55,7 +55,17 @@ pub fn run(config: &Config, csv: bool, out: &mut impl Write) -> Result<()> {
             UNKNOWN.to_string()
         }
     };
-    if let Err(e) = inventory.nvml() {
+    if let Some(found) = &inventory.csv {
+        // No procfs lists a Tegra host's GPU, and NVML is not what serves it.
+        log::warn!(
+            "a Jetson/Tegra host (CSV mode, L4T {}): its integrated GPU is device 0, \
+             its {} nodes and {} files listed by {}; `oci-nvidia-hook info` shows them",
+            inventory.driver_version,
+            inventory.nodes.len(),
+            found.files_listed.len() + found.dirs.len() + found.links.len(),
+            found.files_line()
+        );
+    } else if let Err(e) = inventory.nvml() {
         log::warn!("{e}: brand and architecture shown as {UNKNOWN}");
     }
     let report = report(&inventory, cuda);

@@ -329,7 +329,10 @@ impl<S: Sys> Injection<'_, S> {
                 .mounts
                 .get(index)
                 .ok_or_else(|| missing_source(&mount.source))?;
-            let target = if matches!(mount.kind, MountKind::Directory | MountKind::State) {
+            let target = if matches!(
+                mount.kind,
+                MountKind::Directory | MountKind::State | MountKind::Tree
+            ) {
                 Target::Directory
             } else {
                 Target::File

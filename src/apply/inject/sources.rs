@@ -173,7 +173,7 @@ impl Sources {
                         open_checked(&m.source, "regular file", |ft| ft.is_file())
                     }
                     MountKind::Socket => open_checked(&m.source, "socket", |ft| ft.is_socket()),
-                    MountKind::Directory | MountKind::State => {
+                    MountKind::Directory | MountKind::State | MountKind::Tree => {
                         open_checked(&m.source, "directory", |ft| ft.is_dir())
                     }
                 }?;

@@ -128,7 +128,8 @@ pub struct GenerateArgs {
         env = "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS"
     )]
     pub feature_flag: Vec<String>,
-    /// Where NVIDIA's CSV mode looks for libraries: noted, there is no CSV mode.
+    /// Where NVIDIA's CSV mode looks for libraries: noted (the driver
+    /// root's paths are resolved as the CSV files give them).
     #[arg(
         long,
         value_delimiter = ',',
@@ -144,7 +145,9 @@ pub struct GenerateArgs {
         env = "NVIDIA_CTK_CDI_GENERATE_CONFIG_SEARCH_PATHS"
     )]
     pub config_search_path: Vec<String>,
-    /// NVIDIA's CSV mode's files: noted, there is no CSV mode.
+    /// The CSV files read in csv mode (a Jetson/Tegra host) [default:
+    /// devices.csv, drivers.csv and l4t.csv in the driver root's
+    /// /etc/nvidia-container-runtime/host-files-for-container.d].
     #[arg(
         long = "csv.file",
         value_delimiter = ',',
@@ -152,7 +155,8 @@ pub struct GenerateArgs {
         env = "NVIDIA_CTK_CDI_GENERATE_CSV_FILES"
     )]
     pub csv_file: Vec<String>,
-    /// NVIDIA's CSV mode's ignore patterns: noted, there is no CSV mode.
+    /// Patterns of the CSV files' `sym` entries to leave out (a glob on the
+    /// path, or `**/GLOB` on the file name).
     #[arg(
         long = "csv.ignore-pattern",
         value_delimiter = ',',
@@ -160,7 +164,8 @@ pub struct GenerateArgs {
         env = "NVIDIA_CTK_CDI_GENERATE_CSV_IGNORE_PATTERNS"
     )]
     pub csv_ignore_pattern: Vec<String>,
-    /// NVIDIA's CSV mode's compat folder: noted, there is no CSV mode.
+    /// NVIDIA's compat folder for Orin: noted (NVIDIA passes it to
+    /// enable-cuda-compat only where NVML answers, which a CSV host here never asks).
     #[arg(
         long = "csv.compat-container-root",
         value_name = "DIR",
@@ -192,10 +197,11 @@ pub fn operation(command: &CdiCommand) -> Result<(Operation, Vec<Note>)> {
 
 /// NVIDIA's modes this spec cannot be made in (its v1.20 `nvcdi.AllModes`
 /// less ours).
-const UNSERVED_MODES: [&str; 6] = ["csv", "gds", "mofed", "gdrcopy", "nvswitch", "imex"];
+const UNSERVED_MODES: [&str; 5] = ["gds", "mofed", "gdrcopy", "nvswitch", "imex"];
 
 /// The modes served, as the refusal names them.
-const SERVED_MODES: &str = "auto, nvml (a native driver), wsl (a WSL2 host) and management are";
+const SERVED_MODES: &str =
+    "auto, nvml (a native driver), wsl (a WSL2 host), csv (a Jetson/Tegra host) and management are";
 
 /// The mode `--mode` names (in any case, as NVIDIA lowercases it).
 fn mode(given: &str) -> Result<Mode> {
@@ -203,6 +209,7 @@ fn mode(given: &str) -> Result<Mode> {
         "auto" => Mode::Auto,
         "nvml" => Mode::Nvml,
         "wsl" => Mode::Wsl,
+        "csv" => Mode::Csv,
         "management" => Mode::Management,
         other if UNSERVED_MODES.contains(&other) => {
             return Err(Error::Usage(format!(
@@ -257,6 +264,7 @@ fn generate(args: &GenerateArgs) -> Result<(Operation, Vec<Note>)> {
     let roots = Roots {
         driver: args.driver_root.clone(),
         dev: args.dev_root.clone().or_else(|| args.driver_root.clone()),
+        csv: None,
     };
     // Our own `cdi generate`, as `oci-nvidia-hook cdi generate` runs it:
     // the same planner call, with NVIDIA's defaults.
@@ -268,6 +276,13 @@ fn generate(args: &GenerateArgs) -> Result<(Operation, Vec<Note>)> {
         device_ids: args.device_id.clone(),
         hook,
         roots,
+        csv: crate::config::CsvSelection {
+            files: (!args.csv_file.is_empty())
+                .then(|| args.csv_file.iter().map(PathBuf::from).collect()),
+            ignore_patterns: args.csv_ignore_pattern.clone(),
+            all: false,
+            force: false,
+        },
         ..Generate::new(
             args.output.clone().unwrap_or_else(|| PathBuf::from("-")),
             mode,
@@ -301,20 +316,11 @@ fn note_ignored(args: &GenerateArgs, notes: &mut Vec<Note>) {
             args.library_search_path.join(",")
         )));
     }
-    for (flag, values) in [
-        ("--csv.file", &args.csv_file),
-        ("--csv.ignore-pattern", &args.csv_ignore_pattern),
-    ] {
-        if !values.is_empty() {
-            notes.push(info(format!(
-                "{flag}={} ignored: only NVIDIA's csv mode (Jetson) reads it, and it is not supported",
-                values.join(",")
-            )));
-        }
-    }
     if let Some(root) = &args.csv_compat_container_root {
         notes.push(info(format!(
-            "--csv.compat-container-root={root} ignored: only NVIDIA's csv mode (Jetson) reads it, and it is not supported"
+            "--csv.compat-container-root={root} ignored: NVIDIA passes it to enable-cuda-compat \
+             only where NVML gives the host's CUDA version, and a CSV host's spec here has no \
+             such hook"
         )));
     }
     if !args.config_search_path.is_empty() {

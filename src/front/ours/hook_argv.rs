@@ -44,6 +44,19 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
                 mig_layout: made.mig_layout,
                 driver_root: made.roots.driver,
                 dev_root: made.roots.dev,
+                csv_host: made.roots.csv.is_some(),
+                csv_all: made.roots.csv.as_ref().is_some_and(|c| c.all),
+                csv_files: made
+                    .roots
+                    .csv
+                    .as_ref()
+                    .and_then(|c| c.files.clone())
+                    .unwrap_or_default(),
+                csv_ignore_patterns: made
+                    .roots
+                    .csv
+                    .map(|c| c.ignore_patterns)
+                    .unwrap_or_default(),
             }
         }
         _ => return None,
@@ -101,6 +114,7 @@ mod tests {
             roots: crate::specs::cdi_hook_args::Roots {
                 driver: Some("/run/nvidia/driver".into()),
                 dev: Some("/run/nvidia/driver".into()),
+                csv: None,
             },
             ..made.clone()
         }
@@ -109,6 +123,26 @@ mod tests {
             [HOOK_COMMAND, "createRuntime"]
                 .into_iter()
                 .chain(rooted.iter().map(String::as_str))
+                .collect(),
+        );
+        // A CSV host's spec, with the files and patterns it was made from.
+        let csv = SpecMade {
+            roots: crate::specs::cdi_hook_args::Roots {
+                csv: Some(crate::config::CsvSelection {
+                    files: Some(vec!["/sim/a.csv".into(), "/sim/b.csv".into()]),
+                    ignore_patterns: vec!["**/*.so".into()],
+                    all: false,
+                    force: false,
+                }),
+                ..Default::default()
+            },
+            ..made.clone()
+        }
+        .args();
+        lines.push(
+            [HOOK_COMMAND, "createRuntime"]
+                .into_iter()
+                .chain(csv.iter().map(String::as_str))
                 .collect(),
         );
         let mut rpm = cdi.to_vec();

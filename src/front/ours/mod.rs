@@ -98,6 +98,18 @@ pub enum Command {
         /// The dev root the spec was made on, instead of the config's.
         #[arg(long, value_name = "DIR")]
         dev_root: Option<PathBuf>,
+        /// The spec was made for a CSV (Jetson/Tegra) host: this one is read so too.
+        #[arg(long)]
+        csv_host: bool,
+        /// The spec was made from every CSV file of the host's directory.
+        #[arg(long, requires = "csv_host")]
+        csv_all: bool,
+        /// A CSV file the spec was made from (repeatable) [default: the base files].
+        #[arg(long = "csv-file", value_name = "FILE")]
+        csv_files: Vec<PathBuf>,
+        /// A pattern of `sym` entries the spec was made ignoring (repeatable).
+        #[arg(long = "csv-ignore-pattern", value_name = "PATTERN")]
+        csv_ignore_patterns: Vec<String>,
     },
     /// Runtime mode: write a GPU container's devices, mounts and hook into its
     /// config.json on create/run, then exec the real runtime (runc) with these arguments.
@@ -185,7 +197,8 @@ pub enum CdiCommand {
         #[arg(long)]
         remove_without_driver: bool,
         /// The kind of host: auto (what discovery finds), nvml (a native
-        /// driver) or wsl (a WSL2 host); nvml and wsl refuse the other.
+        /// driver), wsl (a WSL2 host) or csv (a Jetson/Tegra host's CSV
+        /// mount specs, whatever discovery finds); nvml and wsl refuse the others.
         #[arg(long, value_enum, default_value = "auto")]
         mode: SpecMode,
     },
@@ -238,6 +251,8 @@ pub enum SpecMode {
     Nvml,
     /// A WSL2 host.
     Wsl,
+    /// A Jetson/Tegra host: its CSV mount specs.
+    Csv,
 }
 
 impl From<SpecMode> for crate::specs::cdi::Mode {
@@ -246,6 +261,7 @@ impl From<SpecMode> for crate::specs::cdi::Mode {
             SpecMode::Auto => crate::specs::cdi::Mode::Auto,
             SpecMode::Nvml => crate::specs::cdi::Mode::Nvml,
             SpecMode::Wsl => crate::specs::cdi::Mode::Wsl,
+            SpecMode::Csv => crate::specs::cdi::Mode::Csv,
         }
     }
 }
@@ -296,6 +312,7 @@ pub fn invocation(cli: Cli) -> Invocation {
         config: cli.config,
         driver_root: roots.driver,
         dev_root: roots.dev,
+        csv: roots.csv,
         ..Overrides::default()
     };
     Invocation::Run(operation, overrides)
@@ -371,6 +388,10 @@ fn operation(command: Command) -> Operation {
             mig_layout,
             driver_root,
             dev_root,
+            csv_host,
+            csv_all,
+            csv_files,
+            csv_ignore_patterns,
         } => Operation::CdiHook {
             stage,
             made: crate::specs::cdi_hook_args::SpecMade {
@@ -381,6 +402,12 @@ fn operation(command: Command) -> Operation {
                 roots: crate::specs::cdi_hook_args::Roots {
                     driver: driver_root,
                     dev: dev_root,
+                    csv: csv_host.then(|| crate::config::CsvSelection {
+                        files: (!csv_files.is_empty()).then_some(csv_files),
+                        ignore_patterns: csv_ignore_patterns,
+                        all: csv_all,
+                        force: false,
+                    }),
                 },
             },
         },

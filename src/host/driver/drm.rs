@@ -40,6 +40,7 @@ impl GpuDrm {
             | NodeRole::Capability
             | NodeRole::ImexChannel
             | NodeRole::Dxg
+            | NodeRole::Listed
             | NodeRole::Gated(_) => return None,
         };
         let name = node.path.file_name()?;

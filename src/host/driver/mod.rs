@@ -7,6 +7,7 @@
 //! driver root or dev root.
 
 pub mod catalog;
+pub mod csv;
 pub mod cuda;
 pub mod drm;
 pub mod files;
@@ -32,6 +33,7 @@ use crate::host::ldcache::{self, LdCache};
 use crate::host::nvml;
 use crate::planning::request::{Capabilities, Capability};
 
+pub use csv::Csv;
 pub use cuda::CudaVersion;
 pub use drm::GpuDrm;
 pub use files::{GatedFile, HostFile, Ipc};
@@ -55,6 +57,8 @@ pub enum Error {
         dir: &'static str,
         mark: &'static str,
     },
+    #[error("a Jetson/Tegra host (CSV mode) without CSV mount specs: none of {dir}/{{devices,drivers,l4t}}.csv in driver root {root}")]
+    NoCsvFiles { root: PathBuf, dir: &'static str },
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
     #[error("{path} is in an unknown format: {reason}")]
@@ -179,6 +183,9 @@ pub struct Inventory {
     /// A WSL2 host's driver (`/dev/dxg`, `/usr/lib/wsl`), which the planner
     /// injects instead of a native driver's nodes and files; `None` elsewhere.
     pub wsl: Option<Wsl>,
+    /// A CSV (Jetson, IGX) host's mount specs, found and checked ([`csv`]):
+    /// the planner injects them instead of a native driver's files; `None` elsewhere.
+    pub csv: Option<Csv>,
 }
 
 impl Inventory {
@@ -216,6 +223,10 @@ impl Inventory {
         if wsl::detect(config) {
             // Nothing of the driver store is snapshotted: it is a handful of files.
             return Ok((Self::discover_wsl(config, scope)?, None));
+        }
+        if config.csv.force || csv::detect(config) {
+            // The CSV files are read every time: they are a handful.
+            return Ok((Self::discover_csv(config, scope)?, None));
         }
         let nvidia = config.proc_root.join("driver/nvidia");
         let version_path = nvidia.join("version");
@@ -277,6 +288,7 @@ impl Inventory {
             drm,
             gated_files,
             wsl: None,
+            csv: None,
         };
         Ok((inventory, unstored))
     }
@@ -297,10 +309,47 @@ impl Inventory {
             .unwrap_or_default();
         Ok(Inventory {
             driver_version,
-            gpus: Vec::new(),
             nodes: vec![wsl::node(config)],
             libraries,
             missing_libraries,
+            wsl: Some(found),
+            ..Self::without_native(config, scope)
+        })
+    }
+
+    /// A CSV (Jetson) host's inventory: what its CSV files list, checked
+    /// ([`csv`]); no GPU is listed (there is no procfs to list one: its
+    /// integrated GPU is the one device, `0`). Every entry is taken
+    /// whatever `scope`, as NVIDIA's `csv` mode takes them.
+    fn discover_csv(config: &DriverConfig, scope: &Capabilities) -> Result<Inventory> {
+        let host = Arch::host();
+        let (found, nodes) = csv::discover(config, &config.csv, host)?;
+        // L4T's release stands in for the driver version: specs made for
+        // one are told from another's.
+        let driver_version = found
+            .release
+            .as_ref()
+            .and_then(|r| crate::util::bounded_read::read_text(&r.host).ok())
+            .and_then(|text| csv::release_version(&text))
+            .unwrap_or_default();
+        Ok(Inventory {
+            driver_version,
+            nodes,
+            libraries: found.libraries(host),
+            csv: Some(found),
+            ..Self::without_native(config, scope)
+        })
+    }
+
+    /// An inventory of none of a native driver's parts, for a WSL2 or CSV
+    /// host's to fill in.
+    fn without_native(config: &DriverConfig, scope: &Capabilities) -> Inventory {
+        Inventory {
+            driver_version: String::new(),
+            gpus: Vec::new(),
+            nodes: Vec::new(),
+            libraries: Vec::new(),
+            missing_libraries: Vec::new(),
             binaries: Vec::new(),
             missing_binaries: Vec::new(),
             firmware: Vec::new(),
@@ -316,8 +365,9 @@ impl Inventory {
             imex_major: None,
             drm: Vec::new(),
             gated_files: Vec::new(),
-            wsl: Some(found),
-        })
+            wsl: None,
+            csv: None,
+        }
     }
 
     /// The CUDA version the driver supports, asked of its own libcuda in a

@@ -45,6 +45,9 @@ pub enum NodeRole {
     DrmRender,
     /// `dxg`: a WSL2 host's one node, through which Windows' driver serves every GPU.
     Dxg,
+    /// A node a CSV (Jetson) host's mount specs list (`/dev/nvmap`,
+    /// `/dev/nvhost-*`, …): its integrated GPU's, all given together.
+    Listed,
     /// A node of a feature-gated device class (`NVIDIA_GDS=enabled`, …),
     /// named as its row of [`crate::planning::device_class::CLASSES`] names it.
     #[serde(untagged)]
@@ -65,7 +68,8 @@ impl NodeRole {
             | NodeRole::ImexChannel
             | NodeRole::DrmCard
             | NodeRole::DrmRender
-            | NodeRole::Dxg => None,
+            | NodeRole::Dxg
+            | NodeRole::Listed => None,
         }
     }
 }

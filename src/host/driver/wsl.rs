@@ -392,6 +392,7 @@ mod tests {
             sys_root: dir.join("sys"),
             snapshot_dir: None,
             library_search_paths: Vec::new(),
+            csv: Default::default(),
         }
     }
 

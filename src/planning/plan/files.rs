@@ -162,7 +162,7 @@ impl Plan {
         self.loader_dirs.insert(0, compat.dir.clone());
     }
 
-    fn mount(&mut self, kind: MountKind, source: &Path, destination: PathBuf) {
+    pub(super) fn mount(&mut self, kind: MountKind, source: &Path, destination: PathBuf) {
         self.mounts.push(Mount {
             kind,
             source: source.to_path_buf(),
@@ -172,7 +172,7 @@ impl Plan {
     }
 
     /// Mounts a library under its host basename and links its SONAME and development name to it.
-    fn add_library(&mut self, lib: &Library, arch: Arch, dir: &Path) {
+    pub(super) fn add_library(&mut self, lib: &Library, arch: Arch, dir: &Path) {
         let Some(basename) = lib.path.file_name() else {
             return;
         };

@@ -145,6 +145,7 @@ pub(crate) fn inventory() -> Inventory {
         drm: Vec::new(),
         gated_files: Vec::new(),
         wsl: None,
+        csv: None,
     }
 }
 

@@ -22,12 +22,12 @@ pub(super) fn granted_devices(inventory: &Inventory, nodes: &[GrantedNode]) -> D
                 })
             })
     };
-    if inventory.wsl.is_some() {
-        // /dev/dxg serves every GPU: granted, it is `all`.
+    if inventory.wsl.is_some() || inventory.csv.is_some() {
+        // /dev/dxg serves every GPU, a CSV host's nodes its one GPU: granted, it is `all`.
         return if inventory
             .nodes
             .iter()
-            .any(|n| n.role == NodeRole::Dxg && has(n.role, n.minor))
+            .any(|n| matches!(n.role, NodeRole::Dxg | NodeRole::Listed) && has(n.role, n.minor))
         {
             DeviceSelection::All
         } else {

@@ -16,6 +16,7 @@
 mod access;
 mod granted;
 mod hook_edits;
+mod left;
 mod policy;
 mod requirements;
 mod runtime_cdi;
@@ -24,7 +25,7 @@ use std::path::Path;
 
 use thiserror::Error;
 
-use crate::config::Config;
+use crate::config::{Config, RuntimeMode};
 use crate::host::driver::{self, Inventory};
 use crate::planning::bundle::{Container, GrantedNode};
 use crate::planning::image::{self, Image, ImageLayout};
@@ -38,6 +39,7 @@ use policy::effective;
 use requirements::build;
 
 pub use hook_edits::COMPAT_CONF;
+pub use left::LeftToOthers;
 
 /// Why a request cannot be planned on this host.
 #[derive(Debug, Error)]
@@ -258,50 +260,6 @@ pub enum Discovery {
     Snapshot,
 }
 
-/// What the caller leaves to someone else: a runtime that creates the
-/// nodes or grants the cgroup itself (NVIDIA's CLI `--no-devbind`,
-/// `--no-cgroups`), or a CDI spec whose edits the runtime applied. The
-/// plan then holds none of it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LeftToOthers {
-    /// The device nodes in the container's `/dev`.
-    pub nodes: bool,
-    /// The device cgroup rules.
-    pub cgroup_rules: bool,
-    /// The bind mounts.
-    pub mounts: bool,
-}
-
-impl LeftToOthers {
-    /// Nothing: the caller applies the whole plan.
-    pub const NOTHING: LeftToOthers = LeftToOthers {
-        nodes: false,
-        cgroup_rules: false,
-        mounts: false,
-    };
-
-    /// What a runtime applies from a spec we generated: the nodes, their
-    /// cgroup rules and the mounts.
-    pub const SPEC_EDITS: LeftToOthers = LeftToOthers {
-        nodes: true,
-        cgroup_rules: true,
-        mounts: true,
-    };
-
-    /// `plan` without what others own.
-    fn take_from(self, plan: &mut Plan) {
-        if self.nodes {
-            plan.devices.clear();
-        }
-        if self.cgroup_rules {
-            plan.cgroup_rules.clear();
-        }
-        if self.mounts {
-            plan.mounts.clear();
-        }
-    }
-}
-
 /// The container's user namespace, as far as the caller knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UserNamespace {
@@ -446,10 +404,28 @@ fn plan_on(config: &Config, inputs: Inputs<'_>, taken: Option<&Inventory>) -> Re
 /// need, and NVML only when the request needs it.
 fn discover(config: &Config, effective: &Effective, discovery: Discovery) -> Result<Inventory> {
     let scope = effective.discovery_scope();
+    // NVIDIA's `csv` mode reads the host as a CSV (Jetson) host, whatever
+    // it looks like; a Jetson image may ask for every CSV file.
+    let csv_mode = config.runtime.mode == RuntimeMode::Csv && !config.driver.csv.force;
+    let all_csv = effective.request.all_csv_files && !config.driver.csv.all;
+    let widened;
+    let driver = if csv_mode || all_csv {
+        widened = crate::config::DriverConfig {
+            csv: crate::config::CsvSelection {
+                force: config.driver.csv.force || csv_mode,
+                all: config.driver.csv.all || all_csv,
+                ..config.driver.csv.clone()
+            },
+            ..config.driver.clone()
+        };
+        &widened
+    } else {
+        &config.driver
+    };
     let mut inventory = match discovery {
-        Discovery::Walk => Inventory::discover(&config.driver, &scope)?,
+        Discovery::Walk => Inventory::discover(driver, &scope)?,
         Discovery::Snapshot => {
-            let (inventory, unstored) = Inventory::discover_with_snapshot(&config.driver, &scope)?;
+            let (inventory, unstored) = Inventory::discover_with_snapshot(driver, &scope)?;
             // For the next container start.
             if let Some(snapshot) = unstored {
                 snapshot.store();
@@ -576,7 +552,20 @@ impl Planned {
             capabilities: self.effective.request.capabilities.to_string(),
             layout: self.layout,
             mig_layout: Some(driver::mig_layout(&self.inventory.as_ref()?.mig_instances)),
-            roots: Default::default(),
+            // A CSV host's (its base files, or all that the image asked
+            // for): the hook reads it so too.
+            roots: crate::specs::cdi_hook_args::Roots {
+                csv: self
+                    .inventory
+                    .as_ref()?
+                    .csv
+                    .as_ref()
+                    .map(|_| crate::config::CsvSelection {
+                        all: self.effective.request.all_csv_files,
+                        ..Default::default()
+                    }),
+                ..Default::default()
+            },
         })
     }
 }
@@ -640,8 +629,9 @@ pub fn plan_each_device(
     };
     let none = flags("none")?;
     let mut inventory = discover(config, &none, Discovery::Walk)?;
-    // A WSL2 host shows no GPU but through /dev/dxg: its spec's one device is `all`.
-    if inventory.gpus.is_empty() && inventory.wsl.is_none() {
+    // A WSL2 host shows no GPU but through /dev/dxg: its spec's one device
+    // is `all`; a CSV host's one GPU is `0`, its nodes listed.
+    if inventory.gpus.is_empty() && inventory.wsl.is_none() && inventory.csv.is_none() {
         return Err(Error::NoGpu {
             version: inventory.driver_version,
         });
@@ -673,7 +663,12 @@ pub fn plan_each_device(
         .iter()
         .flatten()
         .map(|m| (format!("{}:{}", m.parent, m.index), m.uuid.clone()));
-    let names: Vec<(String, String)> = gpus.chain(migs).collect();
+    // A CSV host's integrated GPU: `0`, of no UUID (NVIDIA's `csv` mode names it so).
+    let integrated = inventory
+        .csv
+        .is_some()
+        .then(|| ("0".to_string(), String::new()));
+    let names: Vec<(String, String)> = gpus.chain(migs).chain(integrated).collect();
     let mut devices = Vec::new();
     for (index, uuid) in names {
         let effective = flags(&index)?;

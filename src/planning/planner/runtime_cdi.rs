@@ -30,7 +30,7 @@ pub(super) fn requested(
     let cdi = &config.runtime.cdi;
     if matches!(
         config.runtime.mode,
-        RuntimeMode::Legacy | RuntimeMode::JitCdi
+        RuntimeMode::Legacy | RuntimeMode::JitCdi | RuntimeMode::Csv
     ) {
         return Ok(None);
     }

@@ -80,8 +80,9 @@ pub fn parse_strategies(value: &str) -> Result<Vec<NameStrategy>> {
 }
 
 /// Which kind of host a spec is made for (`--mode`): `auto` takes the
-/// host discovery found; `nvml` (a native driver) and `wsl` (a WSL2 host)
-/// insist, and refuse the other; `management` is NVIDIA's spec for the
+/// host discovery found; `nvml` (a native driver), `wsl` (a WSL2 host)
+/// and `csv` (a Jetson/Tegra host's CSV mount specs) insist, and refuse
+/// the others; `management` is NVIDIA's spec for the
 /// pods that manage a native driver's GPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Mode {
@@ -92,6 +93,8 @@ pub enum Mode {
     Nvml,
     /// A WSL2 host: `/dev/dxg`, `/usr/lib/wsl`.
     Wsl,
+    /// A Jetson/Tegra host: what its CSV mount specs list.
+    Csv,
     /// A native driver, one device `all` with every GPU's and the MIG
     /// management nodes, and the driver's files.
     Management,
@@ -103,6 +106,7 @@ impl fmt::Display for Mode {
             Mode::Auto => "auto",
             Mode::Nvml => "nvml",
             Mode::Wsl => "wsl",
+            Mode::Csv => "csv",
             Mode::Management => "management",
         })
     }
@@ -147,7 +151,7 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
         .unwrap_or_else(|| config.supported().to_string());
     let scope = match options.mode {
         Mode::Management => SpecScope::Management,
-        Mode::Auto | Mode::Nvml | Mode::Wsl => SpecScope::EachDevice,
+        Mode::Auto | Mode::Nvml | Mode::Wsl | Mode::Csv => SpecScope::EachDevice,
     };
     let EachDevice {
         inventory,
@@ -157,6 +161,8 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
     } = planner::plan_each_device(config, &capabilities, options.layout, scope)?;
     let found = if inventory.wsl.is_some() {
         Mode::Wsl
+    } else if inventory.csv.is_some() {
+        Mode::Csv
     } else {
         Mode::Nvml
     };
@@ -177,7 +183,12 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
             device_nodes: edits::device_nodes(edits::nodes_beyond(&device.plan, &common)),
             ..ContainerEdits::default()
         };
-        for strategy in &options.strategies {
+        // A CSV host's GPU has no UUID: it is named by index alone.
+        let strategies = options
+            .strategies
+            .iter()
+            .filter(|s| !(device.uuid.is_empty() && **s == NameStrategy::Uuid));
+        for strategy in strategies {
             devices.push(Device {
                 name: strategy.name(&device.index, &device.uuid),
                 container_edits: edits.clone(),
@@ -220,7 +231,17 @@ pub fn generate(config: &Config, options: &Options) -> Result<Generated> {
             driver_version: inventory.driver_version,
             capabilities,
             layout: options.layout,
-            roots: options.roots.clone(),
+            // A CSV host is recorded with what it was read from, for the hook.
+            roots: Roots {
+                csv: inventory
+                    .csv
+                    .is_some()
+                    .then(|| crate::config::CsvSelection {
+                        force: false,
+                        ..config.driver.csv.clone()
+                    }),
+                ..options.roots.clone()
+            },
         },
     };
     let mut spec = Spec {

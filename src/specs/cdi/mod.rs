@@ -47,7 +47,7 @@ pub enum Error {
         /// The host's devices by index.
         known: String,
     },
-    #[error("--mode={asked} asked for, but this host is a {found} host (a WSL2 host has /dev/dxg and no /proc/driver/nvidia): use --mode={found} or auto")]
+    #[error("--mode={asked} asked for, but this host is a {found} host (a WSL2 host has /dev/dxg and no /proc/driver/nvidia; a csv host, Jetson or IGX, has /etc/nv_tegra_release or a tegra SoC and no /proc/driver/nvidia): use --mode={found} or auto")]
     Mode {
         asked: generate::Mode,
         found: generate::Mode,

@@ -217,7 +217,9 @@ pub fn edit_bundle(config: &Config, config_path: Option<&Path>, bundle: &Path) -
     let container = bundle::parse(bundle, &path, &data)?;
     let annotated = !matches!(
         config.runtime.mode,
-        crate::config::RuntimeMode::Legacy | crate::config::RuntimeMode::JitCdi
+        crate::config::RuntimeMode::Legacy
+            | crate::config::RuntimeMode::JitCdi
+            | crate::config::RuntimeMode::Csv
     ) && annotations::may_annotate(&data, &config.runtime.cdi.annotation_prefixes);
     let whole = annotated.then(|| decode(&path, &data)).transpose()?;
     let planned = planner::plan(

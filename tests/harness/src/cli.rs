@@ -49,3 +49,17 @@ impl SimHost {
         failure(self.run(args), args)
     }
 }
+
+/// `cdi generate` on a host of `mode` (`wsl`, `csv`): `auto` writes the
+/// spec `--mode MODE` writes, and `--mode nvml` is refused naming the host.
+pub fn assert_auto_is_mode_and_nvml_refused(host: &SimHost, mode: &str) {
+    assert_eq!(
+        host.stdout(&["cdi", "generate", "--output", "-", "--format", "json"]),
+        host.stdout(&["cdi", "generate", "--mode", mode, "--output", "-", "--format", "json"]),
+    );
+    let err = host.failure(&["cdi", "generate", "--mode", "nvml", "--output", "-"]);
+    assert!(
+        err.contains("--mode=nvml") && err.contains(&format!("{mode} host")),
+        "{err}"
+    );
+}

@@ -16,6 +16,7 @@ pub mod direct;
 pub mod glibc;
 pub mod host_root;
 pub mod info;
+pub mod jetson;
 pub mod json;
 pub mod ldconfig;
 pub mod mounts;

@@ -158,6 +158,7 @@ fn modes_served_are_read_and_the_others_refused_by_name() {
         ("auto", Mode::Auto),
         ("NVML", Mode::Nvml),
         ("wsl", Mode::Wsl),
+        ("CSV", Mode::Csv),
         ("management", Mode::Management),
     ] {
         assert_eq!(asked(&[&format!("--mode={given}")]).0.mode, mode);
@@ -168,7 +169,7 @@ fn modes_served_are_read_and_the_others_refused_by_name() {
             err.to_string(),
             format!(
                 "--mode={unserved} is not supported: auto, nvml (a native driver), wsl \
-                 (a WSL2 host) and management are"
+                 (a WSL2 host), csv (a Jetson/Tegra host) and management are"
             )
         );
     }
@@ -215,7 +216,8 @@ fn a_named_driver_root_is_the_dev_root_too_unless_that_is_named() {
         asked(&["--driver-root=/run/nvidia/driver"]).0.roots,
         Roots {
             driver: both.clone(),
-            dev: both.clone()
+            dev: both.clone(),
+            csv: None,
         }
     );
     assert_eq!(
@@ -224,14 +226,16 @@ fn a_named_driver_root_is_the_dev_root_too_unless_that_is_named() {
             .roots,
         Roots {
             driver: both,
-            dev: Some("/".into())
+            dev: Some("/".into()),
+            csv: None,
         }
     );
     assert_eq!(
         asked(&["--dev-root=/sim"]).0.roots,
         Roots {
             driver: None,
-            dev: Some("/sim".into())
+            dev: Some("/sim".into()),
+            csv: None,
         }
     );
 }
@@ -343,6 +347,29 @@ fn feature_flags_are_each_noted_with_their_meaning_here() {
 }
 
 #[test]
+fn csv_files_and_ignore_patterns_are_taken_for_a_csv_host() {
+    let (ask, notes) = asked(&[
+        "--mode=csv",
+        "--csv.file=/etc/a.csv",
+        "--csv.file=/etc/b.csv,/etc/c.csv",
+        "--csv.ignore-pattern=**/*.so",
+    ]);
+    assert_eq!(ask.mode, Mode::Csv);
+    assert_eq!(
+        ask.csv.files,
+        Some(vec![
+            "/etc/a.csv".into(),
+            "/etc/b.csv".into(),
+            "/etc/c.csv".into()
+        ])
+    );
+    assert_eq!(ask.csv.ignore_patterns, ["**/*.so"]);
+    assert!(notes.is_empty(), "{notes:?}");
+    // Without --csv.file, NVIDIA's base files.
+    assert_eq!(asked(&["--mode=csv"]).0.csv.files, None);
+}
+
+#[test]
 fn flags_without_a_meaning_here_are_noted_never_silent() {
     for (flag, text) in [
         (
@@ -354,11 +381,9 @@ fn flags_without_a_meaning_here_are_noted_never_silent() {
             "--library-search-path=/usr/lib/aarch64-linux-gnu/tegra",
             "driver.library-search-paths",
         ),
-        ("--csv.file=/etc/x.csv", "csv mode"),
-        ("--csv.ignore-pattern=*.so", "csv mode"),
         (
             "--csv.compat-container-root=/usr/local/cuda/compat",
-            "csv mode",
+            "only where NVML",
         ),
         ("--config-search-path=/usr/share", "loader cache"),
     ] {

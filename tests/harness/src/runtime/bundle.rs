@@ -67,6 +67,29 @@ pub struct Decoy<'a> {
 }
 
 impl<'a> Scenario<'a> {
+    /// A container asking with `env`, the hook as `hook` says, on a fresh
+    /// rootfs, with the runtime's `/dev/nvidiaN` decoys of `decoy_minors`.
+    pub fn asking(
+        name: &'a str,
+        runtime: Runtime,
+        host: &'a SimHost,
+        env: &'a [(&'a str, &'a str)],
+        hook: Hook,
+        decoy_minors: &'a [u32],
+    ) -> Scenario<'a> {
+        Scenario {
+            name,
+            runtime,
+            host,
+            env,
+            hook,
+            decoy_minors,
+            decoys: &[],
+            reuse_rootfs: false,
+            prepare: None,
+        }
+    }
+
     /// A container whose only hooks a test gives ([`Bundle::run_with_hooks`]),
     /// on a fresh rootfs that `prepare` changes first.
     pub fn hooks_only(

@@ -105,3 +105,31 @@ fn host_dev_nvidia() -> Vec<String> {
     names.sort();
     names
 }
+
+/// [`run`] of a scenario without our hook (`Hook::Absent`), through our
+/// runtime wrapper in front of runc: its config is the scenario host's
+/// hook config plus `[runtime]` with `runtime_keys` and runc as the
+/// runtime, written at `work_root()/name/wrapper.toml` (logging beside it).
+pub fn run_through_wrapper(serial: &Serial, scenario: &Scenario, runtime_keys: &str) -> Run {
+    let runc =
+        super::runtimes::find_tool("runc").expect("runc is not on PATH (integration/install-deps)");
+    let dir = super::bundle::work_root().join(scenario.name);
+    super::cleanup::remove_tree_safely(&dir);
+    std::fs::create_dir_all(&dir).expect("create the wrapper's directory");
+    let config = dir.join("wrapper.toml");
+    super::bundle::write_hook_config(scenario.host, &config, &dir.join("wrapper.log"), "debug");
+    let mut text = std::fs::read_to_string(&config).expect("read the wrapper config");
+    text.push_str(&format!(
+        "\n[runtime]\n{runtime_keys}runtimes = [\"{}\"]\n",
+        super::oci_config::path_str(&runc)
+    ));
+    std::fs::write(&config, text).expect("write the wrapper config");
+    run_through(serial, scenario, |argv| {
+        let mut cmd = std::process::Command::new(crate::project::hook_binary());
+        cmd.arg("--config")
+            .arg(&config)
+            .arg("runtime")
+            .args(&argv[1..]);
+        cmd
+    })
+}
