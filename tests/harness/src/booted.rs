@@ -38,8 +38,11 @@ const BOOT_LIMIT: Duration = Duration::from_secs(90);
 /// Where the host's cgroup2 tree is on these hybrid hosts.
 const UNIFIED: &str = "/sys/fs/cgroup/unified";
 
-/// Units that would reach the host or wait for hardware, masked.
-const MASKED: [&str; 19] = [
+/// Units that would reach the host or wait for hardware, masked; and
+/// `tmp.mount`, whose tmpfs would hide every path bound below `/tmp` (a
+/// checkout there: the binary under test, its simulated hosts).
+const MASKED: [&str; 20] = [
+    "tmp.mount",
     "systemd-modules-load.service",
     "systemd-sysctl.service",
     "proc-sys-fs-binfmt_misc.automount",
@@ -158,6 +161,10 @@ impl Booted {
             )
             .unwrap();
         }
+        // With the root's own /tmp kept, its cleaning at boot (tmp.conf's
+        // `D /tmp`) would reach into what is bound there: none.
+        fs::create_dir_all(etc.join("tmpfiles.d")).unwrap();
+        fs::write(etc.join("tmpfiles.d/tmp.conf"), "").unwrap();
         for (path, text) in setup.etc_files {
             let to = etc.join(path);
             fs::create_dir_all(to.parent().expect("a file under /etc")).unwrap();
