@@ -13,6 +13,12 @@
 //!   for the memfd it runs from: there the CUDA version is missing, with
 //!   that reason, and the helper is run by qemu directly;
 //! - this host's own x86-64 binary takes none of the arm64 libraries;
+//! - on a simulated arm64 Jetson (`harness::jetson::jetson_arm64`: L4T's
+//!   CSV files, AArch64 libraries with their SONAMEs built by
+//!   binutils-aarch64-linux-gnu, nodes made with mknod), `info`, `list`,
+//!   `cdi generate --mode csv` and `nvidia-ctk cdi generate --mode=csv`
+//!   know the host as tests/jetson.rs's x86-64 one does, and an x86-64
+//!   library its CSV files list is skipped by its ELF machine;
 //! - `packaging/build` makes arm64/aarch64 packages of the binary that
 //!   depend on glibc 2.17 at most.
 //!
@@ -33,6 +39,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use harness::glibc::{self, FLOOR};
+use harness::jetson::{
+    assert_csv_spec, assert_ctk_reads_the_csv_files_named, assert_lists_the_jetson, jetson_arm64,
+    CSV_DIR, RELEASE,
+};
 use harness::project::{repo, target_tmpdir};
 use harness::runtime::oci_config::path_str;
 use harness::runtime::process::{run_bounded, Finished};
@@ -82,10 +92,25 @@ fn under_qemu(host: &SimHost, args: &[&str]) -> Finished {
 /// `program` (an AArch64 one) with `args` after `fixed` on `host` under
 /// qemu-user, bounded in time.
 fn qemu(host: &SimHost, program: &Path, fixed: &[&str], args: &[&str]) -> Finished {
+    qemu_as(host, None, program, fixed, args)
+}
+
+/// [`qemu`], the program's `argv[0]` being `arg0` when given (the
+/// binary's NVIDIA names).
+fn qemu_as(
+    host: &SimHost,
+    arg0: Option<&str>,
+    program: &Path,
+    fixed: &[&str],
+    args: &[&str],
+) -> Finished {
     let qemu = find_tool("qemu-aarch64-static").expect(
         "qemu-aarch64-static is not on PATH: install qemu-user-static (integration/install-deps)",
     );
     let mut cmd = Command::new(qemu);
+    if let Some(arg0) = arg0 {
+        cmd.arg("-0").arg(arg0);
+    }
     cmd.arg("-L")
         .arg(&host.facts.driver_root)
         .arg(program)
@@ -234,6 +259,102 @@ fn commands_run_on_an_arm64_host() {
             doctor.stdout
         );
     }
+}
+
+/// The arm64 binary on a simulated arm64 Jetson, under qemu-user: what
+/// tests/jetson.rs asserts of `info`, `list`, `cdi generate --mode csv`
+/// and `nvidia-ctk cdi generate --mode=csv` on the x86-64 one, every
+/// library named being the AArch64 one in `/usr/lib/aarch64-linux-gnu`;
+/// the x86-64 library `drivers.csv` lists is skipped, naming its ELF
+/// machine, and never mounted. The CUDA version needs the embedded helper,
+/// which qemu-user cannot execute from a memfd (above): `info` says
+/// unknown, and the helper run by qemu gets the Jetson's AArch64 libcuda
+/// to answer (with the Grace host's arm64 glibc, which the Jetson's root lacks).
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn an_arm64_jetson_is_known_to_the_arm64_binary() {
+    require_root();
+    let (host, facts) = jetson_arm64();
+    let foreign = facts
+        .foreign_library
+        .clone()
+        .expect("the arm64 Jetson lists an x86-64 library");
+    let info = under_qemu(&host, &["info"]).succeeded("info under qemu");
+    for want in [
+        format!("Driver version: {RELEASE}"),
+        "Host:           Jetson/Tegra".to_string(),
+        "CUDA version:   unknown".to_string(),
+        format!("{CSV_DIR}/drivers.csv"),
+        format!("SKIPPED dev    {}", facts.missing_node),
+        format!("SKIPPED lib    {foreign}"),
+        "is for ELF machine 62, expected 183 (aarch64)".to_string(),
+    ] {
+        assert!(info.contains(&want), "info lacks {want:?}:\n{info}");
+    }
+    assert!(!info.contains("cuda.csv"), "only the base files: {info}");
+    assert!(!info.contains("x86_64"), "{info}");
+    for lib in host.facts.libraries.values() {
+        assert!(lib.contains("/usr/lib/aarch64-linux-gnu/nvidia/"), "{lib}");
+        assert_elf_machine_is_aarch64(Path::new(lib));
+        assert!(info.contains(lib.as_str()), "info lacks {lib}:\n{info}");
+    }
+    // The helper gets the Jetson's libcuda to answer.
+    let grace = SimHost::shared(HOST);
+    let libcuda = &host.facts.libraries["libcuda.so.1"];
+    let answer = qemu(&grace, &aarch64_probe(), &["cuda"], &[libcuda.as_str()])
+        .succeeded("the helper under qemu");
+    assert_eq!(
+        answer.trim(),
+        format!("{{\"Ok\":{}}}", host.facts.cuda_version),
+        "the helper's answer for {libcuda}"
+    );
+
+    let list = under_qemu(&host, &["list", "--device", "all"]).succeeded("list under qemu");
+    assert_lists_the_jetson(&list, &host, &facts);
+    let none = under_qemu(&host, &["list", "--device", "none"]).succeeded("list none");
+    assert!(!none.contains("/dev/nvmap"), "none gets no nodes:\n{none}");
+
+    let dir = target_tmpdir().join("arm64-jetson-cdi");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = path_str(&dir.join("nvidia.json"));
+    let args = [
+        "cdi",
+        "generate",
+        "--mode",
+        "csv",
+        "--output",
+        file.as_str(),
+    ];
+    under_qemu(&host, &args).succeeded("cdi generate --mode csv under qemu");
+    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_csv_spec(&spec, &facts);
+    let hook = spec["containerEdits"]["hooks"][0]["args"].to_string();
+    assert!(
+        hook.contains("--csv-host"),
+        "the hook reads a CSV host: {hook}"
+    );
+    under_qemu(&host, &["cdi", "validate", file.as_str()]).succeeded("cdi validate under qemu");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // NVIDIA's name and flags: the roots named, no config.
+    let root = host.facts.driver_root.clone();
+    let ctk = |args: &[&str]| -> serde_json::Value {
+        let fixed = [
+            "cdi",
+            "generate",
+            "--format",
+            "json",
+            "--driver-root",
+            root.as_str(),
+            "--dev-root",
+            host.facts.dev_root.as_str(),
+        ];
+        let out = qemu_as(&host, Some("nvidia-ctk"), &aarch64_binary(), &fixed, args)
+            .succeeded("nvidia-ctk cdi generate under qemu");
+        serde_json::from_str(&out).expect("a JSON spec")
+    };
+    assert_ctk_reads_the_csv_files_named(&ctk, &root, &facts);
 }
 
 /// This machine's x86-64 binary on the arm64 host takes none of its

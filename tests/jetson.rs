@@ -19,7 +19,10 @@
 use std::process::Command;
 
 use harness::cli::assert_auto_is_mode_and_nvml_refused;
-use harness::jetson::{assert_jetson_injected, jetson, JetsonFacts, CSV_DIR, RELEASE};
+use harness::jetson::{
+    assert_csv_spec, assert_ctk_reads_the_csv_files_named, assert_jetson_injected,
+    assert_lists_the_jetson, host_path, jetson, CSV_DIR, RELEASE,
+};
 use harness::nvidia_cli::nvidia_cli;
 use harness::project::hook_binary;
 use harness::runtime::bundle::{work_root, Hook, Scenario};
@@ -29,20 +32,6 @@ use harness::runtime::oci_config::path_str;
 use harness::runtime::run::{serial, Run};
 use harness::runtime::runtimes::Runtime;
 use harness::simhost::SimHost;
-
-/// `list`'s output names every listed node and library of the Jetson.
-fn assert_lists_the_jetson(list: &str, host: &SimHost, facts: &JetsonFacts) {
-    for (path, _, _) in &facts.nodes {
-        let node = format!("{}{path}", host.facts.dev_root);
-        assert!(
-            list.lines().any(|l| l == node),
-            "{node} not listed:\n{list}"
-        );
-    }
-    for lib in host.facts.libraries.values() {
-        assert!(list.lines().any(|l| l == lib), "{lib} not listed:\n{list}");
-    }
-}
 
 /// The runtime's `/dev/nvidia0`, made without a cgroup rule: it must be denied.
 const DECOYS: &[u32] = &[0];
@@ -157,6 +146,18 @@ fn info_list_and_doctor_know_the_jetson() {
     assert_lists_the_jetson(&list, &host, &facts);
     let none = host.stdout(&["list", "--device", "none"]);
     assert!(!none.contains("/dev/nvmap"), "none gets no nodes:\n{none}");
+    let cuda_csv_file = host_path(&host, &facts.only_in_cuda_csv);
+    let cuda_csv_file = path_str(&cuda_csv_file);
+    assert!(
+        !list.contains(&cuda_csv_file),
+        "only the base files:\n{list}"
+    );
+    let all = host.stdout(&["list", "--device", "all", "--jetpack", "csv-mounts=all"]);
+    assert_lists_the_jetson(&all, &host, &facts);
+    assert!(
+        all.lines().any(|l| l == cuda_csv_file),
+        "--jetpack csv-mounts=all lists cuda.csv's file:\n{all}"
+    );
     let out = host.run(&["doctor"]);
     let report = String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
@@ -183,30 +184,7 @@ fn cdi_generate_mode_csv_gives_nvidias_device_names_and_validates() {
     let file = path_str(&dir.join("nvidia.json"));
     host.stdout(&["cdi", "generate", "--mode", "csv", "--output", &file]);
     let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-    let names: Vec<&str> = spec["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["0", "all"], "NVIDIA's csv names:{spec:#}");
-    let nodes: Vec<&str> = spec["devices"][0]["containerEdits"]["deviceNodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["path"].as_str().unwrap())
-        .collect();
-    let listed: Vec<&str> = facts.nodes.iter().map(|(p, _, _)| p.as_str()).collect();
-    assert_eq!(nodes, listed, "{spec:#}");
-    let mounts: Vec<&str> = spec["containerEdits"]["mounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["containerPath"].as_str().unwrap())
-        .collect();
-    for path in facts.files.iter().chain([&facts.dir]) {
-        assert!(mounts.contains(&path.as_str()), "{path}: {mounts:?}");
-    }
+    assert_csv_spec(&spec, &facts);
     let hook = spec["containerEdits"]["hooks"][0]["args"].to_string();
     assert!(
         hook.contains("--csv-host"),
@@ -239,31 +217,11 @@ fn nvidia_ctk_mode_csv_takes_nvidias_csv_flags() {
         );
         serde_json::from_slice(&out.stdout).unwrap()
     };
-    let mounts = |spec: &serde_json::Value| -> Vec<String> {
-        spec["containerEdits"]["mounts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["containerPath"].as_str().unwrap().to_string())
-            .collect()
-    };
-    let base = ctk(&["--mode=csv"]);
-    assert!(!mounts(&base).contains(&facts.only_in_cuda_csv), "{base:#}");
     // --csv.file names the files read, as host paths.
+    let named = assert_ctk_reads_the_csv_files_named(&ctk, root, &facts);
     let cuda_csv = format!("{root}{CSV_DIR}/cuda.csv");
     let drivers_csv = format!("{root}{CSV_DIR}/drivers.csv");
     let devices_csv = format!("{root}{CSV_DIR}/devices.csv");
-    let named = ctk(&[
-        "--mode=csv",
-        &format!("--csv.file={devices_csv}"),
-        &format!("--csv.file={cuda_csv}"),
-    ]);
-    let named_mounts = mounts(&named);
-    assert!(named_mounts.contains(&facts.only_in_cuda_csv), "{named:#}");
-    assert!(
-        !named_mounts.contains(&facts.files[0]),
-        "no drivers.csv: {named:#}"
-    );
     let hook = named["containerEdits"]["hooks"][0]["args"].to_string();
     assert!(
         hook.contains(&cuda_csv),

@@ -556,17 +556,19 @@ fn compat_and_profile(
     runtime: Runtime,
     compat_version: &str,
 ) -> (Option<String>, String, Option<String>) {
-    compat_and_profile_with(runtime, compat_version, None, &[])
+    compat_and_profile_with(runtime, compat_version, None, None, &[])
 }
 
 /// [`compat_and_profile`], `enable-cuda-compat` given `compat_args` (its
-/// `--host-driver-version` of the host's driver when `None`) and the hooks
-/// of `newer` (a newer tool's spec: hooks and flags this binary does not
-/// know) before the others.
+/// `--host-driver-version` of the host's driver when `None`), the compat
+/// libcuda carrying NVIDIA's note naming CUDA `note_cuda` (and branch 535)
+/// when given, and the hooks of `newer` (a newer tool's spec: hooks and
+/// flags this binary does not know) before the others.
 fn compat_and_profile_with(
     runtime: Runtime,
     compat_version: &str,
     compat_args: Option<&[&str]>,
+    note_cuda: Option<&str>,
     newer: &[&[&str]],
 ) -> (Option<String>, String, Option<String>) {
     use harness::runtime::bundle::{Bundle, BundleExtras};
@@ -575,10 +577,14 @@ fn compat_and_profile_with(
     let host = SimHost::shared(Fixture::synthetic(2));
     let libcuda = host.facts.libraries["libcuda.so.1"].clone();
     let compat_file = format!("libcuda.so.{compat_version}");
+    let note_cuda = note_cuda.map(str::to_string);
     let prepare = move |root: &Path| {
         let compat = root.join("usr/local/cuda/compat");
         std::fs::create_dir_all(&compat).unwrap();
         std::fs::copy(&libcuda, compat.join(&compat_file)).unwrap();
+        if let Some(cuda) = &note_cuda {
+            harness::compat::add_fwd_note(&compat.join(&compat_file), cuda, &[535]);
+        }
         std::os::unix::fs::symlink(&compat_file, compat.join("libcuda.so.1")).unwrap();
     };
     // Each form its own bundle: the CUDA version given, digits only.
@@ -680,7 +686,8 @@ fn nvidia_cdi_hook_compat_and_application_profile_through_runc_and_crun() {
 /// (a newer NVIDIA's, none at all), a flag a known hook lacks, and 1.19's
 /// `enable-cuda-compat --host-cuda-version` form. Through runc and crun the
 /// container starts, as under NVIDIA's forward-compatible hooks, and the
-/// compat libraries supporting a newer CUDA than the host's are preferred.
+/// compat libraries whose note names a newer CUDA than the host's are
+/// preferred; without the note, none are, as NVIDIA's 1.20 hook decides.
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn a_newer_tools_hooks_start_the_container_through_runc_and_crun() {
@@ -693,7 +700,7 @@ fn a_newer_tools_hooks_start_the_container_through_runc_and_crun() {
     ];
     for runtime in [Runtime::RuncV1, Runtime::CrunV1] {
         runtime.require_tools();
-        // The compat driver 550 supports CUDA 12.4: newer than 12.2.
+        // The compat driver's note says CUDA 12.4: newer than 12.2.
         let (conf, cache, _) = compat_and_profile_with(
             runtime,
             "550.54.15",
@@ -701,6 +708,7 @@ fn a_newer_tools_hooks_start_the_container_through_runc_and_crun() {
                 "--host-cuda-version=12.2",
                 "--cuda-compat-container-root=/usr/local/cuda/compat",
             ]),
+            Some("12.4"),
             newer,
         );
         let what = format!("{}: newer tool's spec\n{cache}", runtime.name());
@@ -710,8 +718,18 @@ fn a_newer_tools_hooks_start_the_container_through_runc_and_crun() {
             runtime,
             "550.54.15",
             Some(&["--host-cuda-version=12.4"]),
+            Some("12.4"),
             newer,
         );
         assert_eq!(conf, None, "{}", runtime.name());
+        // No note: a host CUDA version takes nothing.
+        let (conf, _, _) = compat_and_profile_with(
+            runtime,
+            "550.54.15",
+            Some(&["--host-cuda-version=12.1"]),
+            None,
+            newer,
+        );
+        assert_eq!(conf, None, "{}: no note", runtime.name());
     }
 }

@@ -24,6 +24,7 @@ use thiserror::Error;
 use crate::config::CompatMode;
 use crate::host::driver::CudaVersion;
 use crate::host::elf::{self, Arch};
+use crate::planning::compat_rule::{self, FwdNote};
 use crate::util::reopen::{self, Expect, Reopener};
 
 /// Where CUDA images keep forward-compatibility libraries.
@@ -100,14 +101,21 @@ impl From<ImageLayout> for Image {
     }
 }
 
-/// What the host offers that an image's CUDA compat libraries must be newer than.
+/// What the host offers that an image's CUDA compat libraries are judged against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostOffers<'a> {
-    /// Its driver version: the compat driver must be of a newer branch.
+    /// Its driver version, as libnvidia-container judges it (the prestart
+    /// hook's compat mode): the compat driver must be of a newer branch.
     Driver(&'a str),
-    /// The CUDA version its driver supports (`--host-cuda-version`, as
-    /// NVIDIA's specs for Jetson give it): the compat driver's must be newer.
-    Cuda(CudaVersion),
+    /// `nvidia-cdi-hook enable-cuda-compat`'s `--host-driver-version` and
+    /// `--host-cuda-version`, judged as NVIDIA's v1.20.0 hook judges them
+    /// ([`compat_rule::uses_compat`]).
+    HookFlags {
+        /// `--host-driver-version`, if given.
+        driver: Option<&'a str>,
+        /// `--host-cuda-version`, if given.
+        cuda: Option<&'a str>,
+    },
 }
 
 impl Image {
@@ -178,41 +186,34 @@ fn find_compat(root: &Root, dir_path: &Path, host: HostOffers<'_>) -> Result<Opt
     else {
         return Ok(None);
     };
-    // Only a newer driver *branch* counts: NVIDIA ignores compat libraries
-    // of the host's own branch or an older one (libnvidia-container
-    // src/cli/compat_mode.c:61-90, `filter_by_major_version`), since forward
-    // compatibility is supported across branches only.
-    if let HostOffers::Driver(host_driver) = host {
-        if !newer_branch(&version, host_driver) {
-            log::debug!(
-                "image's CUDA compat driver {version} is not of a branch newer than the host's {host_driver}: ignored"
-            );
-            return Ok(None);
-        }
-    }
-    // The CUDA the compat libcuda's own note names (NVIDIA's 1.20 hook reads
-    // it: Orin's compat libcuda is `libcuda.so.1.1`, of no branch), else its branch's.
-    let cuda = note_cuda(
+    // The compat libcuda's own note (NVIDIA's 1.20 hook reads it: Orin's
+    // compat libcuda is `libcuda.so.1.1`, of no branch).
+    let note = fwd_note(
         &reopener,
         handle.as_fd(),
         dir_path,
         &format!("libcuda.so.{version}"),
-    )
-    .or_else(|| cuda_of_driver(&version));
-    if let HostOffers::Cuda(host_cuda) = host {
-        let Some(cuda) = cuda else {
-            log::warn!(
-                "image's CUDA compat driver {version} is of a branch this hook does not know the CUDA of: ignored"
-            );
-            return Ok(None);
-        };
-        if cuda <= host_cuda {
-            log::debug!(
-                "image's CUDA compat driver {version} supports CUDA {cuda}, not newer than the host's {host_cuda}: ignored"
-            );
-            return Ok(None);
+    );
+    let used = match host {
+        // Only a newer driver *branch* counts: libnvidia-container ignores
+        // compat libraries of the host's own branch or an older one
+        // (src/cli/compat_mode.c:61-90, `filter_by_major_version`).
+        HostOffers::Driver(host_driver) => newer_branch(&version, host_driver),
+        HostOffers::HookFlags { driver, cuda } => {
+            compat_rule::uses_compat(&version, note.as_ref(), driver, cuda)
         }
+    };
+    if !used {
+        log::debug!(
+            "image's CUDA compat driver {version} (note {note:?}) is not used on a host offering {host:?}"
+        );
+        return Ok(None);
     }
+    // The CUDA the note names, else the compat driver's branch's.
+    let cuda = note
+        .as_ref()
+        .and_then(|n| CudaVersion::parse(&n.cuda))
+        .or_else(|| cuda_of_driver(&version));
     // Entries are judged with *at calls on the directory whose listing was
     // read (its O_PATH handle), never following a link.
     let suffix = format!(".so.{version}");
@@ -276,14 +277,15 @@ fn regular_elf_library(
 /// The note section NVIDIA's compat libraries carry their CUDA version in.
 const FWD_COMPAT_NOTE: &str = ".note.cuda.fwd_compatibility";
 
-/// The CUDA version the note of `name` in `dir` names (`{"CUDA Version":
-/// "13.2", …}`), the file opened as [`regular_elf_library`] opens it.
-fn note_cuda(
+/// The forward-compatibility note of `name` in `dir` (`{"CUDA Version":
+/// "13.2", "Driver": [...]}`), the file opened as [`regular_elf_library`]
+/// opens it; `None` without one that reads.
+fn fwd_note(
     reopener: &Reopener,
     dir: BorrowedFd<'_>,
     dir_path: &Path,
     name: &str,
-) -> Option<CudaVersion> {
+) -> Option<FwdNote> {
     let entry = openat(
         dir,
         OsStr::new(name),
@@ -294,14 +296,9 @@ fn note_cuda(
     let file = reopener
         .reopen(entry.as_fd(), &dir_path.join(name), Expect::File)
         .ok()?;
-    let note = elf::note(&file, FWD_COMPAT_NOTE, "NVIDIA Corporation")?;
-    let json: serde_json::Value = serde_json::from_slice(&note).ok()?;
-    let version = CudaVersion::parse(json.get("CUDA Version")?.as_str()?);
-    log::debug!(
-        "{}/{name}: its note names CUDA {version:?}",
-        dir_path.display()
-    );
-    version
+    let note = FwdNote::parse(&elf::note(&file, FWD_COMPAT_NOTE, "NVIDIA Corporation")?);
+    log::debug!("{}/{name}: its note says {note:?}", dir_path.display());
+    note
 }
 
 /// Whether driver `version` is of a newer branch (major version) than
@@ -419,20 +416,26 @@ mod tests {
     }
 
     /// `enable-cuda-compat --host-cuda-version` (NVIDIA 1.19's Jetson form):
-    /// libraries supporting a newer CUDA than the host's are used, from the
-    /// directory `--cuda-compat-container-root` names.
+    /// libraries whose note names a newer CUDA than the host's are used, from
+    /// the directory `--cuda-compat-container-root` names; without a note,
+    /// none are, as NVIDIA's 1.20 hook decides.
     #[test]
     fn a_host_cuda_version_compares_cuda_versions_in_the_root_given() {
         let dir = rootfs();
-        let so = header(ELFCLASS64, EM_X86_64, ET_DYN);
         let other = dir.path().join("opt/compat");
         fs::create_dir_all(&other).unwrap();
-        fs::write(other.join("libcuda.so.550.54.15"), &so).unwrap();
+        let desc = br#"{"Format": 1, "CUDA Version": "12.4", "Driver": [535, 550]}"#;
+        let with_note =
+            crate::host::elf::tests::with_note(FWD_COMPAT_NOTE, "NVIDIA Corporation", desc);
+        fs::write(other.join("libcuda.so.550.54.15"), &with_note).unwrap();
         let found = |cuda: &str, dir_in: &str| {
             Image::compat_in(
                 dir.path(),
                 Path::new(dir_in),
-                HostOffers::Cuda(CudaVersion::parse(cuda).unwrap()),
+                HostOffers::HookFlags {
+                    driver: None,
+                    cuda: Some(cuda),
+                },
             )
             .unwrap()
         };
@@ -443,6 +446,46 @@ mod tests {
         assert!(found("12.8", "/opt/compat").is_none());
         // The default directory holds none.
         assert!(found("12.2", COMPAT_DIR).is_none());
+        // Without the note, a host CUDA version takes none.
+        let so = header(ELFCLASS64, EM_X86_64, ET_DYN);
+        fs::write(other.join("libcuda.so.550.54.15"), &so).unwrap();
+        assert!(found("12.2", "/opt/compat").is_none());
+    }
+
+    /// `enable-cuda-compat --host-driver-version` with a note listing the
+    /// branches the compat driver serves: the host's branch must be listed
+    /// and its driver older, as NVIDIA's 1.20 hook decides; without the
+    /// note, the majors compare.
+    #[test]
+    fn a_host_driver_version_is_judged_by_the_notes_branches() {
+        let dir = rootfs();
+        let desc =
+            br#"{"Format": 1, "CUDA Version": "13.1", "Driver": [535, 550, 570, 575, 580, 590]}"#;
+        let lib = compat(dir.path()).join("libcuda.so.590.44.01");
+        fs::write(
+            &lib,
+            crate::host::elf::tests::with_note(FWD_COMPAT_NOTE, "NVIDIA Corporation", desc),
+        )
+        .unwrap();
+        let found = |driver: &str| {
+            Image::compat_in(
+                dir.path(),
+                Path::new(COMPAT_DIR),
+                HostOffers::HookFlags {
+                    driver: Some(driver),
+                    cuda: None,
+                },
+            )
+            .unwrap()
+        };
+        let compat = found("580.105.08").unwrap();
+        assert_eq!(compat.cuda, Some(CudaVersion(13010)));
+        assert!(found("590.10.00").is_some(), "the host's branch, older");
+        assert!(found("560.35.03").is_none(), "a branch the note lacks");
+        assert!(found("590.50.00").is_none(), "a newer host driver");
+        fs::write(&lib, header(ELFCLASS64, EM_X86_64, ET_DYN)).unwrap();
+        assert!(found("560.35.03").is_some(), "no note: a newer major");
+        assert!(found("590.10.00").is_none(), "no note: the same major");
     }
 
     /// Orin's compat libcuda (`libcuda.so.1.1`, of no branch) names its CUDA
@@ -463,7 +506,10 @@ mod tests {
             Image::compat_in(
                 dir.path(),
                 Path::new("/usr/local/cuda/compat_orin"),
-                HostOffers::Cuda(CudaVersion::parse(cuda).unwrap()),
+                HostOffers::HookFlags {
+                    driver: None,
+                    cuda: Some(cuda),
+                },
             )
             .unwrap()
         };

@@ -4,6 +4,7 @@
 //! and the [`plan`] it makes, pure data.
 
 pub mod bundle;
+pub mod compat_rule;
 pub mod device_class;
 pub mod image;
 pub mod plan;

@@ -372,6 +372,12 @@ fn is_legacy(env: &[String]) -> bool {
     set("CUDA_VERSION") && !set("NVIDIA_REQUIRE_CUDA")
 }
 
+/// Whether `env` holds `NVIDIA_REQUIRE_JETPACK=csv-mounts=all`, with which
+/// a Jetson image asks for every CSV file (`list --jetpack` too).
+pub fn asks_all_csv_files(env: &[String]) -> bool {
+    env_var(env, JETPACK).is_some_and(|v| v == JETPACK_ALL)
+}
+
 /// The variable with which a Jetson image asks for every CSV file.
 const JETPACK: &str = "NVIDIA_REQUIRE_JETPACK";
 /// Its value that asks for them (NVIDIA's `internal/modifier/csv.go`).
@@ -412,7 +418,7 @@ impl Request {
             // Which source of channels counts is policy: the planner's.
             imex: ImexChannels::None,
             gated: gated_from_env(env),
-            all_csv_files: env_var(env, JETPACK).is_some_and(|v| v == JETPACK_ALL),
+            all_csv_files: asks_all_csv_files(env),
         })
     }
 

@@ -60,12 +60,16 @@ pub enum Command {
         /// A feature-gated device, as its NVIDIA_<NAME>=enabled asks (repeatable).
         #[arg(long, value_enum, value_name = "NAME")]
         enable: Vec<GatedName>,
+        /// As NVIDIA_REQUIRE_JETPACK takes it: csv-mounts=all lists what every
+        /// CSV file of a Jetson host provides, not only the base files'.
+        #[arg(long, value_name = "VALUE")]
+        jetpack: Option<String>,
         /// Print JSON with each item's container destination and mount options.
         #[arg(long)]
         json: bool,
         /// Plan for the container this OCI bundle describes, as the hook would: its
         /// environment, device mounts, privilege and rootfs (instead of the flags).
-        #[arg(long, value_name = "DIR", conflicts_with_all = ["device", "capabilities", "layout", "imex_channels", "enable"])]
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["device", "capabilities", "layout", "imex_channels", "enable", "jetpack"])]
         bundle: Option<PathBuf>,
     },
     /// Container Device Interface: generate, list and validate the host's spec.
@@ -328,6 +332,7 @@ fn operation(command: Command) -> Operation {
             layout,
             imex_channels,
             enable,
+            jetpack,
             json,
             bundle,
         } => {
@@ -345,6 +350,11 @@ fn operation(command: Command) -> Operation {
                                 .iter()
                                 .filter_map(|g| g.variable())
                                 .map(|v| format!("{v}=enabled")),
+                        )
+                        .chain(
+                            jetpack
+                                .iter()
+                                .map(|j| format!("NVIDIA_REQUIRE_JETPACK={j}")),
                         )
                         .collect(),
                 },
@@ -463,5 +473,30 @@ mod tests {
         assert!(GatedName::value_variants()
             .iter()
             .all(|g| g.variable().is_some()));
+    }
+
+    /// `list --jetpack VALUE` asks as an image's `NVIDIA_REQUIRE_JETPACK`
+    /// does; `--bundle` reads the image's own variable instead.
+    #[test]
+    fn list_jetpack_is_the_images_variable() {
+        let cli = Cli::try_parse_from(["oci-nvidia-hook", "list", "--jetpack", "csv-mounts=all"])
+            .unwrap();
+        let Operation::List {
+            ask: Ask::Flags { env, .. },
+            ..
+        } = operation(cli.command)
+        else {
+            panic!("list with flags");
+        };
+        assert_eq!(env, ["NVIDIA_REQUIRE_JETPACK=csv-mounts=all"]);
+        let both = [
+            "oci-nvidia-hook",
+            "list",
+            "--jetpack",
+            "x",
+            "--bundle",
+            "/b",
+        ];
+        assert!(Cli::try_parse_from(both).is_err());
     }
 }

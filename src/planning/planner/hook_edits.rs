@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::{Error, Result};
 use crate::apply::inject::container_files;
 use crate::config::Config;
-use crate::host::driver::{self, CudaVersion};
+use crate::host::driver;
 use crate::planning::image::{self, HostOffers, Image};
 use crate::planning::plan::{self, ModeChange, Plan, Symlink, WrittenFile};
 use crate::planning::request::hook_edits::HookEdits;
@@ -104,25 +104,30 @@ fn proc_mask(config: &Config) -> Result<Plan> {
 }
 
 /// `enable-cuda-compat`'s plan: our `ld.so.conf.d` entry naming the
-/// container's compat libraries when they are newer than what the host
-/// offers (its driver's branch, else the CUDA version it supports); nothing
-/// when neither is given, as NVIDIA's hook does nothing then.
+/// container's compat libraries when NVIDIA's v1.20.0 hook would use them
+/// (`planning::compat_rule`: the compat libcuda's note, else the driver
+/// majors); nothing when neither version is given, as NVIDIA's hook does
+/// nothing then, and nothing for a version that does not read, which
+/// NVIDIA's hook only warns about.
 fn compat_conf(
     rootfs: &Path,
     host_driver_version: &Option<String>,
     host_cuda_version: &Option<String>,
     container_root: &Option<PathBuf>,
 ) -> Result<Plan> {
-    let host = match (host_driver_version, host_cuda_version) {
-        (Some(driver), _) => HostOffers::Driver(driver),
-        (None, Some(cuda)) => HostOffers::Cuda(
-            CudaVersion::parse(cuda).ok_or_else(|| Error::HookCudaVersion(cuda.clone()))?,
-        ),
-        (None, None) => {
-            log::debug!("enable-cuda-compat: no host driver or CUDA version given, nothing to do");
-            return Ok(Plan::default());
-        }
+    let host = HostOffers::HookFlags {
+        driver: given(host_driver_version),
+        cuda: given(host_cuda_version),
     };
+    if host
+        == (HostOffers::HookFlags {
+            driver: None,
+            cuda: None,
+        })
+    {
+        log::debug!("enable-cuda-compat: no host driver or CUDA version given, nothing to do");
+        return Ok(Plan::default());
+    }
     let dir = container_root
         .as_deref()
         .unwrap_or(Path::new(image::COMPAT_DIR));
@@ -147,6 +152,11 @@ fn compat_conf(
         }],
         ..Plan::default()
     })
+}
+
+/// A version flag's value; an empty one is none, as NVIDIA's hook reads it.
+fn given(flag: &Option<String>) -> Option<&str> {
+    flag.as_deref().filter(|v| !v.is_empty())
 }
 
 /// The directories our `enable-cuda-compat` entry names, if the image has it.
@@ -243,13 +253,35 @@ mod tests {
         };
         let planned = plan(&Config::default(), &kind, Some(root.path())).unwrap();
         assert_eq!(planned, Plan::default());
-        let bad = HookEdits::EnableCudaCompat {
+        // A CUDA version that does not read: NVIDIA's hook warns and uses
+        // no compat libraries, even ones whose note names a newer CUDA.
+        let lib = root
+            .path()
+            .join("usr/local/cuda/compat/libcuda.so.590.44.01");
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        let desc = br#"{"Format": 1, "CUDA Version": "13.1", "Driver": [580, 590]}"#;
+        std::fs::write(
+            &lib,
+            crate::host::elf::tests::with_note(
+                ".note.cuda.fwd_compatibility",
+                "NVIDIA Corporation",
+                desc,
+            ),
+        )
+        .unwrap();
+        let unread = |cuda: &str| HookEdits::EnableCudaCompat {
             host_driver_version: None,
-            host_cuda_version: Some("twelve".into()),
+            host_cuda_version: Some(cuda.into()),
             container_root: None,
         };
-        let err = plan(&Config::default(), &bad, Some(root.path())).unwrap_err();
-        assert!(err.to_string().contains("twelve"), "{err}");
+        let planned = plan(&Config::default(), &unread("twelve"), Some(root.path())).unwrap();
+        assert_eq!(planned, Plan::default());
+        let planned = plan(&Config::default(), &unread("12.6"), Some(root.path())).unwrap();
+        assert_eq!(
+            planned.files.len(),
+            1,
+            "the note's CUDA is newer: {planned:?}"
+        );
     }
 
     /// NVIDIA's `TestCompatLibs` table (cmd/nvidia-cdi-hook/cudacompat/

@@ -68,8 +68,6 @@ pub enum Error {
     HookLink(String),
     #[error("invalid --mode {0:?}: expected octal permission bits, at most 7777")]
     HookMode(String),
-    #[error("invalid --host-cuda-version {0:?}: expected a CUDA version such as 12.4")]
-    HookCudaVersion(String),
     #[error(transparent)]
     Container(#[from] Box<crate::apply::inject::Error>),
     #[error(

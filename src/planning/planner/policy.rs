@@ -50,6 +50,7 @@ pub(super) fn effective(config: &Config, source: Source<'_>) -> Result<Effective
                     );
                     request.imex = ImexChannels::from_env(env)?;
                     request.gated = request::gated_from_env(env);
+                    request.all_csv_files = request::asks_all_csv_files(env);
                     request
                 }
             };

@@ -278,6 +278,39 @@ fn flags_and_environment_plan_the_same_for_the_same_request() {
     }
 }
 
+/// `list --jetpack csv-mounts=all` asks for every CSV file as the image's
+/// variable does; `none` asks too (the files without the nodes).
+#[test]
+fn flags_ask_for_every_csv_file_as_the_jetpack_variable_does() {
+    let config = Config::default();
+    let env = ["NVIDIA_REQUIRE_JETPACK=csv-mounts=all".to_string()];
+    for devices in ["all", "0", "none"] {
+        let source = Source::Flags {
+            devices,
+            capabilities: "utility,compute",
+            env: &env,
+        };
+        assert!(
+            effective_of(&config, source).request.all_csv_files,
+            "{devices}"
+        );
+        assert!(
+            !effective_of(&config, flags(devices, "utility"))
+                .request
+                .all_csv_files
+        );
+    }
+    let c = container(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_REQUIRE_JETPACK=csv-mounts=all",
+        ],
+        false,
+        &[],
+    );
+    assert!(of_container(&config, &c).unwrap().request.all_csv_files);
+}
+
 #[test]
 fn mig_management_needs_a_privileged_container() {
     let env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"];

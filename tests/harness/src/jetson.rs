@@ -12,7 +12,11 @@
 //! No `/proc/driver/nvidia`. One entry of each CSV file names a file the
 //! host lacks, as real L4T files do across releases.
 //!
-//! x86-64 only: the libraries are built by the host's `cc`.
+//! Built for x86-64 ([`jetson`]: its libraries built by the host's `cc`)
+//! or for arm64 ([`jetson_arm64`]: AArch64 shared objects assembled and
+//! linked by binutils-aarch64-linux-gnu, for the arm64 binary under
+//! qemu-user; its `drivers.csv` also lists an x86-64 library, which an
+//! arm64 host must refuse).
 
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -25,7 +29,8 @@ use crate::runtime::oci_config::path_str;
 use crate::runtime::run::Run;
 use crate::simhost::{CacheFormat, Flavour, HostFacts, NvmlFacts, SimHost};
 
-/// L4T's library directory (its `nvidia/` below the triplet's).
+/// L4T's library directory (its `nvidia/` below the triplet's) on the
+/// x86-64 host.
 pub const LIB: &str = "/usr/lib/x86_64-linux-gnu/nvidia";
 /// The CSV directory.
 pub const CSV_DIR: &str = "/etc/nvidia-container-runtime/host-files-for-container.d";
@@ -34,9 +39,33 @@ pub const CUDA: u32 = 12060;
 /// The L4T release, as `info` shows it.
 pub const RELEASE: &str = "R36.4.3";
 
+/// The instruction set a simulated Jetson's libraries are built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// This machine's: built with `cc`.
+    X86_64,
+    /// A real Jetson's: assembled with `aarch64-linux-gnu-as`.
+    Aarch64,
+}
+
+impl Isa {
+    /// The Debian multiarch triplet of its library directory.
+    pub fn triplet(self) -> &'static str {
+        match self {
+            Isa::X86_64 => "x86_64-linux-gnu",
+            Isa::Aarch64 => "aarch64-linux-gnu",
+        }
+    }
+}
+
 /// What a simulated Jetson has, for the tests to expect.
 #[derive(Debug, Clone)]
 pub struct JetsonFacts {
+    /// L4T's library directory on this host.
+    pub lib_dir: String,
+    /// An x86-64 library `drivers.csv` lists on the arm64 host (a path in
+    /// the container), which must be skipped; `None` on the x86-64 host.
+    pub foreign_library: Option<String>,
     /// Each listed node's path in the container, and its numbers.
     pub nodes: Vec<(String, u32, u32)>,
     /// A node the CSV files list that the host lacks.
@@ -57,7 +86,25 @@ pub struct JetsonFacts {
 pub fn jetson() -> (SimHost, JetsonFacts) {
     static BUILT: OnceLock<(SimHost, JetsonFacts)> = OnceLock::new();
     BUILT
-        .get_or_init(|| build(&crate::project::target_tmpdir().join("simhosts/jetson")))
+        .get_or_init(|| {
+            build(
+                &crate::project::target_tmpdir().join("simhosts/jetson"),
+                Isa::X86_64,
+            )
+        })
+        .clone()
+}
+
+/// The shared arm64 Jetson host of this test binary, built the first time.
+pub fn jetson_arm64() -> (SimHost, JetsonFacts) {
+    static BUILT: OnceLock<(SimHost, JetsonFacts)> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            build(
+                &crate::project::target_tmpdir().join("simhosts/jetson-arm64"),
+                Isa::Aarch64,
+            )
+        })
         .clone()
 }
 
@@ -84,6 +131,62 @@ fn cc(path: &Path, soname: &str, code: &str) {
         .expect("run cc (the Jetson host's libraries are built with it)");
     assert!(status.success(), "cc failed for {}", path.display());
     fs::remove_file(src).unwrap();
+}
+
+/// An AArch64 shared object of SONAME `soname` at `path`, defining the
+/// function `symbol`, which returns 0 (and, given `answer`, first stores it
+/// through its pointer argument, as `cuDriverGetVersion` does); assembled
+/// and linked by binutils-aarch64-linux-gnu, needing no C library.
+fn aarch64_object(path: &Path, soname: &str, symbol: &str, answer: Option<u32>) {
+    let tool = |name: &str| {
+        crate::runtime::runtimes::find_tool(name).unwrap_or_else(|| {
+            panic!(
+                "`{name}` is not on PATH: install binutils-aarch64-linux-gnu \
+                 (integration/install-deps); the arm64 Jetson's libraries are built with it"
+            )
+        })
+    };
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let store = answer
+        .map(|v| format!("    mov w1, #{v}\n    str w1, [x0]\n"))
+        .unwrap_or_default();
+    let src = path.with_extension("s");
+    let object = path.with_extension("o");
+    fs::write(
+        &src,
+        format!(
+            ".text\n.globl {symbol}\n.type {symbol}, %function\n{symbol}:\n{store}    mov w0, #0\n    ret\n"
+        ),
+    )
+    .unwrap();
+    let run = |cmd: &mut Command| {
+        let status = cmd.status().expect("run binutils-aarch64-linux-gnu");
+        assert!(status.success(), "{cmd:?} failed for {}", path.display());
+    };
+    run(Command::new(tool("aarch64-linux-gnu-as"))
+        .arg("-o")
+        .arg(&object)
+        .arg(&src));
+    run(Command::new(tool("aarch64-linux-gnu-ld"))
+        .args(["-shared", "-soname", soname, "-o"])
+        .arg(path)
+        .arg(&object));
+    fs::remove_file(src).unwrap();
+    fs::remove_file(object).unwrap();
+}
+
+/// A shared object for `isa` of SONAME `soname` at `path`, defining
+/// `symbol` (returning 0, storing `answer` first when given).
+fn shared_object(isa: Isa, path: &Path, soname: &str, symbol: &str, answer: Option<u32>) {
+    match isa {
+        Isa::X86_64 => {
+            let body = answer
+                .map(|v| format!("int {symbol}(int *v) {{ *v = {v}; return 0; }}\n"))
+                .unwrap_or_else(|| format!("int {symbol}(void) {{ return 0; }}\n"));
+            cc(path, soname, &body)
+        }
+        Isa::Aarch64 => aarch64_object(path, soname, symbol, answer),
+    }
 }
 
 /// Character-device majors nothing on this machine uses, from 500 down.
@@ -130,33 +233,46 @@ fn mknod(path: &Path, major: u32, minor: u32) {
     assert!(status.success(), "mknod {}", path.display());
 }
 
-/// Builds the host in `dir`, afresh.
-pub fn build(dir: &Path) -> (SimHost, JetsonFacts) {
+/// Builds the host for `isa` in `dir`, afresh.
+pub fn build(dir: &Path, isa: Isa) -> (SimHost, JetsonFacts) {
     crate::simhost::require_root();
     crate::runtime::cleanup::remove_tree_safely(dir);
     let root = dir.join("driver");
     let dev_root = dir.join("devroot");
     let at = |inner: &str| root.join(inner.trim_start_matches('/'));
+    let triplet = isa.triplet();
+    let lib_dir = format!("/usr/lib/{triplet}/nvidia");
+    let lib = lib_dir.as_str();
     // The libraries, with L4T's links: nvidia/libcuda.so -> libcuda.so.1.1,
     // and the triplet directory's libcuda.so -> nvidia/libcuda.so.
-    let libcuda = format!("{LIB}/libcuda.so.1.1");
-    cc(
+    let libcuda = format!("{lib}/libcuda.so.1.1");
+    shared_object(
+        isa,
         &at(&libcuda),
         "libcuda.so.1",
-        &format!("int cuDriverGetVersion(int *v) {{ *v = {CUDA}; return 0; }}\n"),
+        "cuDriverGetVersion",
+        Some(CUDA),
     );
-    let nvrm = format!("{LIB}/libnvrm_gpu.so");
-    cc(
-        &at(&nvrm),
-        "libnvrm_gpu.so",
-        "int NvRmGpuLibOpen(void) { return 0; }\n",
-    );
-    link(&at(&format!("{LIB}/libcuda.so")), "libcuda.so.1.1");
+    let nvrm = format!("{lib}/libnvrm_gpu.so");
+    shared_object(isa, &at(&nvrm), "libnvrm_gpu.so", "NvRmGpuLibOpen", None);
+    link(&at(&format!("{lib}/libcuda.so")), "libcuda.so.1.1");
     link(
-        &at("/usr/lib/x86_64-linux-gnu/libcuda.so"),
+        &at(&format!("/usr/lib/{triplet}/libcuda.so")),
         "nvidia/libcuda.so",
     );
-    let icd = format!("{LIB}/nvidia_icd.json");
+    // On the arm64 host, an x86-64 library in L4T's directory, listed.
+    let foreign_library = (isa == Isa::Aarch64).then(|| {
+        let path = format!("{lib}/libnvidia-amd64.so.1");
+        shared_object(
+            Isa::X86_64,
+            &at(&path),
+            "libnvidia-amd64.so.1",
+            "amd64",
+            None,
+        );
+        path
+    });
+    let icd = format!("{lib}/nvidia_icd.json");
     write(&at(&icd), "{\"file_format_version\": \"1.0.0\"}\n");
     // CUDA's tree, behind the link L4T's cuda package makes.
     write(
@@ -166,15 +282,18 @@ pub fn build(dir: &Path) -> (SimHost, JetsonFacts) {
     // The container sees it at the path listed, as NVIDIA mounts it.
     let dir_file = "/usr/local/cuda/bin/cuda-stub".to_string();
     link(&at("/usr/local/cuda"), "cuda-12.6");
-    let only_in_cuda_csv = format!("{LIB}/libcudnn_stub.so");
-    cc(
+    let only_in_cuda_csv = format!("{lib}/libcudnn_stub.so");
+    shared_object(
+        isa,
         &at(&only_in_cuda_csv),
         "libcudnn_stub.so",
-        "int cudnnStub(void) { return 0; }\n",
+        "cudnnStub",
+        None,
     );
+    let eabi = triplet.split('-').next().unwrap_or(triplet);
     write(
         &at("/etc/nv_tegra_release"),
-        "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: x86_64, DATE: Wed Jan  8 01:49:37 UTC 2025\n",
+        &format!("# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: {eabi}, DATE: Wed Jan  8 01:49:37 UTC 2025\n"),
     );
     // The nodes.
     let majors = free_majors(2);
@@ -196,13 +315,14 @@ pub fn build(dir: &Path) -> (SimHost, JetsonFacts) {
         .collect();
     devices.push_str(&format!("dev, {missing_node}\n"));
     write(&at(&format!("{CSV_DIR}/devices.csv")), &devices);
-    write(
-        &at(&format!("{CSV_DIR}/drivers.csv")),
-        &format!(
-            "lib, {libcuda}\nlib, {nvrm}\nlib, {icd}\nsym, {LIB}/libcuda.so\n\
-             sym, /usr/lib/x86_64-linux-gnu/libcuda.so\nlib, {LIB}/libnvidia-absent.so.1\n"
-        ),
+    let mut drivers = format!(
+        "lib, {libcuda}\nlib, {nvrm}\nlib, {icd}\nsym, {lib}/libcuda.so\n\
+         sym, /usr/lib/{triplet}/libcuda.so\nlib, {lib}/libnvidia-absent.so.1\n"
     );
+    if let Some(foreign) = &foreign_library {
+        drivers.push_str(&format!("lib, {foreign}\n"));
+    }
+    write(&at(&format!("{CSV_DIR}/drivers.csv")), &drivers);
     write(
         &at(&format!("{CSV_DIR}/l4t.csv")),
         "dir, /usr/local/cuda\ndir, /usr/share/absent\n",
@@ -265,14 +385,16 @@ pub fn build(dir: &Path) -> (SimHost, JetsonFacts) {
         wsl: None,
     };
     let jetson = JetsonFacts {
+        lib_dir: lib_dir.clone(),
+        foreign_library,
         nodes,
         missing_node,
         files: vec![libcuda, nvrm, icd, "/etc/nv_tegra_release".into()],
         links: vec![
-            (format!("{LIB}/libcuda.so.1"), "libcuda.so.1.1".into()),
-            (format!("{LIB}/libcuda.so"), "libcuda.so.1".into()),
+            (format!("{lib}/libcuda.so.1"), "libcuda.so.1.1".into()),
+            (format!("{lib}/libcuda.so"), "libcuda.so.1".into()),
             (
-                "/usr/lib/x86_64-linux-gnu/libcuda.so".into(),
+                format!("/usr/lib/{triplet}/libcuda.so"),
                 "nvidia/libcuda.so".into(),
             ),
         ],
@@ -348,9 +470,10 @@ pub fn assert_jetson_injected(run: &Run, facts: &JetsonFacts, decoys: &[u32]) {
     let cuda = report.cuda.as_ref().expect("a cuda line");
     assert!(cuda.loaded, "dlopen(libcuda.so.1) failed: {cuda:?}:{ctx}");
     assert!(
-        cuda.path.starts_with(LIB),
-        "libcuda loaded from {} instead of {LIB}:{ctx}",
-        cuda.path
+        cuda.path.starts_with(&facts.lib_dir),
+        "libcuda loaded from {} instead of {}:{ctx}",
+        cuda.path,
+        facts.lib_dir
     );
     assert_eq!(
         cuda.field("version"),
@@ -367,4 +490,95 @@ pub fn assert_jetson_injected(run: &Run, facts: &JetsonFacts, decoys: &[u32]) {
 /// The host path of `inner` in the Jetson's driver root.
 pub fn host_path(host: &SimHost, inner: &str) -> PathBuf {
     Path::new(&host.facts.driver_root).join(inner.trim_start_matches('/'))
+}
+
+/// The mounts' container paths of a CDI spec.
+pub fn spec_mounts(spec: &serde_json::Value) -> Vec<String> {
+    spec["containerEdits"]["mounts"]
+        .as_array()
+        .expect("the spec's mounts")
+        .iter()
+        .map(|m| m["containerPath"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A CSV spec of the Jetson `facts` describes: NVIDIA's device names `0`
+/// and `all`, every listed node, file and the directory, none of
+/// `cuda.csv`'s files; on the arm64 host, no x86-64 path and not the
+/// x86-64 library its `drivers.csv` lists.
+pub fn assert_csv_spec(spec: &serde_json::Value, facts: &JetsonFacts) {
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .expect("the spec's devices")
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["0", "all"], "NVIDIA's csv names:{spec:#}");
+    let nodes: Vec<&str> = spec["devices"][0]["containerEdits"]["deviceNodes"]
+        .as_array()
+        .expect("the device's nodes")
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect();
+    let listed: Vec<&str> = facts.nodes.iter().map(|(p, _, _)| p.as_str()).collect();
+    assert_eq!(nodes, listed, "{spec:#}");
+    let mounts = spec_mounts(spec);
+    for path in facts.files.iter().chain([&facts.dir]) {
+        assert!(mounts.contains(path), "{path}: {mounts:?}");
+    }
+    assert!(!mounts.contains(&facts.only_in_cuda_csv), "{mounts:?}");
+    if let Some(foreign) = &facts.foreign_library {
+        assert!(!mounts.contains(foreign), "{mounts:?}");
+        let text = spec.to_string();
+        assert!(!text.contains("x86_64"), "{spec:#}");
+        assert!(!text.contains("libnvidia-amd64"), "{spec:#}");
+    }
+}
+
+/// `nvidia-ctk cdi generate --mode=csv` through `ctk` (which names the
+/// roots and asks for JSON) on the Jetson whose driver root is `root`: the
+/// base files' spec ([`assert_csv_spec`]), then `--csv.file` naming
+/// `devices.csv` and `cuda.csv` as host paths: `cuda.csv`'s file comes,
+/// `drivers.csv`'s do not. Returns that second spec.
+pub fn assert_ctk_reads_the_csv_files_named(
+    ctk: &dyn Fn(&[&str]) -> serde_json::Value,
+    root: &str,
+    facts: &JetsonFacts,
+) -> serde_json::Value {
+    assert_csv_spec(&ctk(&["--mode=csv"]), facts);
+    let cuda_csv = format!("{root}{CSV_DIR}/cuda.csv");
+    let devices_csv = format!("{root}{CSV_DIR}/devices.csv");
+    let named = ctk(&[
+        "--mode=csv",
+        &format!("--csv.file={devices_csv}"),
+        &format!("--csv.file={cuda_csv}"),
+    ]);
+    let mounts = spec_mounts(&named);
+    assert!(mounts.contains(&facts.only_in_cuda_csv), "{named:#}");
+    assert!(
+        !mounts.contains(&facts.files[0]),
+        "no drivers.csv: {named:#}"
+    );
+    named
+}
+
+/// `list`'s output names every listed node and library of the Jetson
+/// (and, on the arm64 host, not the x86-64 library).
+pub fn assert_lists_the_jetson(list: &str, host: &SimHost, facts: &JetsonFacts) {
+    for (path, _, _) in &facts.nodes {
+        let node = format!("{}{path}", host.facts.dev_root);
+        assert!(
+            list.lines().any(|l| l == node),
+            "{node} not listed:\n{list}"
+        );
+    }
+    for lib in host.facts.libraries.values() {
+        assert!(list.lines().any(|l| l == lib), "{lib} not listed:\n{list}");
+    }
+    if let Some(foreign) = &facts.foreign_library {
+        assert!(
+            !list.contains(foreign.as_str()),
+            "{foreign} listed:\n{list}"
+        );
+    }
 }
