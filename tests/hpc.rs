@@ -12,9 +12,11 @@
 //!   (a user namespace mapping the user to itself with its capabilities
 //!   kept, a private mount namespace, the rootfs bound `nosuid,nodev` on
 //!   itself, `ENROOT_RESTRICT_DEV`'s tmpfs `/dev`).
-//! - **Apptainer** `--nvccli` run as root (Debian 12 has no Apptainer, sid
-//!   does: docs/hpc.md): its call in a private mount namespace, no user
-//!   namespace, the nodes made with mknod.
+//! - **Apptainer** 1.4.5, for real: Debian sid's packaged `apptainer exec
+//!   --nvccli --contain` of a sandbox directory, from a cached sid root
+//!   (harness::debroot `sid_hpc`, entered with `pivot_root`), as root (the
+//!   nodes made with mknod) and as `nobody` (Apptainer's own user
+//!   namespace: it passes `--user`, the nodes are bound).
 //! - **Incus** and **Singularity**'s legacy `--nv` read `info --csv` and
 //!   `list --binaries --libraries`: both parsed as they parse them.
 //!
@@ -23,23 +25,27 @@
 //!
 //! Run as root: `make test`, or
 //! `cargo test --features _test_as_root --test hpc -- --nocapture`. Needs
-//! lxc (`lxc-execute`), unshare, setpriv and chroot; a missing one fails
-//! the test, naming it.
+//! lxc (`lxc-execute`), unshare, setpriv, chroot and debootstrap (the first
+//! run makes the sid-hpc root); a missing one fails the test, naming it.
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use harness::debroot::{sid_hpc, Cgroups, Entry};
+use harness::mounts::host_mounts;
 use harness::nvidia_cli::{cli_link, etc_layer, nvidia_cli_stdout, over_etc};
-use harness::project::target_tmpdir;
+use harness::project::{hook_binary, repo, target_tmpdir};
 use harness::runtime::bundle::copy_template;
+use harness::runtime::cleanup::assert_left_as_found;
 use harness::runtime::expected::node_specs;
+use harness::runtime::host_state::tree_listing;
 use harness::runtime::injected::gpu;
 use harness::runtime::oci_config::CONTAINER_SCRIPT;
 use harness::runtime::report::CheckerReport;
 use harness::runtime::runtimes::require_tool;
-use harness::simhost::{Fixture, SimHost};
+use harness::simhost::{require_root, Fixture, SimHost};
 
 fn real_host() -> SimHost {
     SimHost::shared(Fixture::real(4))
@@ -70,6 +76,17 @@ fn rootfs_owned_by(host: &SimHost, dir: &Path, owner: u32) -> (PathBuf, PathBuf)
         assert!(status.success(), "chown {} failed", path.display());
     }
     (rootfs, out)
+}
+
+/// `cp -a FROM/. TO`.
+fn copy_dir(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", from.display()))
+        .arg(to)
+        .status()
+        .expect("run cp");
+    assert!(status.success(), "cp -a {} failed", from.display());
 }
 
 fn text(out: &Output) -> (String, String) {
@@ -187,13 +204,7 @@ fn lxcs_packaged_nvidia_hook_gives_an_unprivileged_container_its_gpu() {
     // LXC's newuidmap; a private /run/lxc for its lock files.
     let layer = etc_layer(&host.config);
     let etc = dir.join("etc");
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", layer.display()))
-        .arg(&etc)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    copy_dir(&layer, &etc);
     fs::write(etc.join("subuid"), "root:100000:65536\n").unwrap();
     fs::write(etc.join("subgid"), "root:100000:65536\n").unwrap();
     let link_dir = cli_link().parent().unwrap().to_path_buf();
@@ -262,35 +273,27 @@ mkdir -p "$R/out"; mount --bind "$OUT" "$R/out"
 exec chroot "$R" /bin/sh -c "$CONTAINER_SCRIPT"
 "#;
 
-/// Runs `argv` (the CLI's arguments) as `caller` would run them: unprivileged
-/// as `nobody` in a user namespace of its own (enroot, Apptainer without
-/// root) or as root in a private mount namespace only (enroot with
-/// `ENROOT_ALLOW_SUPERUSER`, Apptainer as root).
-fn run_like_enroot(host: &SimHost, name: &str, unprivileged: bool, argv: &[&str]) -> Output {
+/// Runs `argv` (the CLI's arguments) as `enroot start` runs its hooks for
+/// an unprivileged user: as `nobody`, in a user namespace mapping it to
+/// itself with its capabilities kept, and a private mount namespace.
+fn run_like_enroot(host: &SimHost, name: &str, argv: &[&str]) -> Output {
     for tool in ["unshare", "setpriv", "chroot"] {
         require_tool(tool);
     }
     let dir = scratch(name);
-    let owner = if unprivileged { 65534 } else { 0 };
-    let (rootfs, out) = rootfs_owned_by(host, &dir, owner);
-    let mut full: Vec<String> = Vec::new();
-    if unprivileged {
-        full.extend(
-            [
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "unshare",
-                "--user",
-                "--map-current-user",
-                "--keep-caps",
-            ]
-            .map(String::from),
-        );
-    } else {
-        full.push("unshare".into());
-    }
+    let (rootfs, out) = rootfs_owned_by(host, &dir, 65534);
+    let mut full: Vec<String> = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "unshare",
+        "--user",
+        "--map-current-user",
+        "--keep-caps",
+    ]
+    .map(String::from)
+    .to_vec();
     full.extend(
         [
             "--mount",
@@ -329,7 +332,6 @@ fn enroots_hook_call_in_its_user_namespace_gives_the_container_its_gpus() {
     let out = run_like_enroot(
         &host,
         "enroot",
-        true,
         &[
             "--user",
             "configure",
@@ -350,34 +352,140 @@ fn enroots_hook_call_in_its_user_namespace_gives_the_container_its_gpus() {
     );
 }
 
+// ------------------------------------------------------------------ Apptainer
+
+/// `apptainer exec --nvccli --contain` of a sandbox image (a directory: a
+/// copy of the template rootfs) by Debian sid's packaged Apptainer, in the
+/// sid-hpc root, with `NVIDIA_VISIBLE_DEVICES=visible`: as root, or as
+/// `nobody`, when Apptainer (not setuid in Debian) makes a user namespace
+/// of its own and passes `--user`. Our binary is its
+/// `nvidia-container-cli`, a root-owned link found on Apptainer's default
+/// binary path (`/usr/local/bin`). Its `--debug` log is on stderr.
+fn apptainer_exec(host: &SimHost, name: &str, unprivileged: bool, visible: &str) -> Output {
+    let root = sid_hpc();
+    let dir = scratch(name);
+    let owner = if unprivileged { 65534 } else { 0 };
+    // An unprivileged user's sandbox is its own (Apptainer refuses an image
+    // whose /usr/bin the user cannot write: nvidia-container-cli adds to it).
+    let (image, _) = rootfs_owned_by(host, &dir, owner);
+    // Its HOME and /tmp: scratch, so the cached root is never written.
+    let (home, tmp, bin) = (dir.join("home"), dir.join("tmp"), dir.join("bin"));
+    for path in [&home, &tmp, &bin] {
+        fs::create_dir_all(path).unwrap();
+    }
+    std::os::unix::fs::chown(&home, Some(owner), Some(owner)).unwrap();
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o1777)).unwrap();
+    std::os::unix::fs::symlink(hook_binary(), bin.join("nvidia-container-cli")).unwrap();
+    let mut argv: Vec<String> = Vec::new();
+    if unprivileged {
+        argv.extend(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ]
+            .map(String::from),
+        );
+    }
+    argv.extend(["apptainer", "--debug", "exec", "--nvccli", "--contain"].map(String::from));
+    if !unprivileged {
+        // As root it asks for every capability; these machines lack this one.
+        argv.extend(["--drop-caps", "CAP_SYS_RESOURCE"].map(String::from));
+    }
+    argv.push(image.to_str().unwrap().into());
+    argv.extend(["/bin/sh", "-c", CONTAINER_SCRIPT].map(String::from));
+    // Our config, and the /etc/hosts Apptainer binds (debootstrap's
+    // minbase has none), over the root's /etc.
+    let etc = dir.join("etc");
+    copy_dir(&etc_layer(&host.config), &etc);
+    fs::write(etc.join("hosts"), "127.0.0.1 localhost\n").unwrap();
+    let argv = over_etc(&etc, &argv);
+    let entry = Entry {
+        binds: vec![repo().to_path_buf()],
+        file_binds: vec![(bin, "/usr/local/bin".into()), (tmp, "/tmp".into())],
+        cgroups: Cgroups::Host,
+    };
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    // The cached root's places Apptainer could write: never written.
+    let kept = ["etc", "root", "var/lib/apptainer", "usr/local"];
+    let listing = || kept.map(|p| tree_listing(&root.dir.join(p)));
+    let before = (listing(), host_mounts(), tree_listing(&host.dir));
+    let out = root
+        .command(&entry, &argv)
+        .env("HOME", &home)
+        .env("NVIDIA_VISIBLE_DEVICES", visible)
+        .output()
+        .expect("run apptainer in the sid-hpc root");
+    assert!(
+        before.0 == listing(),
+        "Apptainer changed the sid-hpc root's {kept:?}"
+    );
+    assert_left_as_found(
+        "apptainer",
+        &before.1,
+        &host.dir,
+        &before.2,
+        "after apptainer",
+    );
+    out
+}
+
+/// Apptainer's log of its call: `nvidia-container-cli binary: "…" args: […]`.
+fn apptainer_call(out: &Output) -> String {
+    let (_, stderr) = text(out);
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.split_once("nvidia-container-cli binary: ")
+                .map(|(_, c)| c.to_string())
+        })
+        .unwrap_or_else(|| panic!("Apptainer did not call nvidia-container-cli:\n{stderr}"))
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
-fn apptainers_nvccli_call_as_root_makes_the_nodes_in_its_mount_namespace() {
+fn apptainers_nvccli_as_root_gives_the_container_its_gpu() {
+    require_root();
     let host = real_host();
-    // nvidia.go's NVCLIConfigure for NVIDIA_VISIBLE_DEVICES=2 and the
-    // default capabilities, run as host root (no user namespace: no --user).
-    let out = run_like_enroot(
-        &host,
-        "apptainer",
-        false,
-        &[
-            "configure",
-            "--no-cgroups",
-            "--device=2",
-            "--compute",
-            "--utility",
-            "--ldconfig=@/sbin/ldconfig",
-            "ROOTFS",
-        ],
-    );
+    let out = apptainer_exec(&host, "apptainer-root", false, "2");
     assert_sees_only(&out, &host, &[2]);
+    assert_eq!(
+        apptainer_call(&out),
+        "\"/usr/local/bin/nvidia-container-cli\" args: [\"configure\" \"--no-cgroups\" \
+         \"--device=2\" \"--compute\" \"--utility\" \"--ldconfig=@/usr/sbin/ldconfig\" \
+         \"/var/lib/apptainer/mnt/session/final\"]"
+    );
+    // As root, no user namespace: the node made with mknod, not bound.
     let (stdout, _) = text(&out);
-    // Made with mknod, not bound: no mount at the GPU's node.
     let minor = gpu(&host, 2).minor;
     assert!(
         !stdout.contains(&format!("mount /dev/nvidia{minor} ")),
         "{stdout}"
     );
+}
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn apptainers_nvccli_unprivileged_passes_user_and_binds_the_nodes() {
+    require_root();
+    let host = real_host();
+    let out = apptainer_exec(&host, "apptainer-user", true, "1,3");
+    assert_sees_only(&out, &host, &[1, 3]);
+    assert_eq!(
+        apptainer_call(&out),
+        "\"/usr/local/bin/nvidia-container-cli\" args: [\"--user\" \"configure\" \
+         \"--no-cgroups\" \"--device=1,3\" \"--compute\" \"--utility\" \
+         \"--ldconfig=@/usr/sbin/ldconfig\" \"/var/lib/apptainer/mnt/session/final\"]"
+    );
+    // In a user namespace no node can be made: each GPU's is bound.
+    let (stdout, _) = text(&out);
+    for minor in [1, 3].map(|i| gpu(&host, i).minor) {
+        assert!(
+            stdout.contains(&format!("mount /dev/nvidia{minor} ")),
+            "{stdout}"
+        );
+    }
 }
 
 // ------------------------------------------------------------------ info, list
