@@ -17,8 +17,16 @@
 //!   (harness::debroot `sid_hpc`, entered with `pivot_root`), as root (the
 //!   nodes made with mknod) and as `nobody` (Apptainer's own user
 //!   namespace: it passes `--user`, the nodes are bound).
-//! - **Incus** and **Singularity**'s legacy `--nv` read `info --csv` and
-//!   `list --binaries --libraries`: both parsed as they parse them.
+//! - **Incus** 7.0.2, for real: sid's `incus-base` under systemd 262
+//!   booted as pid 1 of the sid-hpc root (harness::booted, `nested`), an
+//!   unprivileged container with `nvidia.runtime=true`: LXC 7's packaged
+//!   `hooks/nvidia` calls us. Its `gpu` device looks the card up in
+//!   `/sys/bus/pci`, where no simulated GPU is: that refusal is asserted,
+//!   and the card's node is given as the `unix-char` device the `gpu`
+//!   device would make.
+//! - **Singularity**'s legacy `--nv` and Incus's resources read `list
+//!   --binaries --libraries` and `info --csv`: both parsed as they parse
+//!   them.
 //!
 //! Each container must see its GPUs' nodes (ENXIO on open: allowed, no
 //! driver), no other GPU's, and load libcuda through its own loader cache.
@@ -33,11 +41,12 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use harness::booted::{BootSetup, Booted};
 use harness::debroot::{sid_hpc, Cgroups, Entry};
 use harness::mounts::host_mounts;
 use harness::nvidia_cli::{cli_link, etc_layer, nvidia_cli_stdout, over_etc};
 use harness::project::{hook_binary, repo, target_tmpdir};
-use harness::runtime::bundle::copy_template;
+use harness::runtime::bundle::{copy_template, template_rootfs, write_hook_config};
 use harness::runtime::cleanup::assert_left_as_found;
 use harness::runtime::expected::node_specs;
 use harness::runtime::host_state::tree_listing;
@@ -486,6 +495,153 @@ fn apptainers_nvccli_unprivileged_passes_user_and_binds_the_nodes() {
             "{stdout}"
         );
     }
+}
+
+// ------------------------------------------------------------------ Incus
+
+/// Incus's storage, and an image of the template rootfs (`$1`) whose init
+/// only waits: `incus admin init` without a network (none is reachable).
+const INCUS_SETUP: &str = r#"set -e
+incus admin init --preseed <<EOF
+storage_pools:
+- name: default
+  driver: dir
+profiles:
+- name: default
+  devices:
+    root: {path: /, pool: default, type: disk}
+EOF
+mkdir -p /tmp/image
+cp -a "$1" /tmp/image/rootfs
+rm -f /tmp/image/rootfs/sbin/init
+printf '#!/bin/sh\nexec sleep 100000\n' >/tmp/image/rootfs/sbin/init
+chmod 755 /tmp/image/rootfs/sbin/init
+printf 'architecture: x86_64\ncreation_date: 1700000000\n' >/tmp/image/metadata.yaml
+tar -C /tmp/image -czf /tmp/image.tar.gz metadata.yaml rootfs
+incus image import /tmp/image.tar.gz --alias onh
+"#;
+
+#[test]
+#[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
+fn incus_nvidia_runtime_gives_an_unprivileged_container_its_gpu() {
+    require_root();
+    let host = real_host();
+    let dir = scratch("incus");
+    let template = template_rootfs(&host);
+    let (mounts, driver) = (host_mounts(), tree_listing(&host.dir));
+    let log = dir.join("cli.log");
+    let config = dir.join("config.toml");
+    write_hook_config(&host, &config, &log, "debug");
+    // The hook runs as the container's root, an unmapped host uid: its
+    // log is made writable for it beforehand.
+    fs::write(&log, "").unwrap();
+    fs::set_permissions(&log, fs::Permissions::from_mode(0o666)).unwrap();
+    // Incus 7 (sid's incus-base) under systemd 262, booted as pid 1 of
+    // the sid-hpc root; our binary is /usr/bin/nvidia-container-cli, as
+    // the compat package installs it (incusd looks on its own PATH).
+    let booted = Booted::boot(
+        &sid_hpc(),
+        &dir.join("booted"),
+        &BootSetup {
+            binds: &[repo()],
+            etc_files: &[
+                (
+                    "oci-nvidia-hook/config.toml",
+                    fs::read_to_string(&config).unwrap(),
+                ),
+                ("subuid", "root:1000000:1000000000\n".into()),
+                ("subgid", "root:1000000:1000000000\n".into()),
+            ],
+            links: &[("/usr/bin/nvidia-container-cli", hook_binary())],
+            nested: true,
+        },
+    );
+    booted.ok(&["systemctl", "start", "incus.service"]);
+    booted.ok(&["sh", "-c", INCUS_SETUP, "sh", template.to_str().unwrap()]);
+    booted.ok(&["incus", "init", "onh", "c1", "-c", "nvidia.runtime=true"]);
+    // Incus's `gpu` device looks its GPU up in /sys/bus/pci (and its
+    // nodes in /dev): a simulated GPU is in neither, so it is refused.
+    let g = gpu(&host, 2);
+    booted.ok(&[
+        "incus",
+        "config",
+        "device",
+        "add",
+        "c1",
+        "gpu0",
+        "gpu",
+        &format!("pci={}", g.bus),
+    ]);
+    let refused = booted.run(&["incus", "start", "c1"]);
+    assert!(
+        refused.stderr.contains(&format!(
+            "Failed to start device \"gpu0\": Invalid PCI address (no device found): {}",
+            g.bus
+        )),
+        "{}{}",
+        refused.stdout,
+        refused.stderr
+    );
+    booted.ok(&["incus", "config", "device", "remove", "c1", "gpu0"]);
+    // What that device makes for an NVIDIA card with nvidia.runtime on: its
+    // node alone, a unix-char device (the control and UVM nodes, libraries
+    // and binaries are the hook's).
+    let node = format!("/dev/nvidia{}", g.minor);
+    booted.ok(&[
+        "mknod",
+        "-m",
+        "666",
+        &node,
+        "c",
+        "195",
+        &g.minor.to_string(),
+    ]);
+    booted.ok(&[
+        "incus",
+        "config",
+        "device",
+        "add",
+        "c1",
+        "gpu2",
+        "unix-char",
+        &format!("source={node}"),
+        &format!("path={node}"),
+    ]);
+    let started = booted.run(&["incus", "start", "c1"]);
+    let lxc_log = booted.run(&["cat", "/var/log/incus/c1/lxc.log"]);
+    let lxc_log = format!("{}{}", lxc_log.stdout, lxc_log.stderr);
+    assert!(
+        started.status.is_some_and(|s| s.success()),
+        "incus start: {}{}\n{lxc_log}",
+        started.stdout,
+        started.stderr
+    );
+    let out = booted
+        .command(&[
+            "incus",
+            "exec",
+            "c1",
+            "--",
+            "/bin/sh",
+            "-c",
+            CONTAINER_SCRIPT,
+        ])
+        .output()
+        .expect("run incus exec");
+    assert_sees_only(&out, &host, &[2]);
+    // The packaged hook (LXC 7's) called us in the container's user
+    // namespace with Incus's NVIDIA_VISIBLE_DEVICES=none: no --device, so
+    // only the control and UVM nodes are ours, the GPU's is Incus's.
+    let cli_log = fs::read_to_string(&log).unwrap_or_default();
+    for line in [
+        "container rootfs /usr/lib/x86_64-linux-gnu/lxc/rootfs: user namespace: \
+         skipping the device cgroup, bind-mounting device nodes",
+        "container rootfs /usr/lib/x86_64-linux-gnu/lxc/rootfs: injected 3 device nodes",
+    ] {
+        assert!(cli_log.contains(line), "{line}\nnot in:\n{cli_log}");
+    }
+    drop(booted);
+    assert_left_as_found("onh-booted-", &mounts, &host.dir, &driver, "after incus");
 }
 
 // ------------------------------------------------------------------ info, list
