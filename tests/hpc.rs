@@ -87,6 +87,17 @@ fn rootfs_owned_by(host: &SimHost, dir: &Path, owner: u32) -> (PathBuf, PathBuf)
     (rootfs, out)
 }
 
+/// `dir/config.toml`, the host's config logging at debug to `dir/cli.log`,
+/// which is made beforehand writable by anyone: the CLI runs as a
+/// container's root, which may be no host user. Both paths.
+fn logging_config(host: &SimHost, dir: &Path) -> (PathBuf, PathBuf) {
+    let (config, log) = (dir.join("config.toml"), dir.join("cli.log"));
+    write_hook_config(host, &config, &log, "debug");
+    fs::write(&log, "").unwrap();
+    fs::set_permissions(&log, fs::Permissions::from_mode(0o666)).unwrap();
+    (config, log)
+}
+
 /// `cp -a FROM/. TO`.
 fn copy_dir(from: &Path, to: &Path) {
     let status = Command::new("cp")
@@ -209,11 +220,12 @@ fn lxcs_packaged_nvidia_hook_gives_an_unprivileged_container_its_gpu() {
         ),
     )
     .unwrap();
-    // A private /etc layer: our config, and root's subordinate ids for
-    // LXC's newuidmap; a private /run/lxc for its lock files.
-    let layer = etc_layer(&host.config);
+    // A private /etc layer: our config (logging to a file: LXC does not
+    // always keep a hook's stderr), and root's subordinate ids for LXC's
+    // newuidmap; a private /run/lxc for its lock files.
+    let (config, cli_log) = logging_config(&host, &dir);
     let etc = dir.join("etc");
-    copy_dir(&layer, &etc);
+    copy_dir(&etc_layer(&config), &etc);
     fs::write(etc.join("subuid"), "root:100000:65536\n").unwrap();
     fs::write(etc.join("subgid"), "root:100000:65536\n").unwrap();
     let link_dir = cli_link().parent().unwrap().to_path_buf();
@@ -252,9 +264,10 @@ fn lxcs_packaged_nvidia_hook_gives_an_unprivileged_container_its_gpu() {
                 .contains("--device=1,3 --compute --utility /usr/lib/x86_64-linux-gnu/lxc/rootfs"),
         "the hook's call is not LXC's:\n{lxc_log}"
     );
+    let cli_log = fs::read_to_string(&cli_log).unwrap_or_default();
     assert!(
-        lxc_log.contains("user namespace: skipping the device cgroup, bind-mounting device nodes"),
-        "{lxc_log}"
+        cli_log.contains("user namespace: skipping the device cgroup, bind-mounting device nodes"),
+        "{cli_log}"
     );
     assert_sees_only(&out, &host, &[1, 3]);
     // Files the hook made in the rootfs are the container root's.
@@ -452,49 +465,43 @@ fn apptainer_call(out: &Output) -> String {
         .unwrap_or_else(|| panic!("Apptainer did not call nvidia-container-cli:\n{stderr}"))
 }
 
+/// Runs Apptainer for the GPUs `indices` and checks what it did: its call,
+/// argv for argv (`--user` first in its own user namespace), the
+/// container's GPUs, and how each GPU's node came: made with mknod as
+/// root, bound in a user namespace.
+fn check_apptainer(name: &str, unprivileged: bool, indices: &[u32]) {
+    require_root();
+    let host = real_host();
+    let visible: Vec<String> = indices.iter().map(u32::to_string).collect();
+    let visible = visible.join(",");
+    let out = apptainer_exec(&host, name, unprivileged, &visible);
+    assert_sees_only(&out, &host, indices);
+    let user = if unprivileged { "\"--user\" " } else { "" };
+    assert_eq!(
+        apptainer_call(&out),
+        format!(
+            "\"/usr/local/bin/nvidia-container-cli\" args: [{user}\"configure\" \
+             \"--no-cgroups\" \"--device={visible}\" \"--compute\" \"--utility\" \
+             \"--ldconfig=@/usr/sbin/ldconfig\" \"/var/lib/apptainer/mnt/session/final\"]"
+        )
+    );
+    let (stdout, _) = text(&out);
+    for minor in indices.iter().map(|i| gpu(&host, *i).minor) {
+        let bound = stdout.contains(&format!("mount /dev/nvidia{minor} "));
+        assert_eq!(bound, unprivileged, "/dev/nvidia{minor} bound:\n{stdout}");
+    }
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn apptainers_nvccli_as_root_gives_the_container_its_gpu() {
-    require_root();
-    let host = real_host();
-    let out = apptainer_exec(&host, "apptainer-root", false, "2");
-    assert_sees_only(&out, &host, &[2]);
-    assert_eq!(
-        apptainer_call(&out),
-        "\"/usr/local/bin/nvidia-container-cli\" args: [\"configure\" \"--no-cgroups\" \
-         \"--device=2\" \"--compute\" \"--utility\" \"--ldconfig=@/usr/sbin/ldconfig\" \
-         \"/var/lib/apptainer/mnt/session/final\"]"
-    );
-    // As root, no user namespace: the node made with mknod, not bound.
-    let (stdout, _) = text(&out);
-    let minor = gpu(&host, 2).minor;
-    assert!(
-        !stdout.contains(&format!("mount /dev/nvidia{minor} ")),
-        "{stdout}"
-    );
+    check_apptainer("apptainer-root", false, &[2]);
 }
 
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn apptainers_nvccli_unprivileged_passes_user_and_binds_the_nodes() {
-    require_root();
-    let host = real_host();
-    let out = apptainer_exec(&host, "apptainer-user", true, "1,3");
-    assert_sees_only(&out, &host, &[1, 3]);
-    assert_eq!(
-        apptainer_call(&out),
-        "\"/usr/local/bin/nvidia-container-cli\" args: [\"--user\" \"configure\" \
-         \"--no-cgroups\" \"--device=1,3\" \"--compute\" \"--utility\" \
-         \"--ldconfig=@/usr/sbin/ldconfig\" \"/var/lib/apptainer/mnt/session/final\"]"
-    );
-    // In a user namespace no node can be made: each GPU's is bound.
-    let (stdout, _) = text(&out);
-    for minor in [1, 3].map(|i| gpu(&host, i).minor) {
-        assert!(
-            stdout.contains(&format!("mount /dev/nvidia{minor} ")),
-            "{stdout}"
-        );
-    }
+    check_apptainer("apptainer-user", true, &[1, 3]);
 }
 
 // ------------------------------------------------------------------ Incus
@@ -521,6 +528,13 @@ tar -C /tmp/image -czf /tmp/image.tar.gz metadata.yaml rootfs
 incus image import /tmp/image.tar.gz --alias onh
 "#;
 
+/// `incus config device add c1 NAME TYPE OPTIONS…` (`kind_and_options`).
+fn add_device(booted: &Booted, name: &str, kind_and_options: &[&str]) {
+    let mut argv = vec!["incus", "config", "device", "add", "c1", name];
+    argv.extend_from_slice(kind_and_options);
+    booted.ok(&argv);
+}
+
 #[test]
 #[cfg_attr(not(feature = "_test_as_root"), ignore = "needs root: run `make test`")]
 fn incus_nvidia_runtime_gives_an_unprivileged_container_its_gpu() {
@@ -529,13 +543,7 @@ fn incus_nvidia_runtime_gives_an_unprivileged_container_its_gpu() {
     let dir = scratch("incus");
     let template = template_rootfs(&host);
     let (mounts, driver) = (host_mounts(), tree_listing(&host.dir));
-    let log = dir.join("cli.log");
-    let config = dir.join("config.toml");
-    write_hook_config(&host, &config, &log, "debug");
-    // The hook runs as the container's root, an unmapped host uid: its
-    // log is made writable for it beforehand.
-    fs::write(&log, "").unwrap();
-    fs::set_permissions(&log, fs::Permissions::from_mode(0o666)).unwrap();
+    let (config, log) = logging_config(&host, &dir);
     // Incus 7 (sid's incus-base) under systemd 262, booted as pid 1 of
     // the sid-hpc root; our binary is /usr/bin/nvidia-container-cli, as
     // the compat package installs it (incusd looks on its own PATH).
@@ -562,16 +570,7 @@ fn incus_nvidia_runtime_gives_an_unprivileged_container_its_gpu() {
     // Incus's `gpu` device looks its GPU up in /sys/bus/pci (and its
     // nodes in /dev): a simulated GPU is in neither, so it is refused.
     let g = gpu(&host, 2);
-    booted.ok(&[
-        "incus",
-        "config",
-        "device",
-        "add",
-        "c1",
-        "gpu0",
-        "gpu",
-        &format!("pci={}", g.bus),
-    ]);
+    add_device(&booted, "gpu0", &["gpu", &format!("pci={}", g.bus)]);
     let refused = booted.run(&["incus", "start", "c1"]);
     assert!(
         refused.stderr.contains(&format!(
@@ -596,17 +595,8 @@ fn incus_nvidia_runtime_gives_an_unprivileged_container_its_gpu() {
         "195",
         &g.minor.to_string(),
     ]);
-    booted.ok(&[
-        "incus",
-        "config",
-        "device",
-        "add",
-        "c1",
-        "gpu2",
-        "unix-char",
-        &format!("source={node}"),
-        &format!("path={node}"),
-    ]);
+    let (source, path) = (format!("source={node}"), format!("path={node}"));
+    add_device(&booted, "gpu2", &["unix-char", &source, &path]);
     let started = booted.run(&["incus", "start", "c1"]);
     let lxc_log = booted.run(&["cat", "/var/log/incus/c1/lxc.log"]);
     let lxc_log = format!("{}{}", lxc_log.stdout, lxc_log.stderr);

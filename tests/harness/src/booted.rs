@@ -15,6 +15,12 @@
 //! udev, the clock, rfkill, fstrim, gettys) are masked, and the limits the
 //! engines' units raise (no `CAP_SYS_RESOURCE` here) are reset in drop-ins.
 //!
+//! With `nested` (Incus's unprivileged containers), a second proc and
+//! sysfs, whole and uncovered, lie at `/.onh-kernelfs`, and `/sys` is
+//! read-only by its mount rather than its superblock: the kernel lets a
+//! user namespace mount its own proc and sysfs only while it sees one
+//! fully visible.
+//!
 //! Dropping it kills its pid 1, which ends the pid namespace and with it
 //! every process and mount; the cgroup directories left are removed.
 
