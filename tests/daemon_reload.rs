@@ -209,6 +209,7 @@ fn gpus_survive_daemon_reload_under_the_systemd_cgroup_driver() {
                 ("/usr/local/bin/nvidia-container-runtime", hook_binary()),
                 ("/usr/local/bin/nvidia-container-cli", hook_binary()),
             ],
+            nested: false,
         },
     );
     let booted_at = started.elapsed();

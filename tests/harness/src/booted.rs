@@ -15,6 +15,12 @@
 //! udev, the clock, rfkill, fstrim, gettys) are masked, and the limits the
 //! engines' units raise (no `CAP_SYS_RESOURCE` here) are reset in drop-ins.
 //!
+//! With `nested` (Incus's unprivileged containers), a second proc and
+//! sysfs, whole and uncovered, lie at `/.onh-kernelfs`, and `/sys` is
+//! read-only by its mount rather than its superblock: the kernel lets a
+//! user namespace mount its own proc and sysfs only while it sees one
+//! fully visible.
+//!
 //! Dropping it kills its pid 1, which ends the pid namespace and with it
 //! every process and mount; the cgroup directories left are removed.
 
@@ -68,21 +74,30 @@ const MASKED: [&str; 20] = [
 const ENGINE_UNITS: [&str; 2] = ["containerd.service", "docker.service"];
 
 /// The shell that becomes pid 1: `$1` the root, `$2` the scratch
-/// directory, `$3` the cgroup directory, then the paths to bind.
+/// directory, `$3` the cgroup directory, `$4` `nested` or not, then the
+/// paths to bind.
 const BOOT: &str = r#"set -e
 root=$1 scratch=$2 cg=$3; shift 3
 mkdir "$cg"
 echo $$ > "$cg/cgroup.procs"
 exec unshare --pid --fork --mount --propagation private --cgroup --uts --ipc --net sh -c '
 set -e
-root=$1 scratch=$2; shift 2
+root=$1 scratch=$2 nested=$3; shift 3
 m=$scratch/merged
 mkdir -p "$scratch/upper" "$scratch/work" "$m" "$scratch/docker" "$scratch/containerd"
 mount -t overlay onh-booted -o "lowerdir=$root,upperdir=$scratch/upper,workdir=$scratch/work" "$m"
 mount -t proc proc "$m/proc"
 mount --bind "$m/proc/sys" "$m/proc/sys"
 mount -o remount,bind,ro "$m/proc/sys"
-mount -t sysfs -o ro sysfs "$m/sys"
+if [ "$nested" = nested ]; then
+  mount -t sysfs sysfs "$m/sys"
+  mount -o remount,bind,ro "$m/sys"
+  mkdir -p "$m/.onh-kernelfs/proc" "$m/.onh-kernelfs/sys"
+  mount -t proc -o nosuid,nodev,noexec proc "$m/.onh-kernelfs/proc"
+  mount -t sysfs sysfs "$m/.onh-kernelfs/sys"
+else
+  mount -t sysfs -o ro sysfs "$m/sys"
+fi
 mount -t cgroup2 cgroup2 "$m/sys/fs/cgroup"
 mount -t tmpfs -o mode=755,nosuid tmpfs "$m/dev"
 mknod -m 666 "$m/dev/null" c 1 3
@@ -129,6 +144,12 @@ pub struct BootSetup<'a> {
     pub etc_files: &'a [(&'a str, String)],
     /// Links made before it boots (absolute path in the root, target).
     pub links: &'a [(&'a str, &'a Path)],
+    /// Whether unprivileged containers start inside (Incus, LXC): a second
+    /// proc and sysfs, whole and uncovered, are mounted at `/.onh-kernelfs`,
+    /// since the kernel lets a user namespace mount its own only while one
+    /// it sees is fully visible (the read-only `/proc/sys` covers the
+    /// first), and `/sys` is read-only by its mount, not its superblock.
+    pub nested: bool,
 }
 
 impl Booted {
@@ -182,6 +203,7 @@ impl Booted {
             .arg(&root.dir)
             .arg(dir)
             .arg(&cgroup)
+            .arg(if setup.nested { "nested" } else { "plain" })
             .args(setup.binds)
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")

@@ -38,7 +38,7 @@ const FROZEN: [&str; 1] = ["sid"];
 pub struct DebRoot {
     /// The Debian suite (`bullseye`, `trixie`).
     pub suite: &'static str,
-    /// The root directory on this host.
+    /// The root directory on this host: `<cache>/<name>`.
     pub dir: PathBuf,
 }
 
@@ -77,7 +77,14 @@ impl DebRoot {
     /// The `suite` root holding `packages`, made (or completed) the first
     /// time; fails the test when debootstrap or apt fails.
     pub fn ensure(suite: &'static str, packages: &[&str]) -> DebRoot {
-        let dir = PathBuf::from(CACHE).join(suite);
+        DebRoot::ensure_named(suite, suite, packages)
+    }
+
+    /// A second root of `suite`, cached as `name` apart from the suite's
+    /// own (packages that other suites' roots should not carry), holding
+    /// `packages`; made or completed as [`DebRoot::ensure`] does.
+    pub fn ensure_named(name: &str, suite: &'static str, packages: &[&str]) -> DebRoot {
+        let dir = PathBuf::from(CACHE).join(name);
         let root = DebRoot { suite, dir };
         if !root.dir.join("usr/bin/apt-get").is_file() {
             root.bootstrap();
@@ -279,4 +286,14 @@ pub const SID_ENGINES: [&str; 7] = [
 /// The Debian sid root with [`SID_ENGINES`].
 pub fn sid() -> DebRoot {
     DebRoot::ensure("sid", &SID_ENGINES)
+}
+
+/// The HPC and system-container managers of docs/hpc.md that Debian sid
+/// packages: Apptainer 1.4 and Incus's container-only daemon (with LXC 7's
+/// liblxc and its `hooks/nvidia`), kept apart from [`SID_ENGINES`]' root.
+pub const SID_HPC: [&str; 3] = ["apptainer", "incus-base", "systemd"];
+
+/// The Debian sid root with [`SID_HPC`], cached as `sid-hpc`.
+pub fn sid_hpc() -> DebRoot {
+    DebRoot::ensure_named("sid-hpc", "sid", &SID_HPC)
 }
