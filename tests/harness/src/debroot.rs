@@ -232,6 +232,9 @@ exec "$@""#;
                 .iter()
                 .map(|(s, d)| (s.as_path(), d.as_path())),
         );
+        // Shallower places first: a bind over /tmp must not hide a checkout
+        // bound below it (a CI clone in /tmp).
+        pairs.sort_by_key(|(_, dst)| dst.components().count());
         let mut cmd = Command::new("unshare");
         cmd.args(["-m", "--propagation", "private", "sh", "-c", SETUP, "sh"])
             .arg(&self.dir)
