@@ -11,64 +11,55 @@ use std::process::Command;
 pub struct OldKernel {
     /// What it stands for, for messages.
     pub name: &'static str,
-    /// The system calls that fail with `ENOSYS`.
-    pub missing: &'static [libc::c_long],
+    /// The system calls that fail with `ENOSYS`, in groups.
+    pub missing: &'static [&'static [libc::c_long]],
 }
+
+const OPENAT2: &[libc::c_long] = &[libc::SYS_openat2];
+const STATX: &[libc::c_long] = &[libc::SYS_statx];
+const MOUNT_API: &[libc::c_long] = &[
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+];
+const PIDFD: &[libc::c_long] = &[
+    libc::SYS_pidfd_open,
+    libc::SYS_pidfd_send_signal,
+    libc::SYS_pidfd_getfd,
+];
 
 /// No `openat2` (before 5.6): paths resolve by `pathrs`'s emulation.
 pub const NO_OPENAT2: OldKernel = OldKernel {
     name: "no openat2 (Linux < 5.6)",
-    missing: &[libc::SYS_openat2],
+    missing: &[OPENAT2],
 };
 
 /// No `statx` (before 4.11), so no mount-root attribute (5.8) either.
 pub const NO_STATX: OldKernel = OldKernel {
     name: "no statx mount-root attribute (Linux < 5.8)",
-    missing: &[libc::SYS_statx],
+    missing: &[STATX],
 };
 
 /// No new mount API (before 5.2; `mount_setattr` before 5.12).
 pub const NO_MOUNT_API: OldKernel = OldKernel {
     name: "no new mount API (Linux < 5.2)",
-    missing: &[
-        libc::SYS_open_tree,
-        libc::SYS_move_mount,
-        libc::SYS_fsopen,
-        libc::SYS_fsconfig,
-        libc::SYS_fsmount,
-        libc::SYS_fspick,
-        libc::SYS_mount_setattr,
-    ],
+    missing: &[MOUNT_API],
 };
 
 /// No pidfds (before 5.3).
 pub const NO_PIDFD: OldKernel = OldKernel {
     name: "no pidfds (Linux < 5.3)",
-    missing: &[
-        libc::SYS_pidfd_open,
-        libc::SYS_pidfd_send_signal,
-        libc::SYS_pidfd_getfd,
-    ],
+    missing: &[PIDFD],
 };
 
 /// All of them at once, and `close_range` (5.9): a 4.x kernel.
 pub const LINUX_4: OldKernel = OldKernel {
     name: "none of them (Linux 4.x)",
-    missing: &[
-        libc::SYS_openat2,
-        libc::SYS_statx,
-        libc::SYS_open_tree,
-        libc::SYS_move_mount,
-        libc::SYS_fsopen,
-        libc::SYS_fsconfig,
-        libc::SYS_fsmount,
-        libc::SYS_fspick,
-        libc::SYS_mount_setattr,
-        libc::SYS_pidfd_open,
-        libc::SYS_pidfd_send_signal,
-        libc::SYS_pidfd_getfd,
-        libc::SYS_close_range,
-    ],
+    missing: &[OPENAT2, STATX, MOUNT_API, PIDFD, &[libc::SYS_close_range]],
 };
 
 /// Every old kernel played here.
@@ -101,7 +92,8 @@ const ARCH: u32 = 4;
 
 /// The filter: this architecture's calls in `missing` fail with `ENOSYS`,
 /// everything else is allowed.
-fn filter(missing: &[libc::c_long]) -> Vec<SockFilter> {
+fn filter(missing: &[&[libc::c_long]]) -> Vec<SockFilter> {
+    let missing: Vec<libc::c_long> = missing.concat();
     let n = u8::try_from(missing.len()).expect("fewer than 256 system calls");
     let op = |code, jt, jf, k| SockFilter { code, jt, jf, k };
     let mut program = vec![
